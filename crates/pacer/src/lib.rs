@@ -1,0 +1,1 @@
+//! Enforce: pace elastic work with CPU tokens.

@@ -1,0 +1,1 @@
+//! Measure: scheduling latency and poll time of tokio tasks.
