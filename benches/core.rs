@@ -1,0 +1,2 @@
+//! Placeholder until this bench lands.
+fn main() {}
