@@ -1,1 +1,58 @@
-//! Decide: the step controller, the no-burst CPU token bucket, the work queue and the handle.
+//! Decide: the step controller, the no-burst CPU token bucket, the work queue and the handle of
+//! elastic CPU admission control (DESIGN.md §4, after CockroachDB's elastic CPU limiter).
+//!
+//! No tokio, no threads, no sleeping: every clock is injected ([`Clock`]), so every behaviour is
+//! testable to the nanosecond on a [`ManualClock`].
+//!
+//! ```
+//! use elastic_core::{
+//!     rate_for, Admit, ControllerConfig, ElasticHandle, ManualClock, StepController, WorkQueue,
+//! };
+//! use std::task::{Poll, Waker};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let mut controller = StepController::new(ControllerConfig::default()).unwrap();
+//! let cpus = 2.0;
+//! // 0.05 × 2 CPUs = 100 ms of CPU per second, and a full bucket to start.
+//! let queue = WorkQueue::new(clock.clone(), rate_for(controller.limit(), cpus));
+//!
+//! // Elastic work takes a 100 ms slice: granted at once.
+//! let Admit::Granted(grant) = queue.admit(Duration::from_millis(100)) else { unreachable!() };
+//! let mut handle = ElasticHandle::new(grant, clock.clone());
+//! clock.advance(Duration::from_millis(100));
+//! while !handle.over_limit().0 {}
+//!
+//! // A second request waits: the bucket is empty.
+//! let Admit::Queued(mut ticket) = queue.admit(Duration::from_millis(100)) else { unreachable!() };
+//! assert!(ticket.poll_grant(Waker::noop()).is_pending());
+//!
+//! // Settle the first slice; the governor ticks: healthy latency and work waiting, so the
+//! // limit steps up, and refilled tokens go to the waiter.
+//! let (grant, used) = handle.into_grant();
+//! queue.done(grant, used);
+//! clock.advance(Duration::from_millis(100));
+//! let had_waiters = queue.tick();
+//! let limit = controller.tick(Some(Duration::from_micros(300)), Duration::from_millis(100), had_waiters);
+//! queue.set_rate(rate_for(limit, cpus));
+//! let Poll::Ready(Ok(grant)) = ticket.poll_grant(Waker::noop()) else { unreachable!() };
+//! queue.done(grant, Duration::from_millis(40));
+//! assert!(limit > 0.05);
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bucket;
+mod clock;
+mod config;
+mod controller;
+mod handle;
+mod queue;
+mod sync;
+
+pub use bucket::{rate_for, TokenBucket, MAX_RATE};
+pub use clock::{Clock, ManualClock, MonotonicClock, ThreadCpuClock};
+pub use config::{ConfigError, ControllerConfig};
+pub use controller::StepController;
+pub use handle::ElasticHandle;
+pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};

@@ -1,0 +1,171 @@
+//! Clocks: every time source is injected so the logic runs on a [`ManualClock`] in tests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A monotonic time source, read as the time elapsed since an arbitrary origin.
+///
+/// ```
+/// use elastic_core::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// clock.advance(Duration::from_millis(5));
+/// assert_eq!(clock.now(), Duration::from_millis(5));
+/// ```
+pub trait Clock: Send + Sync + 'static {
+    /// Time since this clock's origin. Should never go backwards; users clamp when it does.
+    fn now(&self) -> Duration;
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    #[inline]
+    fn now(&self) -> Duration {
+        (**self).now()
+    }
+}
+
+/// A clock that only moves when told to; clones share the same time.
+///
+/// ```
+/// use elastic_core::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let a = ManualClock::new();
+/// let b = a.clone();
+/// a.set(Duration::from_secs(2));
+/// b.advance(Duration::from_millis(1));
+/// assert_eq!(a.now(), Duration::from_millis(2001));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    // A plain std atomic even under loom: tests advance it from one thread, and keeping it out of
+    // loom's model keeps the explored state space small.
+    nanos: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Move the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
+    pub fn advance(&self, by: Duration) {
+        let by = duration_nanos(by);
+        // fetch_update instead of fetch_add so a huge step saturates instead of wrapping.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_add(by))
+            });
+    }
+
+    /// Set the clock to `to`; may move it backwards (to test how users clamp).
+    pub fn set(&self, to: Duration) {
+        self.nanos.store(duration_nanos(to), Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}
+
+/// The production wall clock: [`Instant`] elapsed since construction.
+///
+/// ```
+/// use elastic_core::{Clock, MonotonicClock};
+///
+/// let clock = MonotonicClock::new();
+/// let a = clock.now();
+/// assert!(clock.now() >= a);
+/// ```
+#[derive(Clone, Debug)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// CPU time consumed by the *calling thread* (`CLOCK_THREAD_CPUTIME_ID`), the "running time"
+/// source for an [`ElasticHandle`](crate::ElasticHandle): time the thread was descheduled is not
+/// charged. On non-unix targets it falls back to a monotonic wall clock.
+///
+/// It only makes sense while the work stays on one thread: read it on the thread that runs the
+/// work (for example within a single poll), never across an `.await` that may resume elsewhere.
+///
+/// ```
+/// use elastic_core::{Clock, ThreadCpuClock};
+///
+/// let clock = ThreadCpuClock;
+/// let a = clock.now();
+/// let mut x = 0u64;
+/// for i in 0..100_000u64 { x = x.wrapping_add(std::hint::black_box(i)); }
+/// assert!(clock.now() >= a, "{x}");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadCpuClock;
+
+impl Clock for ThreadCpuClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        thread_cpu_time()
+    }
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec owned by this frame, and
+    // CLOCK_THREAD_CPUTIME_ID is a clock id every supported unix provides.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        // Cannot happen with a valid clock id; report zero rather than panic in a poll path
+        // (users clamp a clock that goes backwards).
+        return Duration::ZERO;
+    }
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_time() -> Duration {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
+}
+
+/// Nanoseconds in `d`, saturating at `u64::MAX` (584 years).
+#[inline]
+pub(crate) fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,139 @@
+//! The handle elastic work holds while it runs a grant: an amortized "is my slice spent?" check.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock::{duration_nanos, Clock};
+use crate::queue::Grant;
+
+/// Successive checks closer than this (in running time) double the iterations between checks.
+const CHECK_SPACING: u64 = 1_000_000;
+
+/// Tracks the running time of one [`Grant`] and answers [`over_limit`](Self::over_limit) cheaply
+/// enough to call on every iteration of a tight loop.
+///
+/// The running-time source `R` is injected: a wall clock ([`MonotonicClock`]) or the thread's
+/// CPU time ([`ThreadCpuClock`]).
+///
+/// ```
+/// use elastic_core::{Admit, ElasticHandle, ManualClock, WorkQueue};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let queue = WorkQueue::new(clock.clone(), 1_000_000_000);
+/// let Admit::Granted(grant) = queue.admit(Duration::from_millis(10)) else { panic!() };
+/// let mut handle = ElasticHandle::new(grant, clock.clone());
+/// assert_eq!(handle.over_limit(), (false, -10_000_000));
+/// clock.advance(Duration::from_millis(12));
+/// while !handle.over_limit().0 {} // the next clock read sees the slice spent
+/// let (grant, used) = handle.into_grant();
+/// queue.done(grant, used); // 2 ms of overshoot charged
+/// assert_eq!(queue.snapshot().over_limit_nanos, 2_000_000);
+/// ```
+///
+/// [`MonotonicClock`]: crate::MonotonicClock
+/// [`ThreadCpuClock`]: crate::ThreadCpuClock
+pub struct ElasticHandle<R: Clock> {
+    grant: Grant,
+    running: R,
+    start: Duration,
+    /// Calls left that return the cached answer without reading the clock.
+    remaining: u64,
+    /// Iterations between clock reads: 0, then 1, doubling while checks are close; never shrinks.
+    interval: u64,
+    checked_once: bool,
+    /// Running time (nanos since start) at the last check.
+    last_used: u64,
+    cached: (bool, i64),
+}
+
+impl<R: Clock> fmt::Debug for ElasticHandle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ElasticHandle")
+            .field("allotted", &self.grant.allotted())
+            .field("interval", &self.interval)
+            .field("cached", &self.cached)
+            .finish()
+    }
+}
+
+impl<R: Clock> ElasticHandle<R> {
+    /// Start running `grant` now, by `running`'s time.
+    pub fn new(grant: Grant, running: R) -> Self {
+        let start = running.now();
+        let allotted = grant.allotted_nanos();
+        Self {
+            grant,
+            running,
+            start,
+            remaining: 0,
+            interval: 0,
+            checked_once: false,
+            last_used: 0,
+            cached: (false, -sat_i64(allotted)),
+        }
+    }
+
+    /// `(over, diff)`: whether the running time reached the allotted slice, and
+    /// `used − allotted` in nanoseconds, as of the last clock read. The clock is read only every
+    /// `interval` calls (see the type docs); in between, the cached answer is returned.
+    #[inline]
+    pub fn over_limit(&mut self) -> (bool, i64) {
+        if self.remaining > 0 {
+            self.remaining -= 1;
+            return self.cached;
+        }
+        self.check()
+    }
+
+    #[inline(never)]
+    fn check(&mut self) -> (bool, i64) {
+        let used = self.used_nanos();
+        let allotted = self.grant.allotted_nanos();
+        if !self.checked_once {
+            self.checked_once = true;
+            self.interval = 1;
+        } else if used.saturating_sub(self.last_used) < CHECK_SPACING {
+            self.interval = self.interval.saturating_mul(2);
+        }
+        self.last_used = used;
+        self.remaining = self.interval;
+        self.cached = (used >= allotted, sat_i64(used as i128 - allotted as i128));
+        self.cached
+    }
+
+    #[inline]
+    fn used_nanos(&self) -> u64 {
+        // A clock that went backwards reads as no time used, never as an underflow.
+        duration_nanos(self.running.now().saturating_sub(self.start))
+    }
+
+    /// Running time since the handle was created (one clock read; zero if the clock went
+    /// backwards).
+    pub fn used(&self) -> Duration {
+        Duration::from_nanos(self.used_nanos())
+    }
+
+    /// The slice this handle runs.
+    pub fn allotted(&self) -> Duration {
+        self.grant.allotted()
+    }
+
+    /// Iterations between clock reads now (0 before the first check).
+    pub fn check_interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// Finish: the grant and the running time used, for [`WorkQueue::done`].
+    ///
+    /// [`WorkQueue::done`]: crate::WorkQueue::done
+    pub fn into_grant(self) -> (Grant, Duration) {
+        let used = self.used();
+        (self.grant, used)
+    }
+}
+
+#[inline]
+fn sat_i64(v: impl Into<i128>) -> i64 {
+    v.into().clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}

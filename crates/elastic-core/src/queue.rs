@@ -1,0 +1,393 @@
+//! The work queue: hands out CPU-time slices from the token bucket, FIFO, waking waiters through
+//! plain [`Waker`]s (no runtime needed).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use crate::bucket::TokenBucket;
+use crate::clock::{duration_nanos, Clock};
+use crate::sync::{lock, Arc, Mutex};
+
+/// The shortest slice a grant carries; shorter requests are rounded up.
+pub const MIN_SLICE: Duration = Duration::from_millis(10);
+/// The longest slice a grant carries; longer requests are cut down.
+pub const MAX_SLICE: Duration = Duration::from_millis(100);
+
+/// A slice of CPU time granted by a [`WorkQueue`]. Settle it with [`WorkQueue::done`]: a grant
+/// that is just dropped keeps its tokens spent (and is missing from the ledger).
+#[must_use = "settle a grant with WorkQueue::done, or its tokens stay spent"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Grant {
+    nanos: u64,
+}
+
+impl Grant {
+    /// The CPU time this grant allots.
+    pub fn allotted(&self) -> Duration {
+        Duration::from_nanos(self.nanos)
+    }
+
+    /// The CPU time this grant allots, in nanoseconds.
+    pub fn allotted_nanos(&self) -> u64 {
+        self.nanos
+    }
+}
+
+/// The governor (and its queue) has shut down: no grant will come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed;
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("elastic CPU governor has shut down")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+/// The outcome of [`WorkQueue::admit`].
+#[must_use = "a Granted slice must be settled; a Queued ticket must be polled or dropped"]
+#[derive(Debug)]
+pub enum Admit<C: Clock> {
+    /// Tokens were available and nobody was waiting: run now.
+    Granted(Grant),
+    /// Wait for a grant: poll the ticket (dropping it cancels, returning any grant it received).
+    Queued(Ticket<C>),
+}
+
+/// Counters and gauges of a [`WorkQueue`], for metrics. All counters only grow.
+///
+/// Once every grant is settled (done or cancelled):
+/// `acquired_nanos − returned_nanos + over_limit_nanos == used_nanos`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueSnapshot {
+    /// Current token rate (CPU nanoseconds per second).
+    pub rate_nanos_per_sec: u64,
+    /// Current balance after refill (negative = debt).
+    pub balance_nanos: i64,
+    /// Admissions waiting for a grant now.
+    pub waiters: usize,
+    /// Grants handed out (fast path and queued).
+    pub grants: u64,
+    /// Sum of the slices granted.
+    pub acquired_nanos: u64,
+    /// Tokens given back: unused parts of slices, and whole slices of tickets dropped after
+    /// their grant.
+    pub returned_nanos: u64,
+    /// Overshoot charged: use beyond the slice.
+    pub over_limit_nanos: u64,
+    /// CPU time reported used through [`WorkQueue::done`].
+    pub used_nanos: u64,
+    /// Queued admissions that finished waiting (granted, cancelled, or failed by close).
+    pub waits: u64,
+    /// Total time those admissions spent queued, by the queue's clock.
+    pub wait_nanos: u64,
+    /// Whether [`WorkQueue::close`] was called.
+    pub closed: bool,
+}
+
+struct Waiter {
+    id: u64,
+    slice: u64,
+    since: Duration,
+    waker: Option<Waker>,
+}
+
+struct State<C: Clock> {
+    bucket: TokenBucket<C>,
+    waiters: VecDeque<Waiter>,
+    /// Granted to a ticket that has not collected it yet: (ticket id, nanos).
+    granted: Vec<(u64, u64)>,
+    next_id: u64,
+    had_waiters: bool,
+    closed: bool,
+    stats: QueueSnapshot,
+}
+
+impl<C: Clock> State<C> {
+    /// Count a waiter leaving the queue (for any reason).
+    fn finish_wait(&mut self, since: Duration, now: Duration) {
+        self.stats.waits += 1;
+        self.stats.wait_nanos = self
+            .stats
+            .wait_nanos
+            .saturating_add(duration_nanos(now.saturating_sub(since)));
+    }
+
+    /// The granting rule of DESIGN.md §4: while someone waits and the balance is positive, grant
+    /// the head its whole slice (the balance may dip negative). Wakers are collected, not called:
+    /// the caller wakes them after releasing the lock, so a waker that re-enters the queue (or is
+    /// slow) never runs under it.
+    fn grant_waiters(&mut self, wake: &mut Vec<Waker>) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let now = self.bucket.clock().now();
+        while !self.waiters.is_empty() && self.bucket.balance() > 0 {
+            let Some(w) = self.waiters.pop_front() else {
+                break;
+            };
+            self.bucket.take_unchecked(w.slice);
+            self.granted.push((w.id, w.slice));
+            self.stats.grants += 1;
+            self.stats.acquired_nanos = self.stats.acquired_nanos.saturating_add(w.slice);
+            self.finish_wait(w.since, now);
+            if let Some(k) = w.waker {
+                wake.push(k);
+            }
+        }
+    }
+}
+
+type Shared<C> = Arc<Mutex<State<C>>>;
+
+fn wake_all(wake: Vec<Waker>) {
+    for w in wake {
+        w.wake();
+    }
+}
+
+/// The thread-safe granter: admits elastic work against a [`TokenBucket`], FIFO.
+///
+/// ```
+/// use elastic_core::{Admit, ManualClock, WorkQueue};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let queue = WorkQueue::new(clock.clone(), 200_000_000); // 0.2 CPU
+/// let Admit::Granted(grant) = queue.admit(Duration::from_millis(50)) else { panic!() };
+/// assert_eq!(grant.allotted(), Duration::from_millis(50));
+/// queue.done(grant, Duration::from_millis(30)); // 20 ms come back
+/// assert_eq!(queue.snapshot().returned_nanos, 20_000_000);
+/// ```
+pub struct WorkQueue<C: Clock> {
+    shared: Shared<C>,
+}
+
+impl<C: Clock> Clone for WorkQueue<C> {
+    /// Another handle to the same queue.
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for WorkQueue<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueue")
+            .field("snapshot", &self.snapshot())
+            .finish()
+    }
+}
+
+impl<C: Clock> WorkQueue<C> {
+    /// A queue over a full bucket refilling at `rate_nanos_per_sec`.
+    pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
+        let bucket = TokenBucket::new(clock, rate_nanos_per_sec);
+        Self {
+            shared: Arc::new(Mutex::new(State {
+                bucket,
+                waiters: VecDeque::new(),
+                granted: Vec::new(),
+                next_id: 0,
+                had_waiters: false,
+                closed: false,
+                stats: QueueSnapshot::default(),
+            })),
+        }
+    }
+
+    /// Ask for a slice of CPU time (clamped to [`MIN_SLICE`] ..= [`MAX_SLICE`]). Granted at once
+    /// when nobody waits and the bucket covers it; otherwise queued FIFO. After [`close`], the
+    /// ticket resolves to [`Closed`].
+    ///
+    /// [`close`]: WorkQueue::close
+    pub fn admit(&self, slice: Duration) -> Admit<C> {
+        let n = duration_nanos(slice.clamp(MIN_SLICE, MAX_SLICE));
+        let mut st = lock(&self.shared);
+        let id = st.next_id;
+        st.next_id += 1;
+        if !st.closed {
+            if st.waiters.is_empty() && st.bucket.try_take(n) {
+                st.stats.grants += 1;
+                st.stats.acquired_nanos = st.stats.acquired_nanos.saturating_add(n);
+                return Admit::Granted(Grant { nanos: n });
+            }
+            let since = st.bucket.clock().now();
+            st.waiters.push_back(Waiter {
+                id,
+                slice: n,
+                since,
+                waker: None,
+            });
+            st.had_waiters = true;
+        }
+        drop(st);
+        Admit::Queued(Ticket {
+            shared: self.shared.clone(),
+            id,
+            spent: false,
+        })
+    }
+
+    /// Settle a grant: `used` beyond the slice is charged (debt), the unused rest is returned;
+    /// then waiters are granted.
+    pub fn done(&self, grant: Grant, used: Duration) {
+        let allotted = grant.nanos;
+        let used = duration_nanos(used);
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared);
+        st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
+        if used > allotted {
+            let over = used - allotted;
+            st.bucket.charge(over);
+            st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
+        } else {
+            let back = allotted - used;
+            st.bucket.give_back(back);
+            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
+        }
+        st.grant_waiters(&mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Change the token rate (see [`TokenBucket::set_rate`]), then grant waiters.
+    pub fn set_rate(&self, rate_nanos_per_sec: u64) {
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared);
+        st.bucket.set_rate(rate_nanos_per_sec);
+        st.grant_waiters(&mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// The governor's periodic call: grant waiters from what refilled, and return (and clear)
+    /// whether elastic work waited since the last tick (true too if some still wait).
+    pub fn tick(&self) -> bool {
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared);
+        st.grant_waiters(&mut wake);
+        let had = st.had_waiters || !st.waiters.is_empty();
+        st.had_waiters = false;
+        drop(st);
+        wake_all(wake);
+        had
+    }
+
+    /// Shut down: every queued and future admission resolves to [`Closed`] (queued ones are
+    /// woken). Grants already handed out stay valid and can still be settled.
+    pub fn close(&self) {
+        let mut st = lock(&self.shared);
+        st.closed = true;
+        let now = st.bucket.clock().now();
+        let waiters = std::mem::take(&mut st.waiters);
+        let mut wake = Vec::with_capacity(waiters.len());
+        for w in waiters {
+            st.finish_wait(w.since, now);
+            wake.extend(w.waker);
+        }
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Whether [`close`](WorkQueue::close) was called.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared).closed
+    }
+
+    /// Current token rate (CPU nanoseconds per second).
+    pub fn rate(&self) -> u64 {
+        lock(&self.shared).bucket.rate()
+    }
+
+    /// Counters and gauges, read under one lock.
+    pub fn snapshot(&self) -> QueueSnapshot {
+        let mut st = lock(&self.shared);
+        let balance = st.bucket.balance();
+        QueueSnapshot {
+            rate_nanos_per_sec: st.bucket.rate(),
+            balance_nanos: balance,
+            waiters: st.waiters.len(),
+            closed: st.closed,
+            ..st.stats.clone()
+        }
+    }
+}
+
+/// A queued admission: poll it until it yields a [`Grant`] (or [`Closed`]); drop it to cancel.
+pub struct Ticket<C: Clock> {
+    shared: Shared<C>,
+    id: u64,
+    /// Resolved (grant collected or closed): nothing left to cancel.
+    spent: bool,
+}
+
+impl<C: Clock> fmt::Debug for Ticket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("id", &self.id)
+            .field("spent", &self.spent)
+            .finish()
+    }
+}
+
+impl<C: Clock> Ticket<C> {
+    /// `Ready(Ok(grant))` once granted, `Ready(Err(Closed))` if the queue closed first, else
+    /// `Pending` with `waker` registered (replacing the previous one unless it would wake the
+    /// same task). A ticket that already returned `Ready` returns `Ready(Err(Closed))`.
+    pub fn poll_grant(&mut self, waker: &Waker) -> Poll<Result<Grant, Closed>> {
+        if self.spent {
+            return Poll::Ready(Err(Closed));
+        }
+        let mut st = lock(&self.shared);
+        if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
+            let (_, nanos) = st.granted.swap_remove(pos);
+            self.spent = true;
+            return Poll::Ready(Ok(Grant { nanos }));
+        }
+        if let Some(w) = st.waiters.iter_mut().find(|w| w.id == self.id) {
+            match &mut w.waker {
+                Some(old) if old.will_wake(waker) => {}
+                slot => *slot = Some(waker.clone()),
+            }
+            return Poll::Pending;
+        }
+        // Neither waiting nor granted: close removed it (or it was admitted after close).
+        self.spent = true;
+        Poll::Ready(Err(Closed))
+    }
+
+    /// Whether the ticket has resolved (its grant was collected, or it failed with [`Closed`]).
+    pub fn is_spent(&self) -> bool {
+        self.spent
+    }
+}
+
+impl<C: Clock> Drop for Ticket<C> {
+    /// Cancel: leave the queue, or give back a grant that was never collected (then grant the
+    /// next waiters with it).
+    fn drop(&mut self) {
+        if self.spent {
+            return;
+        }
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared);
+        if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
+            if let Some(w) = st.waiters.remove(pos) {
+                let now = st.bucket.clock().now();
+                st.finish_wait(w.since, now);
+            }
+        } else if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
+            let (_, nanos) = st.granted.swap_remove(pos);
+            st.bucket.give_back(nanos);
+            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
+            st.grant_waiters(&mut wake);
+        }
+        drop(st);
+        wake_all(wake);
+    }
+}
