@@ -1,1 +1,449 @@
-//! Measure: scheduling latency and poll time of tokio tasks.
+//! MEASURE: scheduling (queue) latency and poll time of tokio tasks, as windowed percentiles.
+//!
+//! ```
+//! use sched_probe::{Probe, ProbeConfig, Source};
+//! use std::time::Duration;
+//!
+//! let probe = Probe::new(ProbeConfig::default()).unwrap();
+//! let mut builder = tokio::runtime::Builder::new_multi_thread();
+//! builder.worker_threads(2);
+//! probe.instrument(&mut builder); // task hooks with `--cfg tokio_unstable`, else a no-op
+//! let rt = builder.build().unwrap();
+//! // Without tokio_unstable the hooks are not there: sample the runtime from outside instead.
+//! let _sampler = (Probe::source() == Source::Sampler).then(|| probe.start_sampler(rt.handle()));
+//!
+//! rt.block_on(async {
+//!     for _ in 0..100 {
+//!         tokio::spawn(async { tokio::task::yield_now().await }).await.unwrap();
+//!     }
+//! });
+//! probe.rotate(); // normally every `tick` (100 ms), from a thread outside the runtime
+//! let w = probe.window();
+//! if let Some(p99) = w.queue_latency.all.p99 {
+//!     println!("p99 scheduling latency over {} ticks: {p99:?}", w.intervals);
+//! }
+//! ```
+//!
+//! # What is measured
+//!
+//! * **Queue latency** (scheduling latency): time from a task becoming runnable (spawned or
+//!   woken) to the start of its poll. This is what CPU-heavy background work inflates and what a
+//!   controller steers by.
+//! * **Poll time**: how long one poll of a task ran.
+//!
+//! Each is kept separately for *foreground* and *elastic* polls ([`Split`]).
+//!
+//! # Sources and their precision
+//!
+//! [`Probe::source`] tells which one this build uses.
+//!
+//! * [`Source::Hooks`] (built with `--cfg tokio_unstable`): [`Probe::instrument`] installs
+//!   tokio's `on_before_task_poll` / `on_after_task_poll` hooks and turns on
+//!   `track_task_schedule_latency`. **Every** poll of every task on the runtime is a sample.
+//!   Queue latency is tokio's own `TaskMeta::schedule_latency()`: from the task's latest
+//!   transition to *scheduled* to just before the poll, whichever queue it waited in (LIFO slot,
+//!   local queue, injection queue, stolen). Poll time is measured between the two hooks. Both are
+//!   exact up to the clock read cost (tens of ns) and the histogram precision.
+//! * [`Source::Sampler`] (without `tokio_unstable`): [`Probe::start_sampler`] runs a thread
+//!   that spawns a tiny task onto the runtime every ~1 ms and records spawn → first poll as a
+//!   foreground queue latency. It is a *sample* (~1000/s, independent of the real load) of the
+//!   latency of a task injected from outside the runtime: such tasks go through the injection
+//!   queue, which workers check every few polls (tokio tunes the interval to about 200 µs of
+//!   polling) or when their local queue runs dry. It tracks the real scheduling latency in
+//!   magnitude (it rises with the aggregate runnable work, as the real one does), but it is not
+//!   the latency of tasks woken on a worker (LIFO slot / local queue), it includes the sampler
+//!   thread's own wake-up jitter (spawn time is read before `spawn`), and short spikes between
+//!   samples are missed. There is no poll time from the sampler: elastic wrappers can report
+//!   the poll times they measure themselves through [`Probe::record_poll`].
+//!
+//! # Elastic vs foreground: a thread-local flag, not a set of task ids
+//!
+//! A poll is *elastic* when the elastic wrapper (the `pacer` crate's `Paced`) calls
+//! [`mark_elastic_poll`] while it is being polled; the after-poll hook takes (reads and clears)
+//! that thread-local flag. The alternative, looking up the polled task's `tokio::task::Id` in a
+//! shared set of elastic ids, would put a lock or a shared cache line on every poll of every task
+//! on the runtime; the flag is one thread-local write in the elastic poll and one thread-local
+//! read in the hook, and costs foreground polls nothing. A task is elastic per poll: a task that
+//! is only sometimes polled through an elastic wrapper is only sometimes elastic.
+//!
+//! # Cost and concurrency
+//!
+//! Per poll (hooks): two `Instant::now()` reads (start and end of the poll; tokio reads the clock
+//! for its schedule latency on its own), two bounded histogram records, no allocation in steady
+//! state. Samples go to a per-worker slot (`tokio::runtime::worker_index() % 64`; threads outside
+//! a runtime share one overflow slot): a `Mutex` that only its worker takes, except once per tick
+//! when [`Probe::rotate`] swaps its histograms out (an O(1) swap under the lock; the merge happens
+//! after the lock is released). Histograms are `hdrhistogram` with fixed bounds
+//! ([`ProbeConfig`]): out-of-range values are clamped, never resized. Slots are allocated on a
+//! worker's first sample. One probe may instrument several runtimes; workers with the same index
+//! then share a slot (correct, only contended).
+//!
+//! # Windows
+//!
+//! [`Probe::rotate`] is called once per `tick` by whoever drives the probe (the pacer's governor
+//! thread, a test by hand): it closes the current interval of every slot, merges them into one
+//! interval and pushes it into a ring of `ceil(window / tick)` intervals, subtracting the interval
+//! that falls out from a running window sum. [`Probe::window`] summarises that sum: cheap (a few
+//! histogram scans) and always available. An empty window answers `count == 0` and `None`
+//! percentiles, never 0 or NaN.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod sampler;
+mod window;
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+pub use config::{ProbeConfig, ProbeError};
+pub use sampler::Sampler;
+pub use window::{Split, Summary, Window};
+
+use window::{Hists, WindowState};
+
+/// Per-worker slots (worker index modulo this); one more slot takes everything off-runtime.
+const SLOTS: usize = 64;
+const OVERFLOW: usize = SLOTS;
+
+/// Where the probe's queue latency comes from in this build.
+///
+/// ```
+/// use sched_probe::{Probe, Source};
+/// match Probe::source() {
+///     Source::Hooks => println!("every poll is measured by tokio task hooks"),
+///     Source::Sampler => println!("call Probe::start_sampler for a sampled signal"),
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// tokio task poll hooks (`--cfg tokio_unstable`): every poll, exact schedule latency and
+    /// poll time.
+    Hooks,
+    /// The sampling fallback ([`Probe::start_sampler`]): ~1000 injected probe tasks a second,
+    /// spawn → first poll, queue latency only.
+    Sampler,
+}
+
+/// The scheduling-latency probe. Cheap to clone (an `Arc`); every clone records into and reads
+/// from the same histograms.
+///
+/// See the [crate docs](crate) for an end-to-end example.
+///
+/// ```
+/// use sched_probe::{Probe, ProbeConfig};
+/// use std::time::Duration;
+///
+/// let probe = Probe::new(ProbeConfig::default()).unwrap();
+/// probe.record_poll(Some(Duration::from_millis(3)), Some(Duration::from_micros(50)), true);
+/// probe.rotate();
+/// let w = probe.window();
+/// assert_eq!(w.queue_latency.elastic.count, 1);
+/// assert_eq!(w.queue_latency.foreground.count, 0);
+/// ```
+#[derive(Clone)]
+pub struct Probe {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: ProbeConfig,
+    template: Histogram<u64>,
+    /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
+    slots: Box<[OnceLock<Box<Slot>>]>,
+    window: Mutex<WindowState>,
+}
+
+/// One worker's current interval. Aligned so that two slots never share a cache line.
+#[repr(align(128))]
+struct Slot {
+    hists: Mutex<Hists>,
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe")
+            .field("config", &self.shared.config)
+            .field("source", &Probe::source())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Probe {
+    /// Creates a probe; fails with the first bad setting.
+    ///
+    /// ```
+    /// use sched_probe::{Probe, ProbeConfig, ProbeError};
+    /// use std::time::Duration;
+    ///
+    /// assert!(Probe::new(ProbeConfig::default()).is_ok());
+    /// let short = ProbeConfig { window: Duration::from_millis(10), ..ProbeConfig::default() };
+    /// assert!(matches!(Probe::new(short), Err(ProbeError::WindowShorterThanTick { .. })));
+    /// ```
+    pub fn new(config: ProbeConfig) -> Result<Probe, ProbeError> {
+        config.validate()?;
+        let template = Histogram::<u64>::new_with_bounds(
+            config.lowest_ns(),
+            config.highest_ns(),
+            config.significant_figures,
+        )
+        .map_err(|_| ProbeError::BoundsOutOfOrder {
+            lowest: config.lowest,
+            highest: config.highest,
+        })?;
+        let slots = (0..=SLOTS).map(|_| OnceLock::new()).collect();
+        let window = Mutex::new(WindowState::new(&template, config.intervals()));
+        Ok(Probe {
+            shared: Arc::new(Shared {
+                config,
+                template,
+                slots,
+                window,
+            }),
+        })
+    }
+
+    /// The settings this probe was built with.
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// assert_eq!(probe.config(), &ProbeConfig::default());
+    /// ```
+    pub fn config(&self) -> &ProbeConfig {
+        &self.shared.config
+    }
+
+    /// Where queue latency comes from in this build: [`Source::Hooks`] when compiled with
+    /// `--cfg tokio_unstable`, [`Source::Sampler`] otherwise. See the [crate docs](crate) for
+    /// the precision of each.
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, Source};
+    /// assert_eq!(Probe::source() == Source::Hooks, cfg!(tokio_unstable));
+    /// ```
+    pub const fn source() -> Source {
+        if cfg!(tokio_unstable) {
+            Source::Hooks
+        } else {
+            Source::Sampler
+        }
+    }
+
+    /// Installs the probe on a runtime builder (multi-thread or current-thread).
+    ///
+    /// With `--cfg tokio_unstable`: turns on `track_task_schedule_latency` and sets
+    /// `on_before_task_poll` / `on_after_task_poll` (replacing poll hooks set before; set yours
+    /// after this call and you replace the probe's). Without it: does nothing — use
+    /// [`Probe::start_sampler`] on the built runtime instead.
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// let rt = probe
+    ///     .instrument(&mut tokio::runtime::Builder::new_current_thread())
+    ///     .build()
+    ///     .unwrap();
+    /// rt.block_on(async { tokio::spawn(async {}).await.unwrap() });
+    /// ```
+    pub fn instrument<'a>(
+        &self,
+        builder: &'a mut tokio::runtime::Builder,
+    ) -> &'a mut tokio::runtime::Builder {
+        #[cfg(tokio_unstable)]
+        {
+            let shared = self.shared.clone();
+            builder
+                .track_task_schedule_latency()
+                .on_before_task_poll(|_meta| hooks::before_poll())
+                .on_after_task_poll(move |meta| hooks::after_poll(&shared, meta))
+        }
+        #[cfg(not(tokio_unstable))]
+        {
+            builder
+        }
+    }
+
+    /// Starts the sampling fallback on the runtime behind `handle`: a dedicated OS thread spawns
+    /// a tiny task every ~1 ms and records spawn → first poll as a foreground queue latency.
+    ///
+    /// Never blocks a worker (the probe task only records). Stops when the returned [`Sampler`]
+    /// is dropped, or by itself once the runtime has shut down. With hooks it still works (an
+    /// extra signal; its tasks' polls are then also seen by the hooks, as tiny foreground polls).
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// let sampler = probe.start_sampler(rt.handle());
+    /// assert!(sampler.is_running());
+    /// drop(sampler);
+    /// ```
+    pub fn start_sampler(&self, handle: &tokio::runtime::Handle) -> Sampler {
+        Sampler::start(self, handle)
+    }
+
+    /// Records one poll sample into the calling thread's slot: its worker's slot on a runtime
+    /// worker, else the shared overflow slot. `None` leaves that measure out. Values are clamped
+    /// to the configured `highest`.
+    ///
+    /// Used by the hooks and by the sampler; elastic wrappers without hooks and tests call it
+    /// directly.
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// probe.record_poll(None, Some(Duration::from_micros(300)), true); // poll time only
+    /// probe.rotate();
+    /// assert_eq!(probe.window().poll_time.elastic.count, 1);
+    /// assert_eq!(probe.window().queue_latency.all.count, 0);
+    /// ```
+    pub fn record_poll(
+        &self,
+        queue_latency: Option<Duration>,
+        poll_time: Option<Duration>,
+        elastic: bool,
+    ) {
+        self.shared
+            .record(queue_latency.map(nanos), poll_time.map(nanos), elastic);
+    }
+
+    /// Closes the current interval: swaps every slot's histograms out, merges them into one
+    /// interval, pushes it into the window and evicts the interval that falls out of it.
+    ///
+    /// Call once per `tick` from outside the runtime (the pacer's governor thread does). Workers
+    /// are held up for at most one O(1) swap each. Concurrent calls are serialised.
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap(); // 25 intervals
+    /// probe.record_poll(Some(Duration::from_micros(10)), None, false);
+    /// for _ in 0..25 {
+    ///     probe.rotate();
+    /// }
+    /// assert_eq!(probe.window().queue_latency.all.count, 1);
+    /// probe.rotate(); // the first interval leaves the window
+    /// assert_eq!(probe.window().queue_latency.all.count, 0);
+    /// ```
+    pub fn rotate(&self) {
+        let shared = &*self.shared;
+        let mut state = shared.window.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut interval = None;
+        for slot in shared.slots.iter().filter_map(OnceLock::get) {
+            state.collect_from(&slot.hists, &mut interval);
+        }
+        state.push(interval);
+    }
+
+    /// The window's statistics: a snapshot of the intervals closed by [`Probe::rotate`] (samples
+    /// recorded since the last rotation are not in it yet).
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// let w = probe.window();
+    /// assert_eq!(w.intervals, 0);
+    /// assert_eq!(w.queue_latency.all.count, 0);
+    /// assert_eq!(w.queue_latency.all.p99, None); // no data, not 0
+    /// ```
+    pub fn window(&self) -> Window {
+        self.shared
+            .window
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .window()
+    }
+}
+
+impl Shared {
+    #[inline]
+    fn record(&self, queue_ns: Option<u64>, poll_ns: Option<u64>, elastic: bool) {
+        let index = match tokio::runtime::worker_index() {
+            Some(i) => i % SLOTS,
+            None => OVERFLOW,
+        };
+        let slot = self.slots[index].get_or_init(|| {
+            Box::new(Slot {
+                hists: Mutex::new(Hists::new(&self.template)),
+            })
+        });
+        slot.hists
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(queue_ns, poll_ns, elastic);
+    }
+}
+
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+struct PollState {
+    /// Start of the current poll, set by the before-poll hook.
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    start: Cell<Option<Instant>>,
+    /// Set by [`mark_elastic_poll`] during the current poll.
+    elastic: Cell<bool>,
+}
+
+thread_local! {
+    static POLL: PollState = const {
+        PollState { start: Cell::new(None), elastic: Cell::new(false) }
+    };
+}
+
+/// Marks the task poll running on this thread as elastic work.
+///
+/// Called by elastic wrappers (the `pacer` crate's `Paced`) inside their `poll`. One
+/// thread-local write; the probe's after-poll hook reads and clears it, and the before-poll hook
+/// clears it, so a mark outside a task poll does not leak into the next one. Without hooks it has
+/// no effect (there is no hook to read it).
+///
+/// ```
+/// use std::future::poll_fn;
+/// use std::task::Poll;
+///
+/// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// # rt.block_on(async {
+/// // What an elastic wrapper does in each poll of the work it wraps:
+/// poll_fn(|_cx| {
+///     sched_probe::mark_elastic_poll();
+///     Poll::Ready(())
+/// })
+/// .await;
+/// # });
+/// ```
+#[inline]
+pub fn mark_elastic_poll() {
+    let _ = POLL.try_with(|p| p.elastic.set(true));
+}
+
+#[cfg(tokio_unstable)]
+mod hooks {
+    use super::{nanos, Instant, Shared, POLL};
+
+    #[inline]
+    pub(crate) fn before_poll() {
+        let _ = POLL.try_with(|p| {
+            p.elastic.set(false);
+            p.start.set(Some(Instant::now()));
+        });
+    }
+
+    #[inline]
+    pub(crate) fn after_poll(shared: &Shared, meta: &tokio::runtime::TaskMeta<'_>) {
+        let end = Instant::now();
+        let (start, elastic) = POLL
+            .try_with(|p| (p.start.take(), p.elastic.replace(false)))
+            .unwrap_or((None, false));
+        let poll_ns = start.map(|s| nanos(end.saturating_duration_since(s)));
+        shared.record(meta.schedule_latency().map(nanos), poll_ns, elastic);
+    }
+}

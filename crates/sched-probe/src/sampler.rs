@@ -1,0 +1,153 @@
+//! The sampling fallback: queue latency of tiny tasks spawned from outside the runtime.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use crate::Probe;
+
+/// How often the sampler spawns a probe task.
+pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
+
+/// Probe tasks spawned but not yet finished, at most. Bounds the sampler's extra load when the
+/// runtime is stalled; while at the bound it spawns nothing new (the stalled samples still
+/// report their full latency when they finally run).
+const MAX_IN_FLIGHT: usize = 1024;
+
+/// A running sampling probe, from [`Probe::start_sampler`](crate::Probe::start_sampler).
+///
+/// Dropping it stops the sampler thread and joins it (within about one sample period, ~1 ms).
+/// The thread also ends by itself when the runtime it samples has shut down.
+///
+/// ```
+/// use sched_probe::{Probe, ProbeConfig};
+///
+/// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+/// let probe = Probe::new(ProbeConfig::default()).unwrap();
+/// let sampler = probe.start_sampler(rt.handle());
+/// while sampler.samples() == 0 {
+///     std::thread::sleep(std::time::Duration::from_millis(1));
+/// }
+/// drop(sampler); // stops and joins the thread
+/// probe.rotate();
+/// assert!(probe.window().queue_latency.foreground.count >= 1);
+/// ```
+pub struct Sampler {
+    ctl: Arc<Control>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+struct Control {
+    stop: AtomicBool,
+    /// Samples recorded so far (probe tasks that ran).
+    samples: AtomicU64,
+    /// Set when the thread has ended because the runtime is gone.
+    runtime_gone: AtomicBool,
+}
+
+impl Sampler {
+    pub(crate) fn start(probe: &Probe, handle: &Handle) -> Sampler {
+        let ctl = Arc::new(Control {
+            stop: AtomicBool::new(false),
+            samples: AtomicU64::new(0),
+            runtime_gone: AtomicBool::new(false),
+        });
+        let thread = {
+            let ctl = ctl.clone();
+            let probe = probe.clone();
+            let handle = handle.clone();
+            thread::Builder::new()
+                .name("sched-probe-sampler".into())
+                .spawn(move || run(&probe, &handle, &ctl))
+                .expect("spawn sched-probe sampler thread")
+        };
+        Sampler {
+            ctl,
+            thread: Some(thread),
+        }
+    }
+
+    /// Number of samples recorded so far (probe tasks that have been polled).
+    pub fn samples(&self) -> u64 {
+        self.ctl.samples.load(Ordering::Relaxed)
+    }
+
+    /// Whether the sampler thread is still running (false once the runtime is gone).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sampler")
+            .field("samples", &self.samples())
+            .field("running", &self.is_running())
+            .field(
+                "runtime_gone",
+                &self.ctl.runtime_gone.load(Ordering::Relaxed),
+            )
+            .finish()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.ctl.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            // The thread only parks for one sample period at a time: this join is prompt.
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
+    let mut in_flight: VecDeque<JoinHandle<()>> = VecDeque::new();
+    let mut next = Instant::now();
+    while !ctl.stop.load(Ordering::Acquire) {
+        // Reap finished probe tasks; one cancelled without running means the runtime shut down.
+        while in_flight.front().is_some_and(JoinHandle::is_finished) {
+            let task = in_flight.pop_front().expect("front exists");
+            if cancelled(task) {
+                ctl.runtime_gone.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+        if in_flight.len() < MAX_IN_FLIGHT {
+            let probe = probe.clone();
+            let ctl = ctl.clone();
+            let spawned = Instant::now();
+            in_flight.push_back(handle.spawn(async move {
+                probe.record_poll(Some(spawned.elapsed()), None, false);
+                ctl.samples.fetch_add(1, Ordering::Relaxed);
+            }));
+        }
+        next += SAMPLE_PERIOD;
+        let now = Instant::now();
+        if next <= now {
+            // Fell behind (descheduled): do not burst to catch up.
+            next = now + SAMPLE_PERIOD;
+        }
+        thread::park_timeout(next - now);
+    }
+    // Probe tasks still queued would record after the stop: cancel them.
+    for task in in_flight {
+        task.abort();
+    }
+}
+
+/// Whether a finished probe task was cancelled (it never ran: the runtime shut down).
+fn cancelled(mut task: JoinHandle<()>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    matches!(Pin::new(&mut task).poll(&mut cx), Poll::Ready(Err(e)) if e.is_cancelled())
+}

@@ -1,0 +1,256 @@
+//! Histogram sets, the interval ring and the window summaries.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// Index of foreground samples in a [`Hists`] pair.
+pub(crate) const FOREGROUND: usize = 0;
+/// Index of elastic samples in a [`Hists`] pair.
+pub(crate) const ELASTIC: usize = 1;
+
+/// One set of histograms: queue latency and poll time, each split foreground / elastic.
+/// Values are nanoseconds.
+#[derive(Clone)]
+pub(crate) struct Hists {
+    pub(crate) queue: [Histogram<u64>; 2],
+    pub(crate) poll: [Histogram<u64>; 2],
+}
+
+impl Hists {
+    /// An empty set shaped like `template` (bounded: never auto-resizing).
+    pub(crate) fn new(template: &Histogram<u64>) -> Hists {
+        let h = || Histogram::new_from(template);
+        Hists {
+            queue: [h(), h()],
+            poll: [h(), h()],
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.all().all(Histogram::is_empty)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Histogram<u64>> {
+        self.queue.iter().chain(self.poll.iter())
+    }
+
+    fn all_mut(&mut self) -> impl Iterator<Item = &mut Histogram<u64>> {
+        self.queue.iter_mut().chain(self.poll.iter_mut())
+    }
+
+    /// Records one sample; values are clamped to the histogram range, so this cannot fail.
+    #[inline]
+    pub(crate) fn record(&mut self, queue_ns: Option<u64>, poll_ns: Option<u64>, elastic: bool) {
+        let i = usize::from(elastic);
+        if let Some(v) = queue_ns {
+            self.queue[i].saturating_record(v);
+        }
+        if let Some(v) = poll_ns {
+            self.poll[i].saturating_record(v);
+        }
+    }
+
+    pub(crate) fn add(&mut self, other: &Hists) {
+        for (dst, src) in self.all_mut().zip(other.all()) {
+            // Same bounds on both sides: adding cannot exceed the range.
+            let res = dst.add(src);
+            debug_assert!(res.is_ok(), "histogram add failed: {res:?}");
+        }
+    }
+
+    pub(crate) fn subtract(&mut self, other: &Hists) {
+        for (dst, src) in self.all_mut().zip(other.all()) {
+            // `other` was added before, so every count is there to take away.
+            let res = dst.subtract(src);
+            debug_assert!(res.is_ok(), "histogram subtract failed: {res:?}");
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.all_mut().for_each(Histogram::reset);
+    }
+}
+
+/// Percentiles of one set of samples. Counts are samples (task polls); durations are the upper
+/// end of the histogram bucket the percentile falls in (within the configured significant
+/// figures, never below the true value by more than one bucket).
+///
+/// An empty set answers `count == 0` and `None` everywhere: no data is never reported as a
+/// healthy 0.
+///
+/// ```
+/// let s = sched_probe::Summary::default();
+/// assert_eq!(s.count, 0);
+/// assert_eq!(s.p99, None);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Number of samples.
+    pub count: u64,
+    /// Median, `None` without samples.
+    pub p50: Option<Duration>,
+    /// 99th percentile, `None` without samples.
+    pub p99: Option<Duration>,
+    /// 99.9th percentile, `None` without samples.
+    pub p999: Option<Duration>,
+    /// Largest sample (clamped to the configured `highest`), `None` without samples.
+    pub max: Option<Duration>,
+}
+
+impl Summary {
+    pub(crate) fn of(h: &Histogram<u64>) -> Summary {
+        if h.is_empty() {
+            return Summary::default();
+        }
+        let at = |q: f64| Some(Duration::from_nanos(h.value_at_quantile(q)));
+        Summary {
+            count: h.len(),
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: Some(Duration::from_nanos(h.max())),
+        }
+    }
+}
+
+/// One measure split by kind of work.
+///
+/// ```
+/// let split = sched_probe::Split::default();
+/// assert_eq!(split.all.count, split.foreground.count + split.elastic.count);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Split {
+    /// Polls not marked elastic.
+    pub foreground: Summary,
+    /// Polls marked with [`mark_elastic_poll`](crate::mark_elastic_poll).
+    pub elastic: Summary,
+    /// Both together (percentiles of the merged histograms, not a mix of the two summaries).
+    pub all: Summary,
+}
+
+/// The window's statistics, as returned by [`Probe::window`](crate::Probe::window).
+///
+/// ```
+/// use sched_probe::{Probe, ProbeConfig};
+/// use std::time::Duration;
+///
+/// let probe = Probe::new(ProbeConfig::default()).unwrap();
+/// probe.record_poll(Some(Duration::from_micros(80)), Some(Duration::from_micros(20)), false);
+/// probe.rotate();
+/// let w = probe.window();
+/// assert_eq!(w.intervals, 1);
+/// assert_eq!(w.queue_latency.foreground.count, 1);
+/// assert_eq!(w.poll_time.elastic.p99, None);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Window {
+    /// Scheduling (queue) latency: time from a task being scheduled to the start of its poll.
+    pub queue_latency: Split,
+    /// Poll time: duration of one poll of a task.
+    pub poll_time: Split,
+    /// Number of intervals (ticks) currently in the window, up to
+    /// [`ProbeConfig::intervals`](crate::ProbeConfig::intervals).
+    pub intervals: usize,
+}
+
+/// The ring of past intervals and the running sum over it.
+pub(crate) struct WindowState {
+    capacity: usize,
+    template: Histogram<u64>,
+    /// Oldest first; `None` marks an interval without samples (costs no histogram memory).
+    ring: VecDeque<Option<Box<Hists>>>,
+    /// Sum of every interval in `ring`.
+    running: Hists,
+    /// Swapped into each slot at rotation: the slot gets this empty set, we get its interval.
+    collect: Hists,
+    /// Reusable empty interval sets.
+    pool: Vec<Box<Hists>>,
+    /// Scratch histogram for the merged foreground + elastic summaries.
+    scratch: Histogram<u64>,
+}
+
+impl WindowState {
+    pub(crate) fn new(template: &Histogram<u64>, capacity: usize) -> WindowState {
+        WindowState {
+            capacity,
+            template: Histogram::new_from(template),
+            ring: VecDeque::new(),
+            running: Hists::new(template),
+            collect: Hists::new(template),
+            pool: Vec::new(),
+            scratch: Histogram::new_from(template),
+        }
+    }
+
+    /// Swaps `slot`'s interval out (under its lock, O(1)) and adds it to `interval`.
+    pub(crate) fn collect_from(
+        &mut self,
+        slot: &std::sync::Mutex<Hists>,
+        interval: &mut Option<Box<Hists>>,
+    ) {
+        {
+            let mut guard = slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if guard.is_empty() {
+                return;
+            }
+            std::mem::swap(&mut *guard, &mut self.collect);
+        }
+        let target = match interval {
+            Some(t) => t,
+            None => {
+                let fresh = self
+                    .pool
+                    .pop()
+                    .unwrap_or_else(|| Box::new(Hists::new(&self.template)));
+                interval.insert(fresh)
+            }
+        };
+        target.add(&self.collect);
+        self.collect.reset();
+    }
+
+    /// Pushes a finished interval and evicts what falls out of the window.
+    pub(crate) fn push(&mut self, interval: Option<Box<Hists>>) {
+        if let Some(iv) = &interval {
+            self.running.add(iv);
+        }
+        self.ring.push_back(interval);
+        while self.ring.len() > self.capacity {
+            if let Some(Some(mut old)) = self.ring.pop_front() {
+                self.running.subtract(&old);
+                old.reset();
+                self.pool.push(old);
+            }
+        }
+        // An empty window has nothing to keep: start from exact zeros again.
+        if self.ring.iter().all(Option::is_none) && !self.running.is_empty() {
+            self.running.reset();
+        }
+    }
+
+    pub(crate) fn window(&mut self) -> Window {
+        Window {
+            queue_latency: split(&self.running.queue, &mut self.scratch),
+            poll_time: split(&self.running.poll, &mut self.scratch),
+            intervals: self.ring.len(),
+        }
+    }
+}
+
+fn split(pair: &[Histogram<u64>; 2], scratch: &mut Histogram<u64>) -> Split {
+    scratch.reset();
+    for h in pair {
+        let res = scratch.add(h);
+        debug_assert!(res.is_ok(), "histogram add failed: {res:?}");
+    }
+    Split {
+        foreground: Summary::of(&pair[FOREGROUND]),
+        elastic: Summary::of(&pair[ELASTIC]),
+        all: Summary::of(scratch),
+    }
+}
