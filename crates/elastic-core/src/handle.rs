@@ -37,6 +37,8 @@ pub struct ElasticHandle<R: Clock> {
     grant: Grant,
     running: R,
     start: Duration,
+    /// Running time (nanos) at which `over_limit` turns true: the slice, or an earlier deadline.
+    deadline: u64,
     /// Calls left that return the cached answer without reading the clock.
     remaining: u64,
     /// Iterations between clock reads: 0, then 1, doubling while checks are close; never shrinks.
@@ -60,9 +62,18 @@ impl<R: Clock> fmt::Debug for ElasticHandle<R> {
 impl<R: Clock> ElasticHandle<R> {
     /// Start running `grant` now, by `running`'s time.
     pub fn new(grant: Grant, running: R) -> Self {
+        let allotted = grant.allotted();
+        Self::with_deadline(grant, running, allotted)
+    }
+
+    /// Like [`new`](Self::new), but [`over_limit`](Self::over_limit) turns true once `deadline`
+    /// of running time is used, if that comes before the end of the slice (a caller that
+    /// yields every poll quantum and settles what it used). `diff` stays `used − allotted`.
+    pub fn with_deadline(grant: Grant, running: R, deadline: Duration) -> Self {
         let start = running.now();
         let allotted = grant.allotted_nanos();
         Self {
+            deadline: duration_nanos(deadline).min(allotted),
             grant,
             running,
             start,
@@ -98,7 +109,7 @@ impl<R: Clock> ElasticHandle<R> {
         }
         self.last_used = used;
         self.remaining = self.interval;
-        self.cached = (used >= allotted, sat_i64(used as i128 - allotted as i128));
+        self.cached = (used >= self.deadline, sat_i64(used as i128 - allotted as i128));
         self.cached
     }
 
