@@ -1,1 +1,47 @@
-//! Enforce: pace elastic work with CPU tokens.
+//! Enforce: run elastic work on CPU tokens so it takes only the CPU that is really spare.
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use pacer::{Elastic, PacedExt, PacedStreamExt};
+//!
+//! let elastic = Elastic::builder().build()?;
+//! let rt = elastic
+//!     .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+//!     .build()?;
+//! // A future and a stream of chunks, both paced.
+//! let backup = rt.spawn(async { (0..100_000u64).sum::<u64>() }.paced(&elastic));
+//! let export = rt.spawn(futures_util::stream::iter(0..64u32).paced(&elastic).count());
+//! // A tight loop.
+//! let mut pacer = elastic.pacer();
+//! let encode = rt.spawn(async move {
+//!     for _row in 0..10_000 {
+//!         pacer.pace().await;
+//!     }
+//! });
+//! rt.block_on(async { (backup.await, export.await, encode.await) });
+//! println!("{:?}", elastic.snapshot());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The pieces: [`Paced`] / [`PacedStream`] (`.paced(&elastic)`) hold a grant of CPU time
+//! before each poll and measure what each poll used; [`Pacer`] does the same for one long
+//! loop; the governor thread turns the probe's scheduling latency into an elastic share
+//! (the step controller) and the share into a token rate; [`Elastic::snapshot`] and the
+//! `metrics` facade report it all.
+#![forbid(unsafe_code)]
+
+mod config;
+mod elastic;
+mod governor;
+mod metrics;
+mod paced;
+mod pacer;
+mod runtime;
+mod shared;
+
+pub use crate::config::{BuildError, ElasticBuilder, Profile, DEFAULT_QUANTUM, DEFAULT_SLICE};
+pub use crate::elastic::{Elastic, Snapshot};
+pub use crate::metrics::METRICS;
+pub use crate::paced::{Paced, PacedExt, PacedStream, PacedStreamExt};
+pub use crate::pacer::{Pace, Pacer};
+pub use crate::runtime::RuntimeBuilder;

@@ -1,0 +1,315 @@
+//! The one builder for every setting, and its typed errors.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use elastic_core::{Clock, ConfigError, ControllerConfig, ManualClock, MAX_SLICE, MIN_SLICE};
+use sched_probe::{ProbeConfig, ProbeError};
+
+use crate::shared::RunningTime;
+use crate::Elastic;
+
+/// Named sets of controller constants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Profile {
+    /// The library default: the step rule of CockroachDB with steps sized so the limit settles
+    /// within a few seconds, and a window short enough that the controller sees the effect of
+    /// its own steps before it takes many more (see the README for the measurements).
+    #[default]
+    Default,
+    /// CockroachDB's constants (+0.1 %/s, −0.2 %/s, 2.5 s window): slow by design, made for
+    /// minutes-long backups on 8-vCPU nodes.
+    Cockroach,
+}
+
+impl Profile {
+    /// The controller constants of this profile.
+    pub fn controller(self) -> ControllerConfig {
+        match self {
+            Profile::Cockroach => ControllerConfig::cockroach(),
+            Profile::Default => ControllerConfig {
+                delta_per_sec: 0.05,
+                window: Duration::from_secs(1),
+                ..ControllerConfig::cockroach()
+            },
+        }
+    }
+}
+
+/// Why [`ElasticBuilder::build`] refused its settings.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A controller setting is out of range.
+    Controller(ConfigError),
+    /// A probe setting is out of range.
+    Probe(ProbeError),
+    /// A pacing setting is out of range.
+    Setting {
+        /// The builder method that took the value.
+        setting: &'static str,
+        /// The value, printed.
+        value: String,
+        /// What a valid value looks like.
+        expected: &'static str,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Controller(e) => write!(f, "invalid controller setting: {e}"),
+            BuildError::Probe(e) => write!(f, "invalid probe setting: {e}"),
+            BuildError::Setting {
+                setting,
+                value,
+                expected,
+            } => write!(f, "invalid `{setting}` = {value}: expected {expected}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Controller(e) => Some(e),
+            BuildError::Probe(e) => Some(e),
+            BuildError::Setting { .. } => None,
+        }
+    }
+}
+
+impl From<ConfigError> for BuildError {
+    fn from(e: ConfigError) -> Self {
+        BuildError::Controller(e)
+    }
+}
+
+impl From<ProbeError> for BuildError {
+    fn from(e: ProbeError) -> Self {
+        BuildError::Probe(e)
+    }
+}
+
+/// Default CPU time a grant hands out. Long slices keep few grants in flight; DESIGN.md §8
+/// measured 100 ms slices holding foreground p99 where 10–20 ms slices did not.
+pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
+
+/// Default poll quantum: how long one elastic poll may run before `PacedStream` or `Pacer`
+/// yields back to the scheduler (DESIGN.md §8: 200 µs polls cost little, 2 ms polls a lot).
+pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(250);
+
+/// Builds an [`Elastic`]: every setting, validated in [`build`](ElasticBuilder::build).
+///
+/// ```
+/// use std::time::Duration;
+/// let elastic = pacer::Elastic::builder()
+///     .target_p99(Duration::from_micros(500))
+///     .build()
+///     .unwrap();
+/// assert!(elastic.snapshot().limit > 0.0);
+/// ```
+#[derive(Clone, Debug)]
+pub struct ElasticBuilder {
+    pub(crate) controller: ControllerConfig,
+    pub(crate) target_p99: Option<Duration>,
+    pub(crate) delta_per_sec: Option<f64>,
+    pub(crate) min_limit: Option<f64>,
+    pub(crate) max_limit: Option<f64>,
+    pub(crate) initial_limit: Option<f64>,
+    pub(crate) fixed_limit: Option<f64>,
+    pub(crate) slice: Duration,
+    pub(crate) quantum: Duration,
+    pub(crate) probe: ProbeConfig,
+    pub(crate) running: RunningTime,
+    pub(crate) manual: Option<ManualClock>,
+    pub(crate) cpus: Option<f64>,
+}
+
+impl Default for ElasticBuilder {
+    fn default() -> Self {
+        ElasticBuilder {
+            controller: Profile::Default.controller(),
+            target_p99: None,
+            delta_per_sec: None,
+            min_limit: None,
+            max_limit: None,
+            initial_limit: None,
+            fixed_limit: None,
+            slice: DEFAULT_SLICE,
+            quantum: DEFAULT_QUANTUM,
+            probe: ProbeConfig::default(),
+            running: RunningTime::Wall,
+            manual: None,
+            cpus: None,
+        }
+    }
+}
+
+impl ElasticBuilder {
+    /// Controller constants from a named profile (replaces earlier [`controller`](Self::controller)).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.controller = profile.controller();
+        self
+    }
+
+    /// All controller constants at once. The probe's tick and window follow
+    /// `config.tick` / `config.window`.
+    pub fn controller(mut self, config: ControllerConfig) -> Self {
+        self.controller = config;
+        self
+    }
+
+    /// Target p99 scheduling latency (50 µs ..= 1 s). Pick it a little above the p99 your
+    /// runtime shows with no elastic work: `snapshot().sched_p99` tells.
+    pub fn target_p99(mut self, target: Duration) -> Self {
+        self.target_p99 = Some(target);
+        self
+    }
+
+    /// Controller step per second of elastic share (0.0001 ..= 1.0).
+    pub fn delta_per_sec(mut self, delta: f64) -> Self {
+        self.delta_per_sec = Some(delta);
+        self
+    }
+
+    /// Lowest elastic share the controller goes to (and its start, unless
+    /// [`initial_limit`](Self::initial_limit) says otherwise).
+    pub fn min_limit(mut self, share: f64) -> Self {
+        self.min_limit = Some(share);
+        self
+    }
+
+    /// Highest elastic share the controller goes to.
+    pub fn max_limit(mut self, share: f64) -> Self {
+        self.max_limit = Some(share);
+        self
+    }
+
+    /// Elastic share the controller starts from (within min ..= max).
+    pub fn initial_limit(mut self, share: f64) -> Self {
+        self.initial_limit = Some(share);
+        self
+    }
+
+    /// Turn the controller off and cap elastic work at this share of the runtime's CPUs
+    /// (0 < share ..= 1): a static cap, still without bursts.
+    pub fn fixed_limit(mut self, share: f64) -> Self {
+        self.fixed_limit = Some(share);
+        self
+    }
+
+    /// CPU time one grant hands out (10 ms ..= 100 ms).
+    pub fn slice(mut self, slice: Duration) -> Self {
+        self.slice = slice;
+        self
+    }
+
+    /// How long one elastic poll (or one run of a `Pacer` loop) may go on before it yields back
+    /// to the scheduler (10 µs ..= the slice).
+    pub fn quantum(mut self, quantum: Duration) -> Self {
+        self.quantum = quantum;
+        self
+    }
+
+    /// Histogram bounds and precision of the probe. Its tick and window are taken from the
+    /// controller settings.
+    pub fn probe(mut self, config: ProbeConfig) -> Self {
+        self.probe = config;
+        self
+    }
+
+    /// Measure the CPU used by elastic polls with the calling thread's CPU-time clock instead of
+    /// the wall clock (exact under OS preemption, but a system call per read).
+    pub fn thread_cpu_time(mut self) -> Self {
+        self.running = RunningTime::ThreadCpu;
+        self
+    }
+
+    /// Measure elastic polls with this clock (tests).
+    pub fn running_clock(mut self, clock: impl Clock) -> Self {
+        self.running = RunningTime::Custom(Arc::new(clock));
+        self
+    }
+
+    /// Drive everything from `clock` and start no governor thread: the test calls
+    /// [`Elastic::tick`] by hand. Deterministic tests of waiting and wake-up use this.
+    pub fn manual(mut self, clock: ManualClock) -> Self {
+        self.manual = Some(clock);
+        self
+    }
+
+    /// The CPUs the bucket's rate is computed for. By default the runtime built through
+    /// [`Elastic::runtime`] sets `min(workers, available_parallelism)`.
+    pub fn cpus(mut self, cpus: f64) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// The resolved controller configuration (profile plus the single-setting overrides).
+    pub(crate) fn resolved_controller(&self) -> ControllerConfig {
+        let mut c = self.controller.clone();
+        if let Some(t) = self.target_p99 {
+            c.target_p99 = t;
+        }
+        if let Some(d) = self.delta_per_sec {
+            c.delta_per_sec = d;
+        }
+        if let Some(m) = self.min_limit {
+            c.min_utilization = m;
+        }
+        if let Some(m) = self.max_limit {
+            c.max_utilization = m;
+        }
+        c
+    }
+
+    pub(crate) fn validate(&self) -> Result<ControllerConfig, BuildError> {
+        let controller = self.resolved_controller();
+        controller.validate()?;
+        let setting = |setting, value: String, expected| {
+            Err(BuildError::Setting {
+                setting,
+                value,
+                expected,
+            })
+        };
+        if let Some(l) = self.initial_limit {
+            if !(l >= controller.min_utilization && l <= controller.max_utilization) {
+                return setting(
+                    "initial_limit",
+                    l.to_string(),
+                    "a share within min_limit ..= max_limit",
+                );
+            }
+        }
+        if let Some(l) = self.fixed_limit {
+            if !(l > 0.0 && l <= 1.0) {
+                return setting("fixed_limit", l.to_string(), "a share in (0, 1]");
+            }
+        }
+        if self.slice < MIN_SLICE || self.slice > MAX_SLICE {
+            return setting("slice", format!("{:?}", self.slice), "10 ms ..= 100 ms");
+        }
+        if self.quantum < Duration::from_micros(10) || self.quantum > self.slice {
+            return setting(
+                "quantum",
+                format!("{:?}", self.quantum),
+                "10 µs ..= the slice",
+            );
+        }
+        if let Some(c) = self.cpus {
+            if !(c > 0.0 && c <= 65536.0) {
+                return setting("cpus", c.to_string(), "a CPU count in (0, 65536]");
+            }
+        }
+        Ok(controller)
+    }
+
+    /// Validate every setting and start the governor.
+    pub fn build(self) -> Result<Elastic, BuildError> {
+        Elastic::from_builder(self)
+    }
+}

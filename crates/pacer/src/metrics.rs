@@ -1,0 +1,120 @@
+//! Export through the `metrics` facade, once per governor tick. The application installs the
+//! exporter; with none installed these calls cost next to nothing.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use sched_probe::Window;
+
+use crate::shared::Shared;
+
+/// Every metric this crate emits: name, unit, description.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    (
+        "elastic_cpu_limit_ratio",
+        "ratio",
+        "Elastic CPU share of the runtime's CPUs the controller allows",
+    ),
+    (
+        "elastic_cpu_cpus",
+        "count",
+        "CPUs the token rate is computed for: min(workers, available parallelism)",
+    ),
+    (
+        "elastic_cpu_sched_latency_p99_seconds",
+        "seconds",
+        "p99 scheduling latency over the probe window (unset while the window is empty)",
+    ),
+    (
+        "elastic_cpu_poll_p99_seconds",
+        "seconds",
+        "p99 poll time over the probe window, label kind=foreground|elastic",
+    ),
+    (
+        "elastic_cpu_tokens_available_seconds",
+        "seconds",
+        "CPU tokens in the bucket; negative is debt",
+    ),
+    (
+        "elastic_cpu_waiters",
+        "count",
+        "Elastic tasks waiting for a grant",
+    ),
+    (
+        "elastic_cpu_acquired_seconds",
+        "seconds",
+        "CPU time granted to elastic work since start",
+    ),
+    (
+        "elastic_cpu_returned_seconds",
+        "seconds",
+        "Granted CPU time given back unused since start",
+    ),
+    (
+        "elastic_cpu_over_limit_seconds",
+        "seconds",
+        "CPU time elastic work ran past its grants since start (charged as debt)",
+    ),
+    (
+        "elastic_cpu_wait_seconds",
+        "seconds",
+        "Time elastic work spent waiting for grants since start",
+    ),
+    (
+        "elastic_cpu_grants_total",
+        "count",
+        "Grants handed out since start",
+    ),
+    (
+        "elastic_cpu_waits_total",
+        "count",
+        "Admissions that had to wait since start",
+    ),
+];
+
+fn describe() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for &(name, unit, help) in METRICS {
+            let unit = match unit {
+                "seconds" => Unit::Seconds,
+                "count" => Unit::Count,
+                _ => Unit::Percent,
+            };
+            if name.ends_with("_total") {
+                describe_counter!(name, unit, help);
+            } else {
+                describe_gauge!(name, unit, help);
+            }
+        }
+    });
+}
+
+fn secs(nanos: u64) -> f64 {
+    Duration::from_nanos(nanos).as_secs_f64()
+}
+
+pub(crate) fn emit(shared: &Shared, window: &Window, limit: f64) {
+    describe();
+    let q = shared.queue.snapshot();
+    gauge!("elastic_cpu_limit_ratio").set(limit);
+    gauge!("elastic_cpu_cpus").set(shared.cpus.load());
+    if let Some(p99) = window.queue_latency.all.p99 {
+        gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
+    }
+    if let Some(p99) = window.poll_time.foreground.p99 {
+        gauge!("elastic_cpu_poll_p99_seconds", "kind" => "foreground").set(p99.as_secs_f64());
+    }
+    if let Some(p99) = window.poll_time.elastic.p99 {
+        gauge!("elastic_cpu_poll_p99_seconds", "kind" => "elastic").set(p99.as_secs_f64());
+    }
+    gauge!("elastic_cpu_tokens_available_seconds").set(q.balance_nanos as f64 / 1e9);
+    gauge!("elastic_cpu_waiters").set(q.waiters as f64);
+    gauge!("elastic_cpu_acquired_seconds").set(secs(q.acquired_nanos));
+    gauge!("elastic_cpu_returned_seconds").set(secs(q.returned_nanos));
+    gauge!("elastic_cpu_over_limit_seconds").set(secs(q.over_limit_nanos));
+    gauge!("elastic_cpu_wait_seconds").set(secs(q.wait_nanos));
+    counter!("elastic_cpu_grants_total").absolute(q.grants);
+    counter!("elastic_cpu_waits_total").absolute(q.waits);
+}

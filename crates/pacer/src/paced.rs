@@ -1,0 +1,279 @@
+//! `Paced<F>` and `PacedStream<S>`: elastic futures and streams that run on CPU tokens.
+
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use elastic_core::{Admit, Grant, Ticket};
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+
+use crate::shared::{Mark, QueueClock, Shared};
+use crate::Elastic;
+
+/// What a paced adapter holds between polls.
+pub(crate) enum Hold {
+    /// Nothing: admit before the next poll.
+    Idle,
+    /// Queued for a grant; the ticket holds our waker.
+    Waiting(Ticket<QueueClock>),
+    /// A grant, partly used.
+    Holding(Grant),
+    /// The governor is gone: run without pacing rather than hang.
+    Unpaced,
+}
+
+/// The grant bookkeeping shared by `Paced` and `PacedStream`.
+pub(crate) struct Slot {
+    pub(crate) shared: Arc<Shared>,
+    hold: Hold,
+    /// Running time charged against the current grant.
+    used: Duration,
+    /// Running time since this task last returned `Pending` (the poll quantum's clock).
+    run: Duration,
+    /// Set while the inner poll runs, so a panic in it is still charged.
+    polling: Option<Mark>,
+}
+
+impl Slot {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Slot {
+            shared,
+            hold: Hold::Idle,
+            used: Duration::ZERO,
+            run: Duration::ZERO,
+            polling: None,
+        }
+    }
+
+    /// Ready once we hold a grant (or run unpaced); otherwise queued with `cx`'s waker.
+    #[inline]
+    pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match &mut self.hold {
+                Hold::Holding(_) | Hold::Unpaced => return Poll::Ready(()),
+                Hold::Idle => {
+                    self.hold = match self.shared.queue.admit(self.shared.slice) {
+                        Admit::Granted(g) => Hold::Holding(g),
+                        Admit::Queued(t) => Hold::Waiting(t),
+                    };
+                    self.used = Duration::ZERO;
+                }
+                Hold::Waiting(ticket) => match ticket.poll_grant(cx.waker()) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(g)) => self.hold = Hold::Holding(g),
+                    Poll::Ready(Err(_closed)) => self.hold = Hold::Unpaced,
+                },
+            }
+        }
+    }
+
+    /// Run one inner poll, timed and attributed to elastic work.
+    #[inline]
+    pub(crate) fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
+        sched_probe::mark_elastic_poll();
+        let mark = self.shared.running.mark();
+        self.polling = Some(mark);
+        let out = poll();
+        self.polling = None;
+        let took = self.shared.running.since(mark);
+        self.account(took);
+        out
+    }
+
+    #[inline]
+    fn account(&mut self, took: Duration) {
+        #[cfg(not(tokio_unstable))]
+        self.shared.probe.record_poll(None, Some(took), true);
+        self.used += took;
+        self.run += took;
+        if let Hold::Holding(g) = &self.hold {
+            if self.used >= g.allotted() {
+                // Slice spent: settle now, take a new grant before the next poll.
+                self.settle();
+            }
+        }
+    }
+
+    /// The poll quantum is spent: time to yield even with tokens left.
+    #[inline]
+    pub(crate) fn quantum_spent(&self) -> bool {
+        self.run >= self.shared.quantum
+    }
+
+    /// The task is about to return `Pending`: it yields, so the quantum starts over.
+    #[inline]
+    pub(crate) fn yielded(&mut self) {
+        self.run = Duration::ZERO;
+    }
+
+    /// Give back what the current grant did not use (or charge what it overran).
+    pub(crate) fn settle(&mut self) {
+        if let Hold::Holding(g) = mem::replace(&mut self.hold, Hold::Idle) {
+            self.shared.queue.done(g, self.used);
+        }
+        self.used = Duration::ZERO;
+    }
+
+    /// Settle for good: the adapter is finished.
+    pub(crate) fn finish(&mut self) {
+        self.settle();
+        // A ticket dropped here cancels its queue entry (and returns a grant it was given).
+        self.hold = Hold::Unpaced;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(mark) = self.polling.take() {
+            // The inner poll panicked: charge what it ran before settling.
+            self.used += self.shared.running.since(mark);
+        }
+        self.settle();
+    }
+}
+
+/// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
+/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
+/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
+#[inline]
+pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
+    let mut y = std::pin::pin!(tokio::task::yield_now());
+    let _ = y.as_mut().poll(cx);
+}
+
+pin_project! {
+    /// A future that runs as elastic work: every poll holds CPU tokens, waits for a grant
+    /// (as `Pending`, never blocking a worker) when none are left, and is measured and
+    /// charged. Made by [`PacedExt::paced`].
+    ///
+    /// Tokio never preempts a poll: a future that does a long stretch of CPU work without
+    /// returning `Pending` can only be cut at its own poll boundaries. Such code should call
+    /// [`Pacer::pace`](crate::Pacer::pace) in its loop instead.
+    ///
+    /// Dropping it at any point settles the grant it holds: tokens are conserved.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Paced<F> {
+        #[pin]
+        inner: F,
+        slot: Slot,
+    }
+}
+
+impl<F: Future> Future for Paced<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let slot = this.slot;
+        if slot.poll_acquire(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let mut inner = this.inner;
+        match slot.run(|| inner.as_mut().poll(cx)) {
+            Poll::Ready(out) => {
+                slot.finish();
+                Poll::Ready(out)
+            }
+            Poll::Pending => {
+                slot.yielded();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// A stream whose items are produced as elastic work (see [`Paced`]). Between items, once
+    /// the poll quantum is spent, it yields to the scheduler even with tokens left, so a
+    /// consumer looping over a ready stream does not hold a worker for a whole slice.
+    /// Made by [`PacedStreamExt::paced`].
+    #[must_use = "streams do nothing unless polled"]
+    pub struct PacedStream<S> {
+        #[pin]
+        inner: S,
+        slot: Slot,
+    }
+}
+
+impl<S: Stream> Stream for PacedStream<S> {
+    type Item = S::Item;
+
+    #[inline]
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let this = self.project();
+        let slot = this.slot;
+        if slot.quantum_spent() {
+            slot.yielded();
+            yield_to_scheduler(cx);
+            return Poll::Pending;
+        }
+        if slot.poll_acquire(cx).is_pending() {
+            slot.yielded();
+            return Poll::Pending;
+        }
+        let mut inner = this.inner;
+        match slot.run(|| inner.as_mut().poll_next(cx)) {
+            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
+            Poll::Ready(None) => {
+                slot.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                slot.yielded();
+                Poll::Pending
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+/// `.paced(&elastic)` for futures.
+pub trait PacedExt: Future + Sized {
+    /// Run this future as elastic work paced by `elastic`.
+    ///
+    /// ```
+    /// use pacer::{Elastic, PacedExt};
+    /// let elastic = Elastic::builder().build().unwrap();
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
+    /// let sum = rt.block_on(async { (0..1000u64).sum::<u64>() }.paced(&elastic));
+    /// assert_eq!(sum, 499500);
+    /// ```
+    fn paced(self, elastic: &Elastic) -> Paced<Self> {
+        Paced {
+            inner: self,
+            slot: Slot::new(elastic.shared.clone()),
+        }
+    }
+}
+
+impl<F: Future> PacedExt for F {}
+
+/// `.paced(&elastic)` for streams.
+pub trait PacedStreamExt: Stream + Sized {
+    /// Produce this stream's items as elastic work paced by `elastic`.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use pacer::{Elastic, PacedStreamExt};
+    /// let elastic = Elastic::builder().build().unwrap();
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
+    /// let chunks = futures_util::stream::iter(0..100u32).paced(&elastic);
+    /// assert_eq!(rt.block_on(chunks.count()), 100);
+    /// ```
+    fn paced(self, elastic: &Elastic) -> PacedStream<Self> {
+        PacedStream {
+            inner: self,
+            slot: Slot::new(elastic.shared.clone()),
+        }
+    }
+}
+
+impl<S: Stream> PacedStreamExt for S {}

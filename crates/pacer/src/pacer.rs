@@ -1,0 +1,197 @@
+//! `Pacer`: pacing for one long loop of elastic work.
+
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+
+use elastic_core::{Admit, ElasticHandle, Ticket};
+
+use crate::paced::yield_to_scheduler;
+use crate::shared::{QueueClock, RunningClock, Shared};
+
+enum State {
+    Idle,
+    Waiting(Ticket<QueueClock>),
+    Running(ElasticHandle<RunningClock>),
+    Unpaced,
+}
+
+/// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
+///
+/// Inside a grant, `pace()` costs a counter decrement: the running time is read only every
+/// so many iterations (the interval doubles while checks come less than 1 ms of running time
+/// apart), never per iteration. When the poll quantum is spent it yields to the scheduler;
+/// when the slice is spent it settles it and waits for a new grant. Dropping the pacer settles
+/// what it holds.
+///
+/// Running time is the wall time between `pace()` calls while the loop holds a grant, so an
+/// `.await` on other things inside the loop counts as used.
+///
+/// ```
+/// let elastic = pacer::Elastic::builder().build().unwrap();
+/// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
+/// let mut pacer = elastic.pacer();
+/// let sum = rt.block_on(async move {
+///     let mut sum = 0u64;
+///     for row in 0..10_000u64 {
+///         pacer.pace().await;
+///         sum += row;
+///     }
+///     sum
+/// });
+/// assert_eq!(sum, 49_995_000);
+/// ```
+pub struct Pacer {
+    shared: Arc<Shared>,
+    state: State,
+}
+
+impl Pacer {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Pacer {
+            shared,
+            state: State::Idle,
+        }
+    }
+
+    /// Wait, if needed, until this loop may run another iteration.
+    #[inline]
+    pub fn pace(&mut self) -> Pace<'_> {
+        Pace { pacer: self }
+    }
+
+    /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
+    /// while it waits for a grant. Never call it on a runtime worker.
+    pub fn pace_blocking(&mut self) {
+        if self.fast_path() {
+            return;
+        }
+        // Off the runtime the OS preempts us: no need to yield at the quantum, only to
+        // settle the slice, which the slow path has done.
+        let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        while self.acquire(&mut cx, self.shared.slice).is_pending() {
+            thread::park();
+        }
+    }
+
+    /// True once the governor has shut down and this pacer no longer waits for grants.
+    pub fn is_unpaced(&self) -> bool {
+        matches!(self.state, State::Unpaced)
+    }
+
+    /// Within the grant and the quantum: go on. Otherwise settle what we hold and say no.
+    #[inline]
+    fn fast_path(&mut self) -> bool {
+        match &mut self.state {
+            State::Running(h) => {
+                if !h.over_limit().0 {
+                    return true;
+                }
+                self.settle();
+                false
+            }
+            State::Unpaced => true,
+            _ => false,
+        }
+    }
+
+    fn acquire(&mut self, cx: &mut Context<'_>, run_for: std::time::Duration) -> Poll<()> {
+        loop {
+            match &mut self.state {
+                State::Running(_) | State::Unpaced => return Poll::Ready(()),
+                State::Idle => {
+                    self.state = match self.shared.queue.admit(self.shared.slice) {
+                        Admit::Granted(g) => self.running(g, run_for),
+                        Admit::Queued(t) => State::Waiting(t),
+                    }
+                }
+                State::Waiting(t) => match t.poll_grant(cx.waker()) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(g)) => self.state = self.running(g, run_for),
+                    Poll::Ready(Err(_closed)) => self.state = State::Unpaced,
+                },
+            }
+        }
+    }
+
+    fn running(&self, grant: elastic_core::Grant, run_for: std::time::Duration) -> State {
+        State::Running(ElasticHandle::with_deadline(
+            grant,
+            self.shared.running.clock(),
+            run_for,
+        ))
+    }
+
+    fn settle(&mut self) {
+        if let State::Running(h) = mem::replace(&mut self.state, State::Idle) {
+            let (grant, used) = h.into_grant();
+            self.shared.queue.done(grant, used);
+        }
+    }
+}
+
+impl Drop for Pacer {
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Idle => "idle",
+            State::Waiting(_) => "waiting",
+            State::Running(_) => "running",
+            State::Unpaced => "unpaced",
+        };
+        f.debug_struct("Pacer").field("state", &state).finish()
+    }
+}
+
+/// The future returned by [`Pacer::pace`].
+#[must_use = "pace() does nothing unless awaited"]
+#[derive(Debug)]
+pub struct Pace<'a> {
+    pacer: &'a mut Pacer,
+}
+
+impl Future for Pace<'_> {
+    type Output = ();
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let pacer = &mut *self.get_mut().pacer;
+        match &pacer.state {
+            State::Running(_) | State::Unpaced => {
+                if pacer.fast_path() {
+                    return Poll::Ready(());
+                }
+                // Quantum or slice spent and settled: yield once, so the foreground tasks
+                // queued behind this worker (and the I/O driver) run, then take a new grant.
+                // Settling at every yield means the time spent waiting in the run queue is
+                // never charged as running time.
+                yield_to_scheduler(cx);
+                Poll::Pending
+            }
+            State::Idle | State::Waiting(_) => {
+                let quantum = pacer.shared.quantum;
+                pacer.acquire(cx, quantum)
+            }
+        }
+    }
+}
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}

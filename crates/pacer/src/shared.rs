@@ -1,0 +1,148 @@
+//! State shared by the handle, the paced adapters and the governor.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use elastic_core::{Clock, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue};
+use sched_probe::Probe;
+
+/// The clock the queue and bucket run on: the monotonic clock in production, a
+/// [`ManualClock`] in deterministic tests.
+#[derive(Clone)]
+pub(crate) enum QueueClock {
+    Monotonic(MonotonicClock),
+    Manual(ManualClock),
+}
+
+impl Clock for QueueClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        match self {
+            QueueClock::Monotonic(c) => c.now(),
+            QueueClock::Manual(c) => c.now(),
+        }
+    }
+}
+
+pub(crate) type Queue = WorkQueue<QueueClock>;
+
+/// How elastic work's running time is measured.
+#[derive(Clone)]
+pub(crate) enum RunningTime {
+    /// `Instant` around each poll: two vDSO reads, includes time the OS took the CPU away.
+    Wall,
+    /// The thread's CPU clock: exact, one system call per read.
+    ThreadCpu,
+    /// Injected (tests).
+    Custom(Arc<dyn Clock>),
+}
+
+impl fmt::Debug for RunningTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RunningTime::Wall => "Wall",
+            RunningTime::ThreadCpu => "ThreadCpu",
+            RunningTime::Custom(_) => "Custom",
+        })
+    }
+}
+
+/// A point on the running-time clock.
+#[derive(Clone, Copy)]
+pub(crate) enum Mark {
+    Wall(Instant),
+    Clock(Duration),
+}
+
+impl RunningTime {
+    #[inline]
+    pub(crate) fn mark(&self) -> Mark {
+        match self {
+            RunningTime::Wall => Mark::Wall(Instant::now()),
+            RunningTime::ThreadCpu => Mark::Clock(ThreadCpuClock.now()),
+            RunningTime::Custom(c) => Mark::Clock(c.now()),
+        }
+    }
+
+    /// Running time since `mark`; zero if the clock went backwards.
+    #[inline]
+    pub(crate) fn since(&self, mark: Mark) -> Duration {
+        match mark {
+            Mark::Wall(t) => t.elapsed(),
+            Mark::Clock(d) => match self {
+                RunningTime::Wall => Duration::ZERO,
+                RunningTime::ThreadCpu => ThreadCpuClock.now().saturating_sub(d),
+                RunningTime::Custom(c) => c.now().saturating_sub(d),
+            },
+        }
+    }
+
+    /// A [`Clock`] reading the same source (for [`elastic_core::ElasticHandle`]).
+    pub(crate) fn clock(&self) -> RunningClock {
+        RunningClock(self.clone(), Instant::now())
+    }
+}
+
+/// [`RunningTime`] as a [`Clock`].
+#[derive(Clone)]
+pub(crate) struct RunningClock(RunningTime, Instant);
+
+impl Clock for RunningClock {
+    #[inline]
+    fn now(&self) -> Duration {
+        match &self.0 {
+            RunningTime::Wall => self.1.elapsed(),
+            RunningTime::ThreadCpu => ThreadCpuClock.now(),
+            RunningTime::Custom(c) => c.now(),
+        }
+    }
+}
+
+/// An `f64` in an `AtomicU64`, for values the governor publishes.
+#[derive(Default)]
+pub(crate) struct AtomicF64(AtomicU64);
+
+impl AtomicF64 {
+    pub(crate) fn new(v: f64) -> Self {
+        AtomicF64(AtomicU64::new(v.to_bits()))
+    }
+    pub(crate) fn load(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+    pub(crate) fn store(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Relaxed)
+    }
+}
+
+/// Everything a paced adapter needs; one per [`crate::Elastic`].
+pub(crate) struct Shared {
+    pub(crate) queue: Arc<Queue>,
+    pub(crate) probe: Probe,
+    pub(crate) slice: Duration,
+    pub(crate) quantum: Duration,
+    pub(crate) running: RunningTime,
+    /// Current elastic share (published by the governor).
+    pub(crate) limit: AtomicF64,
+    /// CPUs the rate is computed for.
+    pub(crate) cpus: AtomicF64,
+    /// Set once a runtime built through us told its worker count (or `cpus` was given).
+    pub(crate) cpus_fixed: AtomicBool,
+    pub(crate) ticks: AtomicU64,
+    pub(crate) governor: Mutex<crate::governor::GovernorState>,
+    pub(crate) governor_thread: Mutex<Option<std::thread::Thread>>,
+    /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
+    pub(crate) samplers: Mutex<Vec<sched_probe::Sampler>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Wake the governor so it notices at once that nobody needs it any more.
+        if let Ok(mut t) = self.governor_thread.lock() {
+            if let Some(t) = t.take() {
+                t.unpark();
+            }
+        }
+    }
+}
