@@ -1,4 +1,49 @@
-//! elastic-cpu: keep foreground latency flat while background work uses the spare CPU.
-pub use elastic_core;
-pub use pacer;
-pub use sched_probe;
+//! elastic-cpu: keep a tokio service's foreground latency flat while background ("elastic")
+//! CPU work — backups, scans, exports, compactions — uses the CPU that is really spare.
+//!
+//! It measures the runtime's scheduling latency ([`sched_probe`]), decides with a step
+//! controller how much CPU elastic work may take ([`elastic_core`]), and enforces that with a
+//! no-burst token bucket of CPU time ([`pacer`]).
+//!
+//! ```
+//! use elastic_cpu::prelude::*;
+//! use elastic_cpu::Elastic;
+//! use futures_util::StreamExt;
+//!
+//! let elastic = Elastic::builder().build()?; // defaults: Profile::Default
+//! let rt = elastic
+//!     .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all())
+//!     .build()?;
+//! // A future, paced.
+//! let backup = rt.spawn(async { (0..1_000_000u64).fold(0u64, |a, x| a ^ x) }.paced(&elastic));
+//! // A stream of chunks, paced.
+//! let chunks = futures_util::stream::iter(0..1_000u32);
+//! let export = rt.spawn(chunks.paced(&elastic).for_each(|_chunk| async {}));
+//! // A tight loop inside elastic work.
+//! let mut pacer = elastic.pacer();
+//! let encode = rt.spawn(async move {
+//!     for _row in 0..100_000 {
+//!         pacer.pace().await;
+//!     }
+//! });
+//! rt.block_on(async { (backup.await, export.await, encode.await) });
+//! let s = elastic.snapshot();
+//! println!("limit {:.3} of {} cpus, sched p99 {:?}", s.limit, s.cpus, s.sched_p99);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub use elastic_core::{ConfigError, ControllerConfig, ManualClock};
+pub use pacer::{
+    BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
+    Profile, RuntimeBuilder, Snapshot, DEFAULT_QUANTUM, DEFAULT_SLICE, METRICS,
+};
+pub use sched_probe::{ProbeConfig, ProbeError, Summary, Window};
+
+/// The three crates, for what the facade does not re-export.
+pub use {elastic_core, pacer, sched_probe};
+
+/// `use elastic_cpu::prelude::*;` brings `.paced(&elastic)` for futures and streams.
+pub mod prelude {
+    pub use pacer::{PacedExt, PacedStreamExt};
+}
