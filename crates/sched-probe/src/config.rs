@@ -6,7 +6,11 @@ use std::time::Duration;
 /// Settings of a [`Probe`](crate::Probe).
 ///
 /// The defaults follow the design: 100 ms ticks, a 2.5 s window (25 intervals), histograms that
-/// track 1 µs .. 10 s with 2 significant figures (values are kept to within 1 %).
+/// track 1 µs .. 10 s with 2 significant figures.
+///
+/// Precision: a recorded value is kept to within 1 % (2 significant figures) or to within
+/// `lowest` in absolute terms, whichever is larger (below about 100 × `lowest` the buckets are a
+/// fixed width just under `lowest`). Percentiles report the upper end of their bucket.
 ///
 /// ```
 /// use sched_probe::ProbeConfig;

@@ -166,7 +166,9 @@ pub(crate) struct WindowState {
     running: Hists,
     /// Swapped into each slot at rotation: the slot gets this empty set, we get its interval.
     collect: Hists,
-    /// Reusable empty interval sets.
+    /// Reusable empty interval sets. Boxed because they move between `ring` and here without
+    /// reallocating.
+    #[allow(clippy::vec_box)]
     pool: Vec<Box<Hists>>,
     /// Scratch histogram for the merged foreground + elastic summaries.
     scratch: Histogram<u64>,

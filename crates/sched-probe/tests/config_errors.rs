@@ -1,0 +1,144 @@
+//! Every bad setting is a typed error naming the setting, never a panic.
+
+use sched_probe::{Probe, ProbeConfig, ProbeError};
+use std::time::Duration;
+
+fn err(config: ProbeConfig) -> ProbeError {
+    let via_validate = config.validate().unwrap_err();
+    let via_new = Probe::new(config).unwrap_err();
+    assert_eq!(via_validate, via_new);
+    via_new
+}
+
+fn base() -> ProbeConfig {
+    ProbeConfig::default()
+}
+
+#[test]
+fn default_is_valid() {
+    let c = ProbeConfig::default();
+    assert_eq!(c.tick, Duration::from_millis(100));
+    assert_eq!(c.window, Duration::from_millis(2500));
+    assert_eq!(c.lowest, Duration::from_micros(1));
+    assert_eq!(c.highest, Duration::from_secs(10));
+    assert_eq!(c.significant_figures, 2);
+    assert_eq!(c.intervals(), 25);
+    let probe = Probe::new(c.clone()).unwrap();
+    assert_eq!(probe.config(), &c);
+}
+
+#[test]
+fn zero_tick() {
+    let e = err(ProbeConfig {
+        tick: Duration::ZERO,
+        ..base()
+    });
+    assert_eq!(e, ProbeError::ZeroTick);
+    assert!(e.to_string().contains("`tick`"), "{e}");
+}
+
+#[test]
+fn window_shorter_than_tick() {
+    let e = err(ProbeConfig {
+        window: Duration::from_millis(99),
+        ..base()
+    });
+    assert_eq!(
+        e,
+        ProbeError::WindowShorterThanTick {
+            window: Duration::from_millis(99),
+            tick: Duration::from_millis(100)
+        }
+    );
+    assert!(e.to_string().contains("`window`"), "{e}");
+    // window == tick is the smallest valid window: one interval.
+    let one = ProbeConfig {
+        window: Duration::from_millis(100),
+        ..base()
+    };
+    assert_eq!(one.intervals(), 1);
+    assert!(Probe::new(one).is_ok());
+}
+
+#[test]
+fn window_not_a_multiple_of_tick_rounds_up() {
+    let c = ProbeConfig {
+        window: Duration::from_millis(250),
+        ..base()
+    };
+    assert_eq!(c.intervals(), 3);
+}
+
+#[test]
+fn zero_lowest() {
+    let e = err(ProbeConfig {
+        lowest: Duration::ZERO,
+        ..base()
+    });
+    assert_eq!(e, ProbeError::ZeroLowest);
+    assert!(e.to_string().contains("`lowest`"), "{e}");
+}
+
+#[test]
+fn bounds_out_of_order() {
+    for (lowest, highest) in [
+        (Duration::from_secs(10), Duration::from_secs(1)), // reversed
+        (Duration::from_secs(1), Duration::from_secs(1)),  // equal
+        (Duration::from_micros(10), Duration::from_micros(19)), // less than 2x
+    ] {
+        let e = err(ProbeConfig {
+            lowest,
+            highest,
+            ..base()
+        });
+        assert_eq!(e, ProbeError::BoundsOutOfOrder { lowest, highest });
+        assert!(e.to_string().contains("`highest`"), "{e}");
+    }
+    // Exactly 2x is the smallest valid range.
+    assert!(Probe::new(ProbeConfig {
+        lowest: Duration::from_micros(10),
+        highest: Duration::from_micros(20),
+        ..base()
+    })
+    .is_ok());
+}
+
+#[test]
+fn highest_too_large() {
+    let e = err(ProbeConfig {
+        highest: Duration::MAX,
+        ..base()
+    });
+    assert_eq!(
+        e,
+        ProbeError::HighestTooLarge {
+            highest: Duration::MAX
+        }
+    );
+    assert!(e.to_string().contains("`highest`"), "{e}");
+}
+
+#[test]
+fn significant_figures_out_of_range() {
+    for n in [0u8, 6, 255] {
+        let e = err(ProbeConfig {
+            significant_figures: n,
+            ..base()
+        });
+        assert_eq!(e, ProbeError::SignificantFigures(n));
+        assert!(e.to_string().contains("`significant_figures`"), "{e}");
+    }
+    for n in 1..=5u8 {
+        assert!(Probe::new(ProbeConfig {
+            significant_figures: n,
+            ..base()
+        })
+        .is_ok());
+    }
+}
+
+#[test]
+fn is_a_std_error() {
+    let e: Box<dyn std::error::Error + Send + Sync> = Box::new(ProbeError::ZeroTick);
+    assert!(!e.to_string().is_empty());
+}

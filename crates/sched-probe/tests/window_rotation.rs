@@ -1,0 +1,221 @@
+//! Window rotation, merge and percentiles on manually driven ticks (no wall-clock assertions).
+
+use sched_probe::{Probe, ProbeConfig, Summary};
+use std::time::Duration;
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+/// `got` is within the histogram precision of `want`: 2 significant figures (1 %), or `lowest`
+/// (1 µs) in absolute terms for small values.
+fn close(got: Option<Duration>, want: Duration) {
+    let got = got.expect("a value").as_nanos() as f64;
+    let want = want.as_nanos() as f64;
+    let tolerance = (want * 0.01).max(1000.0);
+    assert!(
+        (got - want).abs() <= tolerance,
+        "got {got} ns, want {want} ns (tolerance {tolerance} ns)"
+    );
+}
+
+fn probe(intervals: u32) -> Probe {
+    Probe::new(ProbeConfig {
+        tick: Duration::from_millis(100),
+        window: Duration::from_millis(100) * intervals,
+        ..ProbeConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn values_land_in_the_right_split() {
+    let p = probe(25);
+    for _ in 0..3 {
+        p.record_poll(Some(us(10)), Some(us(20)), false);
+    }
+    for _ in 0..5 {
+        p.record_poll(Some(us(1000)), Some(us(2000)), true);
+    }
+    p.record_poll(None, Some(us(30)), false);
+    p.record_poll(Some(us(40)), None, true);
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.intervals, 1);
+
+    assert_eq!(w.queue_latency.foreground.count, 3);
+    assert_eq!(w.queue_latency.elastic.count, 6);
+    assert_eq!(w.queue_latency.all.count, 9);
+    assert_eq!(w.poll_time.foreground.count, 4);
+    assert_eq!(w.poll_time.elastic.count, 5);
+    assert_eq!(w.poll_time.all.count, 9);
+
+    close(w.queue_latency.foreground.max, us(10));
+    close(w.queue_latency.elastic.max, us(1000));
+    close(w.poll_time.foreground.max, us(30));
+    close(w.poll_time.elastic.p50, us(2000));
+    close(w.poll_time.all.max, us(2000));
+    close(w.queue_latency.all.p50, us(1000)); // 6 of 9 samples are elastic and >= 40 µs
+}
+
+#[test]
+fn percentiles_within_precision() {
+    let p = probe(25);
+    // 1..=10_000 µs, each once, spread over 10 intervals.
+    for interval in 0..10u64 {
+        for i in 1..=1000u64 {
+            p.record_poll(Some(us(interval * 1000 + i)), None, false);
+        }
+        p.rotate();
+    }
+    let s = p.window().queue_latency.foreground;
+    assert_eq!(s.count, 10_000);
+    close(s.p50, us(5000));
+    close(s.p99, us(9900));
+    close(s.p999, us(9990));
+    close(s.max, us(10_000));
+    assert!(s.p50 <= s.p99 && s.p99 <= s.p999 && s.p999 <= s.max);
+}
+
+#[test]
+fn old_intervals_leave_after_window_over_tick_rotations() {
+    let n = 5;
+    let p = probe(n);
+    assert_eq!(p.config().intervals(), 5);
+    // Interval k holds k+1 samples of (k+1) ms.
+    for k in 0..n as u64 {
+        for _ in 0..=k {
+            p.record_poll(Some(Duration::from_millis(k + 1)), None, false);
+        }
+        p.rotate();
+    }
+    let w = p.window();
+    assert_eq!(w.intervals, 5);
+    assert_eq!(w.queue_latency.all.count, 1 + 2 + 3 + 4 + 5);
+    close(w.queue_latency.all.max, Duration::from_millis(5));
+
+    // Each empty rotation evicts the oldest interval, in order.
+    let mut left = 15;
+    for k in 0..n as u64 {
+        p.rotate();
+        left -= k + 1;
+        let w = p.window();
+        assert_eq!(w.intervals, 5, "the ring stays full");
+        assert_eq!(w.queue_latency.all.count, left);
+        if left > 0 {
+            // The smallest samples left first: the median moves up.
+            assert!(w.queue_latency.all.p50.unwrap() >= Duration::from_millis(k + 2));
+            close(w.queue_latency.all.max, Duration::from_millis(5));
+        } else {
+            assert_eq!(w.queue_latency.all, Summary::default());
+        }
+    }
+}
+
+#[test]
+fn a_spike_leaves_the_window_and_p99_recovers() {
+    let p = probe(25);
+    for _ in 0..1000 {
+        p.record_poll(Some(Duration::from_millis(50)), None, false);
+    }
+    p.rotate();
+    for _ in 0..24 {
+        for _ in 0..1000 {
+            p.record_poll(Some(us(100)), None, false);
+        }
+        p.rotate();
+    }
+    // The spike is 1/25 of the window: above p99.
+    close(p.window().queue_latency.all.p99, Duration::from_millis(50));
+    for _ in 0..1000 {
+        p.record_poll(Some(us(100)), None, false);
+    }
+    p.rotate(); // evicts the spike
+    let w = p.window();
+    assert_eq!(w.queue_latency.all.count, 25_000);
+    close(w.queue_latency.all.p99, us(100));
+    close(w.queue_latency.all.max, us(100));
+}
+
+#[test]
+fn values_are_clamped_to_the_bounds() {
+    let p = probe(25);
+    p.record_poll(Some(Duration::from_secs(3600)), Some(Duration::MAX), false);
+    p.record_poll(Some(Duration::ZERO), Some(Duration::from_nanos(1)), false);
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.queue_latency.all.count, 2);
+    close(w.queue_latency.all.max, Duration::from_secs(10));
+    close(w.poll_time.all.max, Duration::from_secs(10));
+    // Below `lowest` (1 µs) values are not told apart from 0.
+    assert!(w.queue_latency.all.p50.unwrap() < us(1));
+}
+
+#[test]
+fn merge_across_worker_slots() {
+    // Samples recorded on different runtime workers go to different slots; rotate merges them.
+    let p = probe(25);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..64u64 {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..100u64 {
+                    p.record_poll(Some(us(1 + (t * 100 + i) % 1000)), None, t % 2 == 0);
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    p.record_poll(Some(us(5)), None, false); // off-runtime: the overflow slot
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.queue_latency.elastic.count, 3200);
+    assert_eq!(w.queue_latency.foreground.count, 3201);
+    assert_eq!(w.queue_latency.all.count, 6401);
+    close(w.queue_latency.all.max, us(1000));
+}
+
+#[test]
+fn concurrent_record_and_rotate_lose_nothing() {
+    // A window far longer than the test: nothing is evicted, so every sample must be counted once.
+    let p = Probe::new(ProbeConfig {
+        tick: Duration::from_millis(1),
+        window: Duration::from_secs(100),
+        ..ProbeConfig::default()
+    })
+    .unwrap();
+    let threads = 4;
+    let per_thread = 20_000u64;
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let p = p.clone();
+            let done = &done;
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    p.record_poll(Some(us(1 + i % 500)), Some(us(2)), t % 2 == 0);
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        let mut rotations = 0;
+        while done.load(std::sync::atomic::Ordering::SeqCst) < threads || rotations < 10 {
+            p.rotate();
+            rotations += 1;
+            std::thread::yield_now();
+        }
+    });
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.queue_latency.all.count, threads as u64 * per_thread);
+    assert_eq!(w.poll_time.elastic.count, 2 * per_thread);
+    assert_eq!(w.poll_time.foreground.count, 2 * per_thread);
+}
