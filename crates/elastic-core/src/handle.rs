@@ -109,7 +109,10 @@ impl<R: Clock> ElasticHandle<R> {
         }
         self.last_used = used;
         self.remaining = self.interval;
-        self.cached = (used >= self.deadline, sat_i64(used as i128 - allotted as i128));
+        self.cached = (
+            used >= self.deadline,
+            sat_i64(used as i128 - allotted as i128),
+        );
         self.cached
     }
 

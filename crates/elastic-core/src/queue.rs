@@ -266,13 +266,15 @@ impl<C: Clock> WorkQueue<C> {
     }
 
     /// The governor's periodic call: grant waiters from what refilled, and return (and clear)
-    /// whether elastic work waited since the last tick (true too if some still wait).
+    /// whether elastic work waited since the last tick: true if an admission queued since then,
+    /// or if any were still queued when this tick began.
     pub fn tick(&self) -> bool {
         let mut wake = Vec::new();
         let mut st = lock(&self.shared);
-        st.grant_waiters(&mut wake);
+        // Read before granting: waiters this tick serves still waited during the last period.
         let had = st.had_waiters || !st.waiters.is_empty();
         st.had_waiters = false;
+        st.grant_waiters(&mut wake);
         drop(st);
         wake_all(wake);
         had

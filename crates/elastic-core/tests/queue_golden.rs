@@ -1,0 +1,392 @@
+//! Work queue scenarios from DESIGN.md §4 on a manual clock, with counting wakers.
+
+use elastic_core::{
+    Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Wake, Waker};
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn waker() -> (Arc<CountingWaker>, Waker) {
+    let c = Arc::new(CountingWaker::default());
+    (c.clone(), Waker::from(c))
+}
+
+fn wakes(c: &CountingWaker) -> usize {
+    c.0.load(Ordering::SeqCst)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn granted(a: Admit<ManualClock>) -> Grant {
+    match a {
+        Admit::Granted(g) => g,
+        Admit::Queued(_) => panic!("expected a grant"),
+    }
+}
+
+fn queued(a: Admit<ManualClock>) -> Ticket<ManualClock> {
+    match a {
+        Admit::Queued(t) => t,
+        Admit::Granted(g) => panic!("expected to queue, got {g:?}"),
+    }
+}
+
+fn ready(t: &mut Ticket<ManualClock>, w: &Waker) -> Grant {
+    match t.poll_grant(w) {
+        Poll::Ready(Ok(g)) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn pending(t: &mut Ticket<ManualClock>, w: &Waker) {
+    assert!(t.poll_grant(w).is_pending(), "expected pending");
+}
+
+/// 0.1 CPU: 100 ms of CPU per second, burst 100 ms, drained by one 100 ms grant.
+fn drained() -> (ManualClock, WorkQueue<ManualClock>, Grant) {
+    let clock = ManualClock::new();
+    let q = WorkQueue::new(clock.clone(), 100 * MS);
+    let g = granted(q.admit(ms(100)));
+    assert_eq!(q.snapshot().balance_nanos, 0);
+    (clock, q, g)
+}
+
+#[test]
+fn fast_path_when_nobody_waits() {
+    let clock = ManualClock::new();
+    let q = WorkQueue::new(clock, 1_000 * MS);
+    let g = granted(q.admit(ms(50)));
+    assert_eq!(g.allotted(), ms(50));
+    assert_eq!(g.allotted_nanos(), 50 * MS);
+    let s = q.snapshot();
+    assert_eq!(
+        s,
+        QueueSnapshot {
+            rate_nanos_per_sec: 1_000 * MS,
+            balance_nanos: 950 * MS as i64,
+            grants: 1,
+            acquired_nanos: 50 * MS,
+            ..QueueSnapshot::default()
+        }
+    );
+    assert!(!q.tick(), "nobody waited");
+    assert_eq!(q.rate(), 1_000 * MS);
+}
+
+#[test]
+fn slice_is_clamped() {
+    let q = WorkQueue::new(ManualClock::new(), 1_000 * MS);
+    assert_eq!(granted(q.admit(Duration::ZERO)).allotted(), MIN_SLICE);
+    assert_eq!(granted(q.admit(ms(1))).allotted(), ms(10));
+    assert_eq!(granted(q.admit(ms(20))).allotted(), ms(20));
+    assert_eq!(
+        granted(q.admit(Duration::from_secs(1))).allotted(),
+        MAX_SLICE
+    );
+    assert_eq!(granted(q.admit(Duration::MAX)).allotted(), ms(100));
+}
+
+#[test]
+fn waiters_are_granted_in_fifo_order_on_ticks() {
+    let (clock, q, _g) = drained();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let (cc, wc) = waker();
+    let mut a = queued(q.admit(ms(100)));
+    let mut b = queued(q.admit(ms(20)));
+    let mut c = queued(q.admit(ms(10)));
+    pending(&mut c, &wc);
+    pending(&mut b, &wb);
+    pending(&mut a, &wa);
+    assert_eq!(q.snapshot().waiters, 3);
+
+    // No tokens: a tick grants nothing.
+    assert!(q.tick());
+    assert_eq!(wakes(&ca) + wakes(&cb) + wakes(&cc), 0);
+
+    // 10 ms of wall time = 1 ms of tokens > 0: the head gets its whole 100 ms, into debt.
+    clock.advance(ms(10));
+    // Tokens refilled, but others wait: a newcomer queues behind them, no fast path.
+    let mut d = queued(q.admit(ms(10)));
+    assert!(q.tick());
+    assert_eq!((wakes(&ca), wakes(&cb), wakes(&cc)), (1, 0, 0));
+    assert_eq!(q.snapshot().balance_nanos, -99 * MS as i64);
+    assert_eq!(ready(&mut a, &wa).allotted(), ms(100));
+    pending(&mut b, &wb);
+
+    // 990 ms pays the debt back to exactly 0: still not > 0, no grant.
+    clock.advance(ms(990));
+    assert!(q.tick());
+    assert_eq!(wakes(&cb), 0);
+    // 10 ns more is one token: b, 20 ms.
+    clock.advance(Duration::from_nanos(10));
+    assert!(q.tick());
+    assert_eq!((wakes(&cb), wakes(&cc)), (1, 0));
+    assert_eq!(ready(&mut b, &wb).allotted(), ms(20));
+    // 300 ms = 30 ms of tokens: c (10 ms) leaves 1 ns > 0, so d is granted in the same pass.
+    clock.advance(ms(300));
+    assert!(q.tick());
+    assert_eq!(wakes(&cc), 1);
+    assert_eq!(ready(&mut c, &wc).allotted(), ms(10));
+    // d never registered a waker: granted all the same, collected on its first poll.
+    assert_eq!(ready(&mut d, &wc).allotted(), ms(10));
+    let s = q.snapshot();
+    assert_eq!((s.grants, s.waits, s.waiters), (5, 4, 0));
+    assert_eq!(s.acquired_nanos, 240 * MS);
+}
+
+#[test]
+fn returned_tokens_grant_waiters_at_once() {
+    let (_clock, q, g) = drained();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(50)));
+    let mut b = queued(q.admit(ms(50)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    // 100 ms allotted, 40 used: 60 come back; a (50) is granted, 10 left > 0 so b too (-40).
+    q.done(g, ms(40));
+    assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
+    let s = q.snapshot();
+    assert_eq!(s.balance_nanos, -40 * MS as i64);
+    assert_eq!(s.returned_nanos, 60 * MS);
+    assert_eq!(s.used_nanos, 40 * MS);
+    let ga = ready(&mut a, &wa);
+    let gb = ready(&mut b, &wb);
+    q.done(ga, ms(50));
+    q.done(gb, ms(50));
+    let s = q.snapshot();
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}
+
+#[test]
+fn set_rate_grants_waiters() {
+    let (_clock, q, _g) = drained();
+    let (ca, wa) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    pending(&mut a, &wa);
+    q.set_rate(200 * MS); // burst +100 ms
+    assert_eq!(wakes(&ca), 1);
+    assert_eq!(q.snapshot().balance_nanos, 90 * MS as i64);
+    assert_eq!(q.rate(), 200 * MS);
+    let _ = ready(&mut a, &wa);
+}
+
+#[test]
+fn done_with_undershoot_returns_and_overshoot_charges() {
+    let clock = ManualClock::new();
+    let q = WorkQueue::new(clock, 100 * MS);
+    let g = granted(q.admit(ms(10)));
+    q.done(g, ms(10)); // exact: nothing either way
+    let s = q.snapshot();
+    assert_eq!(s.balance_nanos, 90 * MS as i64);
+    assert_eq!((s.returned_nanos, s.over_limit_nanos), (0, 0));
+
+    let g = granted(q.admit(ms(50)));
+    q.done(g, ms(20));
+    let s = q.snapshot();
+    assert_eq!(
+        (s.balance_nanos, s.returned_nanos),
+        (70 * MS as i64, 30 * MS)
+    );
+
+    let g = granted(q.admit(ms(50)));
+    q.done(g, ms(75));
+    let s = q.snapshot();
+    assert_eq!(
+        (s.balance_nanos, s.over_limit_nanos),
+        (-5 * MS as i64, 25 * MS)
+    );
+    assert_eq!(s.used_nanos, 105 * MS);
+    assert_eq!(s.acquired_nanos, 110 * MS);
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+    // Returns never push the balance past the burst.
+    let q = WorkQueue::new(ManualClock::new(), 100 * MS);
+    let g = granted(q.admit(ms(10)));
+    q.set_rate(50 * MS);
+    q.done(g, Duration::ZERO);
+    assert_eq!(q.snapshot().balance_nanos, 50 * MS as i64);
+}
+
+#[test]
+fn ticket_dropped_while_waiting_leaves_the_queue() {
+    let (clock, q, _g) = drained();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(10)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    clock.advance(ms(5));
+    drop(a);
+    let s = q.snapshot();
+    assert_eq!((s.waiters, s.waits, s.wait_nanos), (1, 1, 5 * MS));
+    clock.advance(ms(5));
+    assert!(q.tick());
+    assert_eq!((wakes(&ca), wakes(&cb)), (0, 1));
+    let _ = ready(&mut b, &wb);
+    let s = q.snapshot();
+    assert_eq!(
+        (s.grants, s.acquired_nanos, s.returned_nanos),
+        (2, 110 * MS, 0)
+    );
+    assert_eq!((s.waits, s.wait_nanos), (2, 15 * MS));
+}
+
+#[test]
+fn ticket_dropped_after_grant_gives_the_slice_back() {
+    let (clock, q, _g) = drained();
+    let (_ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(100)));
+    let mut b = queued(q.admit(ms(30)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    clock.advance(ms(10)); // +1 ms
+    assert!(q.tick());
+    assert_eq!(q.snapshot().balance_nanos, -99 * MS as i64);
+    // a was granted but never collected: cancelling returns its whole slice, which grants b.
+    drop(a);
+    assert_eq!(wakes(&cb), 1);
+    let s = q.snapshot();
+    assert_eq!(s.balance_nanos, -29 * MS as i64);
+    assert_eq!(s.returned_nanos, 100 * MS);
+    let gb = ready(&mut b, &wb);
+    q.done(gb, ms(30));
+    let s = q.snapshot();
+    // The first grant is still out (100 ms); everything else is settled.
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos + 100 * MS
+    );
+}
+
+#[test]
+fn collected_ticket_drop_is_a_no_op() {
+    let (clock, q, _g) = drained();
+    let (_c, w) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    clock.advance(ms(1));
+    q.tick();
+    let g = ready(&mut a, &w);
+    assert!(a.is_spent());
+    // A spent ticket reports Closed rather than a second grant.
+    assert_eq!(a.poll_grant(&w), Poll::Ready(Err(Closed)));
+    drop(a);
+    assert_eq!(q.snapshot().returned_nanos, 0);
+    q.done(g, ms(10));
+}
+
+#[test]
+fn close_wakes_and_fails_waiters() {
+    let (clock, q, g) = drained();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(10)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    clock.advance(ms(1));
+    q.tick(); // a granted before the close: still collectable after it
+    clock.advance(ms(3));
+    q.close();
+    assert!(q.is_closed());
+    assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
+    assert_eq!(b.poll_grant(&wb), Poll::Ready(Err(Closed)));
+    let ga = ready(&mut a, &wa);
+    // Admissions after close fail at once, even with tokens.
+    clock.advance(Duration::from_secs(10));
+    let mut c = queued(q.admit(ms(10)));
+    assert_eq!(c.poll_grant(&wb), Poll::Ready(Err(Closed)));
+    // Grants out before the close still settle.
+    q.done(g, ms(100));
+    q.done(ga, ms(10));
+    let s = q.snapshot();
+    assert!(s.closed);
+    assert_eq!(s.waiters, 0);
+    assert_eq!((s.waits, s.wait_nanos), (2, MS + 4 * MS));
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+    assert!(!q.tick());
+    assert_eq!(Closed.to_string(), "elastic CPU governor has shut down");
+}
+
+#[test]
+fn waker_is_replaced_only_when_it_changes() {
+    let (clock, q, _g) = drained();
+    let (c1, w1) = waker();
+    let (c2, w2) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    pending(&mut a, &w1);
+    pending(&mut a, &w1.clone()); // same task: kept
+    pending(&mut a, &w2); // moved to another task: replaced
+    clock.advance(ms(1));
+    q.tick();
+    assert_eq!((wakes(&c1), wakes(&c2)), (0, 1));
+    let _ = ready(&mut a, &w2);
+}
+
+#[test]
+fn tick_reports_waiting_since_the_last_tick() {
+    let (_clock, q, g) = drained();
+    assert!(!q.tick());
+    let (_c, w) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    pending(&mut a, &w);
+    q.done(g, ms(50)); // a is granted between ticks
+    let _ = ready(&mut a, &w);
+    assert_eq!(q.snapshot().waiters, 0);
+    assert!(q.tick(), "the waiter came and went between ticks");
+    assert!(!q.tick(), "cleared by the tick");
+}
+
+#[test]
+fn wait_time_is_measured_by_the_queue_clock() {
+    let (clock, q, _g) = drained();
+    let (_c, w) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    pending(&mut a, &w);
+    clock.advance(ms(250)); // 25 ms of tokens
+    q.tick();
+    let _ = ready(&mut a, &w);
+    let s = q.snapshot();
+    assert_eq!((s.waits, s.wait_nanos), (1, 250 * MS));
+    assert_eq!(s.balance_nanos, 15 * MS as i64);
+}
+
+#[test]
+fn queue_is_shareable() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<WorkQueue<ManualClock>>();
+    assert_send_sync::<Ticket<ManualClock>>();
+    assert_send_sync::<Grant>();
+    let q = WorkQueue::new(ManualClock::new(), 1_000 * MS);
+    let q2 = q.clone();
+    let g = granted(q2.admit(ms(10)));
+    q.done(g, ms(10));
+    assert_eq!(q.snapshot().used_nanos, 10 * MS);
+    assert!(format!("{q:?}").contains("WorkQueue"));
+}
