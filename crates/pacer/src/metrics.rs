@@ -1,7 +1,6 @@
 //! Export through the `metrics` facade, once per governor tick. The application installs the
 //! exporter; with none installed these calls cost next to nothing.
 
-use std::sync::Once;
 use std::time::Duration;
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
@@ -73,22 +72,20 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Described on every tick, not once: the application may install its recorder after the
+/// first tick, and a dozen calls per tick cost nothing next to the tick itself.
 fn describe() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        for &(name, unit, help) in METRICS {
-            let unit = match unit {
-                "seconds" => Unit::Seconds,
-                "count" => Unit::Count,
-                _ => Unit::Percent,
-            };
-            if name.ends_with("_total") {
-                describe_counter!(name, unit, help);
-            } else {
-                describe_gauge!(name, unit, help);
-            }
+    for &(name, unit, help) in METRICS {
+        let unit = match unit {
+            "seconds" => Unit::Seconds,
+            _ => Unit::Count,
+        };
+        if name.ends_with("_total") {
+            describe_counter!(name, unit, help);
+        } else {
+            describe_gauge!(name, unit, help);
         }
-    });
+    }
 }
 
 fn secs(nanos: u64) -> f64 {

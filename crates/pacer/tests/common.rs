@@ -1,0 +1,79 @@
+//! Helpers shared by the pacer tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use elastic_core::ManualClock;
+use pacer::{Elastic, Snapshot};
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+pub struct CountingWaker(pub AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl CountingWaker {
+    pub fn new() -> (Arc<Self>, Waker) {
+        let w = Arc::new(CountingWaker::default());
+        (w.clone(), Waker::from(w))
+    }
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A future that "runs" `per_poll` of CPU on the manual clock each poll, `polls` times.
+pub struct Burn {
+    pub clock: ManualClock,
+    pub per_poll: Duration,
+    pub polls: usize,
+}
+
+impl Future for Burn {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.clock.advance(self.per_poll);
+        self.polls -= 1;
+        if self.polls == 0 {
+            Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Everything driven by `clock`: no governor thread, polls timed on the same clock.
+/// Fixed limit `limit` of `cpus` CPUs.
+pub fn manual_elastic(clock: &ManualClock, limit: f64, cpus: f64) -> Elastic {
+    Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .fixed_limit(limit)
+        .cpus(cpus)
+        .build()
+        .expect("valid settings")
+}
+
+pub const MS: u64 = 1_000_000;
+
+/// `acquired − returned + over_limit == used`: every granted nanosecond is accounted for.
+pub fn assert_ledger_balanced(s: &Snapshot) {
+    assert_eq!(
+        s.acquired_nanos as i128 - s.returned_nanos as i128 + s.over_limit_nanos as i128,
+        s.used_nanos as i128,
+        "ledger unbalanced: {s:#?}"
+    );
+}

@@ -1,0 +1,213 @@
+//! Waiting, wake-up and settlement of `Paced`, driven by a manual clock and hand-made ticks.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::*;
+use elastic_core::ManualClock;
+use pacer::PacedExt;
+
+fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
+    Pin::new(f).poll(cx)
+}
+
+#[test]
+fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
+    let clock = ManualClock::new();
+    // 10% of one CPU: 100 ms of tokens per second, burst 100 ms = one slice.
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let burn = Burn {
+        clock: clock.clone(),
+        per_poll: Duration::from_millis(30),
+        polls: 10,
+    };
+    let mut fut = Box::pin(burn.paced(&elastic));
+    let (counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+
+    // Four polls of 30 ms: the fourth overruns the 100 ms slice by 20 ms and settles.
+    for _ in 0..4 {
+        assert!(poll(&mut fut, &mut cx).is_pending());
+    }
+    let s = elastic.snapshot();
+    assert_eq!(s.acquired_nanos, 100 * MS);
+    assert_eq!(s.over_limit_nanos, 20 * MS);
+    assert_eq!(s.used_nanos, 120 * MS);
+    // 120 ms refilled 12 ms; the overrun's 20 ms is debt: 0 + 12 − 20.
+    assert_eq!(s.balance_nanos, -8 * MS as i64);
+
+    // Fifth poll: no tokens, so it queues and returns Pending without running the future.
+    let wakes = counter.count();
+    assert!(poll(&mut fut, &mut cx).is_pending());
+    assert_eq!(elastic.snapshot().waiters, 1);
+    assert_eq!(elastic.snapshot().used_nanos, 120 * MS, "must not run while waiting");
+
+    // A tick before the debt is paid grants nothing (50 ms refill 5 ms at 10% of one CPU).
+    clock.advance(Duration::from_millis(50)); // balance −3 ms
+    elastic.tick();
+    assert_eq!(elastic.snapshot().waiters, 1);
+    assert_eq!(counter.count(), wakes);
+
+    // Once the balance is positive the tick grants the head its whole slice and wakes it.
+    clock.advance(Duration::from_millis(100)); // balance +7 ms
+    elastic.tick();
+    assert_eq!(counter.count(), wakes + 1, "granted waiter is woken");
+    let s = elastic.snapshot();
+    assert_eq!(s.waiters, 0);
+    assert_eq!(s.acquired_nanos, 200 * MS);
+    assert_eq!(s.balance_nanos, -93 * MS as i64, "the grant may dip into debt");
+
+    // The woken future runs to completion, then everything is settled.
+    while poll(&mut fut, &mut cx).is_pending() {
+        clock.advance(Duration::from_secs(1));
+        elastic.tick();
+    }
+    drop(fut);
+    let s = elastic.snapshot();
+    assert_eq!(s.used_nanos, 300 * MS);
+    assert_ledger_balanced(&s);
+}
+
+#[test]
+fn fifo_between_paced_futures() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let mk = |polls| {
+        Box::pin(
+            Burn {
+                clock: clock.clone(),
+                per_poll: Duration::from_millis(100),
+                polls,
+            }
+            .paced(&elastic),
+        )
+    };
+    let (mut a, mut b, mut c) = (mk(3), mk(3), mk(3));
+    let (wa, wa_w) = CountingWaker::new();
+    let (wb, wb_w) = CountingWaker::new();
+    let (wc, wc_w) = CountingWaker::new();
+    // `a` takes the only slice and spends it; b then c queue.
+    assert!(poll(&mut a, &mut Context::from_waker(&wa_w)).is_pending());
+    assert!(poll(&mut b, &mut Context::from_waker(&wb_w)).is_pending());
+    assert!(poll(&mut c, &mut Context::from_waker(&wc_w)).is_pending());
+    assert_eq!(elastic.snapshot().waiters, 2);
+    let (b0, c0) = (wb.count(), wc.count());
+    // One second refills one slice: b is granted first, c keeps waiting.
+    clock.advance(Duration::from_secs(1));
+    elastic.tick();
+    assert_eq!((wb.count(), wc.count()), (b0 + 1, c0));
+    // `a` spent its slice, so it re-admits behind c.
+    assert!(poll(&mut a, &mut Context::from_waker(&wa_w)).is_pending());
+    assert_eq!(elastic.snapshot().waiters, 2);
+    let a0 = wa.count();
+    clock.advance(Duration::from_secs(1));
+    elastic.tick();
+    assert_eq!((wc.count(), wa.count()), (c0 + 1, a0), "c is granted before a");
+    clock.advance(Duration::from_secs(1));
+    elastic.tick();
+    assert_eq!(wa.count(), a0 + 1, "then a");
+    drop((a, b, c));
+    let s = elastic.snapshot();
+    assert_eq!(s.waiters, 0);
+    assert_ledger_balanced(&s);
+}
+
+#[test]
+fn dropped_while_waiting_leaves_the_queue() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let (_, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let burn = |polls| Burn {
+        clock: clock.clone(),
+        per_poll: Duration::from_millis(100),
+        polls,
+    };
+    let mut a = Box::pin(burn(5).paced(&elastic));
+    let mut b = Box::pin(burn(5).paced(&elastic));
+    assert!(poll(&mut a, &mut cx).is_pending());
+    assert!(poll(&mut b, &mut cx).is_pending());
+    assert_eq!(elastic.snapshot().waiters, 1);
+    drop(b);
+    let s = elastic.snapshot();
+    assert_eq!(s.waiters, 0);
+    assert_eq!(s.acquired_nanos, 100 * MS, "the dropped waiter was never granted");
+    drop(a);
+    assert_ledger_balanced(&elastic.snapshot());
+}
+
+#[test]
+fn dropped_while_holding_gives_back_the_unused_slice() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let (_, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut a = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(30),
+            polls: 5,
+        }
+        .paced(&elastic),
+    );
+    assert!(poll(&mut a, &mut cx).is_pending());
+    drop(a);
+    let s = elastic.snapshot();
+    assert_eq!(s.used_nanos, 30 * MS);
+    assert_eq!(s.returned_nanos, 70 * MS);
+    assert_ledger_balanced(&s);
+}
+
+#[test]
+fn dropped_after_grant_before_pickup_returns_the_whole_slice() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let (_, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let burn = |polls| Burn {
+        clock: clock.clone(),
+        per_poll: Duration::from_millis(100),
+        polls,
+    };
+    let mut a = Box::pin(burn(5).paced(&elastic));
+    let mut b = Box::pin(burn(5).paced(&elastic));
+    assert!(poll(&mut a, &mut cx).is_pending()); // spends the slice
+    assert!(poll(&mut b, &mut cx).is_pending()); // queued
+    clock.advance(Duration::from_secs(1));
+    elastic.tick(); // b granted, not yet polled
+    assert_eq!(elastic.snapshot().acquired_nanos, 200 * MS);
+    drop(b);
+    let s = elastic.snapshot();
+    assert_eq!(s.returned_nanos, 100 * MS);
+    drop(a);
+    assert_ledger_balanced(&elastic.snapshot());
+}
+
+#[test]
+fn panic_mid_poll_is_charged_and_settled() {
+    struct Boom(ManualClock);
+    impl Future for Boom {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            self.0.advance(Duration::from_millis(7));
+            panic!("elastic work failed");
+        }
+    }
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let mut fut = Box::pin(Boom(clock.clone()).paced(&elastic));
+    let (_, waker) = CountingWaker::new();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = fut.as_mut().poll(&mut Context::from_waker(&waker));
+    }));
+    assert!(caught.is_err());
+    drop(fut);
+    let s = elastic.snapshot();
+    assert_eq!(s.used_nanos, 7 * MS, "the panicking poll's running time is charged");
+    assert_eq!(s.returned_nanos, 93 * MS);
+    assert_ledger_balanced(&s);
+}
