@@ -44,7 +44,11 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
     let wakes = counter.count();
     assert!(poll(&mut fut, &mut cx).is_pending());
     assert_eq!(elastic.snapshot().waiters, 1);
-    assert_eq!(elastic.snapshot().used_nanos, 120 * MS, "must not run while waiting");
+    assert_eq!(
+        elastic.snapshot().used_nanos,
+        120 * MS,
+        "must not run while waiting"
+    );
 
     // A tick before the debt is paid grants nothing (50 ms refill 5 ms at 10% of one CPU).
     clock.advance(Duration::from_millis(50)); // balance −3 ms
@@ -59,7 +63,11 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
     let s = elastic.snapshot();
     assert_eq!(s.waiters, 0);
     assert_eq!(s.acquired_nanos, 200 * MS);
-    assert_eq!(s.balance_nanos, -93 * MS as i64, "the grant may dip into debt");
+    assert_eq!(
+        s.balance_nanos,
+        -93 * MS as i64,
+        "the grant may dip into debt"
+    );
 
     // The woken future runs to completion, then everything is settled.
     while poll(&mut fut, &mut cx).is_pending() {
@@ -106,7 +114,11 @@ fn fifo_between_paced_futures() {
     let a0 = wa.count();
     clock.advance(Duration::from_secs(1));
     elastic.tick();
-    assert_eq!((wc.count(), wa.count()), (c0 + 1, a0), "c is granted before a");
+    assert_eq!(
+        (wc.count(), wa.count()),
+        (c0 + 1, a0),
+        "c is granted before a"
+    );
     clock.advance(Duration::from_secs(1));
     elastic.tick();
     assert_eq!(wa.count(), a0 + 1, "then a");
@@ -135,7 +147,11 @@ fn dropped_while_waiting_leaves_the_queue() {
     drop(b);
     let s = elastic.snapshot();
     assert_eq!(s.waiters, 0);
-    assert_eq!(s.acquired_nanos, 100 * MS, "the dropped waiter was never granted");
+    assert_eq!(
+        s.acquired_nanos,
+        100 * MS,
+        "the dropped waiter was never granted"
+    );
     drop(a);
     assert_ledger_balanced(&elastic.snapshot());
 }
@@ -207,7 +223,11 @@ fn panic_mid_poll_is_charged_and_settled() {
     assert!(caught.is_err());
     drop(fut);
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, 7 * MS, "the panicking poll's running time is charged");
+    assert_eq!(
+        s.used_nanos,
+        7 * MS,
+        "the panicking poll's running time is charged"
+    );
     assert_eq!(s.returned_nanos, 93 * MS);
     assert_ledger_balanced(&s);
 }

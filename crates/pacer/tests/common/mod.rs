@@ -1,5 +1,5 @@
 //! Helpers shared by the pacer tests.
-#![allow(dead_code)]
+#![allow(dead_code, missing_docs)]
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,0 +1,72 @@
+//! Every bad setting is a typed error naming the setting, never a panic.
+
+use std::time::Duration;
+
+use pacer::{BuildError, Elastic, ElasticBuilder};
+
+fn err(b: ElasticBuilder) -> BuildError {
+    b.build().expect_err("must be refused")
+}
+
+#[test]
+fn every_bad_setting_is_refused_by_name() {
+    let nan = f64::NAN;
+    let cases: Vec<(&str, ElasticBuilder)> = vec![
+        ("target", Elastic::builder().target_p99(Duration::ZERO)),
+        (
+            "target",
+            Elastic::builder().target_p99(Duration::from_secs(5)),
+        ),
+        ("delta", Elastic::builder().delta_per_sec(nan)),
+        ("delta", Elastic::builder().delta_per_sec(0.0)),
+        ("min", Elastic::builder().min_limit(nan)),
+        ("min", Elastic::builder().min_limit(0.0)),
+        ("max", Elastic::builder().max_limit(1.5)),
+        ("min", Elastic::builder().min_limit(0.6).max_limit(0.5)),
+        ("initial_limit", Elastic::builder().initial_limit(0.9)),
+        ("initial_limit", Elastic::builder().initial_limit(nan)),
+        ("fixed_limit", Elastic::builder().fixed_limit(0.0)),
+        ("fixed_limit", Elastic::builder().fixed_limit(nan)),
+        ("fixed_limit", Elastic::builder().fixed_limit(1.01)),
+        ("slice", Elastic::builder().slice(Duration::ZERO)),
+        ("slice", Elastic::builder().slice(Duration::from_secs(1))),
+        ("quantum", Elastic::builder().quantum(Duration::ZERO)),
+        (
+            "quantum",
+            Elastic::builder()
+                .slice(Duration::from_millis(10))
+                .quantum(Duration::from_millis(20)),
+        ),
+        ("cpus", Elastic::builder().cpus(0.0)),
+        ("cpus", Elastic::builder().cpus(nan)),
+        (
+            "tick",
+            Elastic::builder().controller(elastic_core::ControllerConfig {
+                tick: Duration::ZERO,
+                ..Default::default()
+            }),
+        ),
+        (
+            "window",
+            Elastic::builder().controller(elastic_core::ControllerConfig {
+                window: Duration::from_millis(50),
+                ..Default::default()
+            }),
+        ),
+    ];
+    for (setting, builder) in cases {
+        let e = err(builder);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(setting),
+            "error for {setting} does not name it: {msg}"
+        );
+    }
+}
+
+#[test]
+fn the_defaults_build() {
+    let e = Elastic::builder().build().unwrap();
+    let s = e.snapshot();
+    assert!(s.limit > 0.0 && s.limit <= 1.0);
+}
