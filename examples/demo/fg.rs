@@ -1,0 +1,266 @@
+//! Foreground: a loopback TCP request/response service on the runtime under test, and an
+//! open-loop Poisson load generator on its own OS threads (it never shares that runtime).
+//!
+//! Wire format, both ways: 16-byte frames `[intended send time in ns since the generator's
+//! epoch: u64 LE][sequence number: u64 LE]`. The server echoes the frame; the client takes the
+//! latency from the *intended* send time, so a stalled server cannot hide its stall by slowing
+//! the sender down (no coordinated omission).
+//!
+//! Per request on the server: the connection's reader task reads the frame, spawns a handler
+//! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
+//! the connection's writer task (hand-off 2), which writes it back.
+
+use crate::util::{new_hist, record, spin_us, Rng};
+use hdrhistogram::Histogram;
+use std::io::{BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+const FRAME: usize = 16;
+
+/// The server's accept loop: one reader task and one writer task per connection, one handler
+/// task per request.
+pub async fn serve(listener: TcpListener, work_us: f64) {
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        tokio::spawn(connection(sock, work_us));
+    }
+}
+
+async fn connection(sock: tokio::net::TcpStream, work_us: f64) {
+    let (rd, mut wr) = sock.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<[u8; FRAME]>();
+    tokio::spawn(async move {
+        let mut buf = Vec::with_capacity(4096);
+        while let Some(f) = rx.recv().await {
+            buf.extend_from_slice(&f);
+            while buf.len() < 64 * 1024 {
+                match rx.try_recv() {
+                    Ok(f) => buf.extend_from_slice(&f),
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&buf).await.is_err() {
+                break;
+            }
+            buf.clear();
+        }
+    });
+    let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
+    let mut f = [0u8; FRAME];
+    while rd.read_exact(&mut f).await.is_ok() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            spin_us(work_us);
+            let _ = tx.send(f);
+        });
+    }
+}
+
+/// Latency histograms shared by the receiver threads and the monitor.
+pub struct FgStats {
+    epoch: Instant,
+    /// Requests whose intended send time is in `[from, to)` (ns since epoch) go into `phase`.
+    from: AtomicU64,
+    to: AtomicU64,
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
+    hists: Mutex<Hists>,
+}
+
+struct Hists {
+    /// Since the last timeline sample.
+    sample: Histogram<u64>,
+    /// Since the last progress line.
+    second: Histogram<u64>,
+    /// The phase's measurement window.
+    phase: Histogram<u64>,
+}
+
+impl FgStats {
+    pub fn new() -> Arc<FgStats> {
+        Arc::new(FgStats {
+            epoch: Instant::now(),
+            from: AtomicU64::new(u64::MAX),
+            to: AtomicU64::new(u64::MAX),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            hists: Mutex::new(Hists {
+                sample: new_hist(),
+                second: new_hist(),
+                phase: new_hist(),
+            }),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Start the measurement window now.
+    pub fn measure_from_now(&self) {
+        self.from.store(self.now_ns(), Ordering::SeqCst);
+    }
+
+    /// End the measurement window now (late replies to requests sent before still count).
+    pub fn measure_until_now(&self) {
+        self.to.store(self.now_ns(), Ordering::SeqCst);
+    }
+
+    fn record(&self, intended_ns: u64) {
+        let lat = self.now_ns().saturating_sub(intended_ns);
+        let in_window = intended_ns >= self.from.load(Ordering::Relaxed)
+            && intended_ns < self.to.load(Ordering::Relaxed);
+        let mut h = self.hists.lock().unwrap();
+        record(&mut h.sample, lat);
+        record(&mut h.second, lat);
+        if in_window {
+            record(&mut h.phase, lat);
+        }
+        drop(h);
+        self.received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take the histogram since the last sample.
+    pub fn take_sample(&self) -> Histogram<u64> {
+        let mut h = self.hists.lock().unwrap();
+        std::mem::replace(&mut h.sample, new_hist())
+    }
+
+    /// Take the histogram since the last progress line.
+    pub fn take_second(&self) -> Histogram<u64> {
+        let mut h = self.hists.lock().unwrap();
+        std::mem::replace(&mut h.second, new_hist())
+    }
+
+    pub fn phase_hist(&self) -> Histogram<u64> {
+        self.hists.lock().unwrap().phase.clone()
+    }
+}
+
+/// Shared request rate (requests per second), changeable while running.
+#[derive(Clone)]
+pub struct Rate(Arc<AtomicU64>);
+
+impl Rate {
+    pub fn new(r: f64) -> Rate {
+        Rate(Arc::new(AtomicU64::new(r.to_bits())))
+    }
+    pub fn set(&self, r: f64) {
+        self.0.store(r.to_bits(), Ordering::Relaxed);
+    }
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// The open-loop load generator: one sender thread (Poisson arrivals, round-robin over the
+/// connections) and one blocking receiver thread per connection.
+pub struct LoadGen {
+    stop: Arc<AtomicBool>,
+    sender: Option<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<()>>,
+    socks: Vec<TcpStream>,
+    stats: Arc<FgStats>,
+}
+
+impl LoadGen {
+    pub fn start(
+        addr: SocketAddr,
+        rate: Rate,
+        conns: usize,
+        stats: Arc<FgStats>,
+        seed: u64,
+    ) -> std::io::Result<LoadGen> {
+        let mut socks = Vec::new();
+        let mut receivers = Vec::new();
+        for i in 0..conns {
+            let s = TcpStream::connect(addr)?;
+            s.set_nodelay(true)?;
+            let rd = s.try_clone()?;
+            let st = stats.clone();
+            receivers.push(
+                std::thread::Builder::new()
+                    .name(format!("loadgen-rx-{i}"))
+                    .spawn(move || {
+                        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+                        let mut f = [0u8; FRAME];
+                        while rd.read_exact(&mut f).is_ok() {
+                            let intended = u64::from_le_bytes(f[..8].try_into().unwrap());
+                            st.record(intended);
+                        }
+                    })?,
+            );
+            socks.push(s);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers: Vec<TcpStream> = socks
+            .iter()
+            .map(|s| s.try_clone())
+            .collect::<Result<_, _>>()?;
+        let (st, stp) = (stats.clone(), stop.clone());
+        let sender = std::thread::Builder::new()
+            .name("loadgen-tx".into())
+            .spawn(move || {
+                let mut rng = Rng::new(seed);
+                let mut next = st.now_ns() as f64;
+                let mut seq = 0u64;
+                while !stp.load(Ordering::Relaxed) {
+                    next += rng.exp(1e9 / rate.get());
+                    let now = st.now_ns() as f64;
+                    if next > now {
+                        std::thread::sleep(Duration::from_nanos((next - now) as u64));
+                    }
+                    let mut f = [0u8; FRAME];
+                    f[..8].copy_from_slice(&(next as u64).to_le_bytes());
+                    f[8..].copy_from_slice(&seq.to_le_bytes());
+                    let n = writers.len();
+                    if writers[(seq % n as u64) as usize].write_all(&f).is_err() {
+                        break;
+                    }
+                    st.sent.fetch_add(1, Ordering::Relaxed);
+                    seq += 1;
+                }
+            })?;
+        Ok(LoadGen {
+            stop,
+            sender: Some(sender),
+            receivers,
+            socks,
+            stats,
+        })
+    }
+
+    /// Stop sending, wait up to `timeout` for the replies still in flight, close.
+    /// Returns how many requests never got an answer.
+    pub fn stop_and_drain(mut self, timeout: Duration, abort: &AtomicBool) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.sender.take() {
+            let _ = s.join();
+        }
+        let deadline = Instant::now() + timeout;
+        let sent = self.stats.sent.load(Ordering::SeqCst);
+        while self.stats.received.load(Ordering::SeqCst) < sent
+            && Instant::now() < deadline
+            && !abort.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for s in &self.socks {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for r in self.receivers.drain(..) {
+            let _ = r.join();
+        }
+        sent.saturating_sub(self.stats.received.load(Ordering::SeqCst))
+    }
+}

@@ -1,0 +1,494 @@
+//! The isolation experiment: foreground latency next to elastic CPU work, phase by phase.
+//!
+//! ```text
+//! cargo run --release --example demo                     # the default phases
+//! cargo run --release --example demo -- --help           # flags
+//! cargo run --release --example demo -- --speed          # + controller settle-time phases
+//! ```
+//!
+//! Every phase builds a fresh runtime under test (through the library, so the scheduling
+//! latency is measured the same way in each), a loopback TCP service on it, an open-loop load
+//! generator on its own threads, and, depending on the phase, the export scan. The run prints a
+//! line a second, a summary table, and writes a JSON and an HTML report.
+
+mod args;
+mod ctl;
+mod fg;
+mod report;
+mod scan;
+mod util;
+
+use args::{Args, Kind, PhaseSpec, ProfileSpec};
+use ctl::{Control, Mode};
+use fg::{FgStats, LoadGen, Rate};
+use report::{PhaseResult, Point, Report};
+use scan::{Consume, Counters, ScanStream, Table};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use util::{fmt_us, q_us};
+
+/// Set by Ctrl-C: end the run, write what we have.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+fn stopped() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// Ctrl-C handler on a side thread (a tiny current-thread runtime of its own).
+fn install_ctrl_c() {
+    let _ = std::thread::Builder::new()
+        .name("demo-ctrl-c".into())
+        .spawn(|| {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("\ninterrupted: finishing the current phase early and writing the partial report (Ctrl-C again to quit now)");
+                    STOP.store(true, Ordering::SeqCst);
+                }
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            });
+        });
+}
+
+/// Everything the phases share.
+struct Ctx {
+    args: Args,
+    cpus: f64,
+    rate: f64,
+    table: Arc<Table>,
+    rows_per_cpu_sec: f64,
+    run_start: Instant,
+}
+
+fn main() {
+    let args = match args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}\n\n{}", args::USAGE);
+            std::process::exit(2);
+        }
+    };
+    if args.help {
+        println!("{}", args::USAGE);
+        return;
+    }
+    install_ctrl_c();
+
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(args.workers) as f64;
+    let machine_cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+
+    let spin_per_us = util::calibrate_spin();
+    eprintln!(
+        "calibrated: {:.0} spin iterations per us of CPU; building a {}-row table...",
+        spin_per_us, args.rows
+    );
+    let table = Arc::new(Table::build(args.rows, args.seed));
+    let (rows_per_cpu_sec, chunk_cpu) = scan::calibrate(&table, args.chunk_rows);
+    eprintln!(
+        "scan: {:.2}M rows per CPU-second single-threaded, {:.0} us of CPU per {}-row chunk",
+        rows_per_cpu_sec / 1e6,
+        chunk_cpu * 1e6,
+        args.chunk_rows
+    );
+    if !Control::pacing_available() {
+        eprintln!("note: the pacer is not in this build; static and paced phases are skipped");
+    }
+
+    let mut ctx = Ctx {
+        cpus,
+        rate: 0.0,
+        table,
+        rows_per_cpu_sec,
+        run_start: Instant::now(),
+        args,
+    };
+    let mut per_request_cpu_us = None;
+    ctx.rate = match ctx.args.rate {
+        Some(r) => r,
+        None => match calibrate_rate(&ctx) {
+            Ok((r, c)) => {
+                per_request_cpu_us = Some(c);
+                r
+            }
+            Err(e) => {
+                eprintln!("error: calibrating the foreground rate: {e}");
+                std::process::exit(1);
+            }
+        },
+    };
+    eprintln!(
+        "foreground: {:.0} requests/s, {} us of work each, {} connections, {} workers",
+        ctx.rate, ctx.args.work_us, ctx.args.conns, ctx.args.workers
+    );
+
+    let mut rep = Report {
+        machine: report::Machine {
+            cpus: machine_cpus,
+            workers: ctx.args.workers,
+            cpus_used: cpus,
+            os: std::env::consts::OS.into(),
+            arch: std::env::consts::ARCH.into(),
+            tokio_unstable: cfg!(tokio_unstable),
+            rate: ctx.rate,
+            work_us: ctx.args.work_us,
+            per_request_cpu_us,
+            conns: ctx.args.conns,
+            elastic_tasks: ctx.args.elastic_tasks,
+            rows: ctx.args.rows,
+            chunk_rows: ctx.args.chunk_rows,
+            chunk_cpu_us: chunk_cpu * 1e6,
+            rows_per_cpu_sec,
+            phase_secs: ctx.args.phase_secs,
+            warmup_secs: ctx.args.warmup_secs,
+            target_us: ctx.args.target_us,
+            static_limit: ctx.args.static_limit,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+        },
+        phases: Vec::new(),
+        timeline: Vec::new(),
+        interrupted: false,
+    };
+
+    ctx.run_start = Instant::now();
+    for spec in ctx.args.phases.clone() {
+        if stopped() {
+            break;
+        }
+        let r = run_phase(&ctx, &spec, &mut rep.timeline);
+        rep.phases.push(r);
+    }
+    rep.interrupted = stopped();
+
+    println!();
+    print!("{}", rep.summary_text());
+    let json = ctx
+        .args
+        .json
+        .clone()
+        .unwrap_or_else(|| report::default_path("report.json"));
+    let html = ctx
+        .args
+        .html
+        .clone()
+        .unwrap_or_else(|| report::default_path("report.html"));
+    for (path, body) in [(&json, rep.to_json()), (&html, rep.to_html())] {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(path, body) {
+            Ok(()) => println!("wrote {}", path.display()),
+            Err(e) => eprintln!("error: writing {}: {e}", path.display()),
+        }
+    }
+    if rep.interrupted {
+        println!("(partial report: the run was interrupted)");
+    }
+}
+
+/// Run the service alone at a trial rate and measure the CPU the whole process spends per
+/// request (server, client and kernel), to size the default rate to `--fg-load` of the machine.
+fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
+    let a = &ctx.args;
+    let machine = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
+    let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
+    let ctl = Control::new(a.workers, Mode::Unpaced, a.target_us)?;
+    let listener = ctl
+        .rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ctl.rt.spawn(fg::serve(listener, a.work_us));
+    let stats = FgStats::new();
+    let lg = LoadGen::start(
+        addr,
+        Rate::new(trial),
+        a.conns,
+        stats.clone(),
+        a.seed ^ 0xCA1,
+    )
+    .map_err(|e| format!("load generator: {e}"))?;
+    std::thread::sleep(Duration::from_millis(500));
+    let c0 = util::process_cpu().ok_or("no /proc/self/stat")?;
+    let r0 = stats.received.load(Ordering::SeqCst);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    let c1 = util::process_cpu().ok_or("no /proc/self/stat")?;
+    let r1 = stats.received.load(Ordering::SeqCst);
+    let secs = t0.elapsed().as_secs_f64();
+    lg.stop_and_drain(Duration::from_secs(2), &STOP);
+    ctl.shutdown();
+    if r1 <= r0 {
+        return Err("no replies during calibration".into());
+    }
+    let per_req = (c1 - c0).as_secs_f64() / (r1 - r0) as f64;
+    let rate = a.fg_load * machine / per_req;
+    eprintln!(
+        "calibrated: {:.0} req/s used {:.0}% of the machine, {:.0} us of process CPU per request",
+        (r1 - r0) as f64 / secs,
+        100.0 * (c1 - c0).as_secs_f64() / secs / machine,
+        per_req * 1e6
+    );
+    Ok((rate, per_req * 1e6))
+}
+
+fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
+    let profile = spec.profile.unwrap_or(ProfileSpec::Default);
+    match spec.kind {
+        Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated => Mode::Unpaced,
+        Kind::Static => Mode::Fixed(ctx.args.static_limit),
+        Kind::Paced | Kind::Step => Mode::Controlled {
+            profile,
+            initial: None,
+        },
+        Kind::Low => Mode::Controlled {
+            profile,
+            initial: Some(report::LOW_START),
+        },
+        Kind::High => Mode::Controlled {
+            profile,
+            initial: Some(report::HIGH_START),
+        },
+    }
+}
+
+fn run_phase(ctx: &Ctx, spec: &PhaseSpec, timeline: &mut Vec<Point>) -> PhaseResult {
+    let name = spec.name();
+    let mut res = PhaseResult::new(&name, spec.kind);
+    res.start_ms = ctx.run_start.elapsed().as_millis() as u64;
+    let mode = mode_of(ctx, spec);
+    if !matches!(mode, Mode::Unpaced) && !Control::pacing_available() {
+        res.skipped = Some("pacer not available in this build".into());
+        eprintln!("[{name}] skipped: pacer not available in this build");
+        return res;
+    }
+    match run_phase_inner(ctx, spec, &name, mode, timeline, &mut res) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("[{name}] failed: {e}");
+            res.skipped = Some(e);
+        }
+    }
+    res.end_ms = ctx.run_start.elapsed().as_millis() as u64;
+    res
+}
+
+/// Counters at the start of a phase's measurement window.
+struct Mark {
+    at: Instant,
+    rows: u64,
+    cpu: Option<Duration>,
+    busy: Option<(Duration, Duration)>,
+}
+
+fn run_phase_inner(
+    ctx: &Ctx,
+    spec: &PhaseSpec,
+    name: &str,
+    mode: Mode,
+    timeline: &mut Vec<Point>,
+    res: &mut PhaseResult,
+) -> Result<(), String> {
+    let a = &ctx.args;
+    let ctl = Control::new(a.workers, mode, a.target_us)?;
+    let listener = ctl
+        .rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    ctl.rt.spawn(fg::serve(listener, a.work_us));
+
+    // The elastic scan.
+    let stop_scan = Arc::new(AtomicBool::new(false));
+    let counters = Arc::new(Counters::default());
+    let mut dedicated = None;
+    if spec.kind != Kind::Baseline {
+        let handle = if spec.kind == Kind::Dedicated {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("dedicated")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("dedicated runtime: {e}"))?;
+            let h = rt.handle().clone();
+            dedicated = Some(rt);
+            h
+        } else {
+            ctl.rt.handle().clone()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4 * a.elastic_tasks);
+        handle.spawn(scan::sink(rx, counters.clone()));
+        let consume = if spec.kind == Kind::Yield {
+            Consume::YieldEach
+        } else {
+            Consume::Plain
+        };
+        let paced = !matches!(mode, Mode::Unpaced);
+        for (from, to) in scan::ranges(ctx.table.rows.len(), a.elastic_tasks) {
+            let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
+            let tx = tx.clone();
+            if paced {
+                handle.spawn(scan::drive(ctl.paced(s), tx, consume));
+            } else {
+                handle.spawn(scan::drive(s, tx, consume));
+            }
+        }
+    }
+
+    let rate = Rate::new(ctx.rate);
+    let stats = FgStats::new();
+    let lg = LoadGen::start(
+        addr,
+        rate.clone(),
+        a.conns,
+        stats.clone(),
+        a.seed.wrapping_add(res.start_ms),
+    )
+    .map_err(|e| format!("load generator: {e}"))?;
+
+    let t0 = Instant::now();
+    let phase = Duration::from_secs_f64(a.phase_secs);
+    let warmup = Duration::from_secs_f64(a.warmup_secs);
+    let mut next = t0;
+    let mut last_rows = 0u64;
+    let mut last_t = t0;
+    let mut last_print = t0;
+    let mut print_rows = 0u64;
+    let mut measuring: Option<Mark> = None;
+    let mut limits = Vec::new();
+    let mut scheds = Vec::new();
+    let mut stepped = 0;
+    loop {
+        next += a.sample;
+        while Instant::now() < next && !stopped() {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
+        }
+        let now = Instant::now();
+        let el = now - t0;
+        if measuring.is_none() && el >= warmup {
+            stats.measure_from_now();
+            measuring = Some(Mark {
+                at: now,
+                rows: counters.rows.load(Ordering::Relaxed),
+                cpu: util::process_cpu(),
+                busy: util::machine_busy(),
+            });
+        }
+        if spec.kind == Kind::Step {
+            let third = phase / 3;
+            if stepped == 0 && el >= third {
+                rate.set(ctx.rate * report::STEP_FACTOR);
+                res.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
+                stepped = 1;
+            } else if stepped == 1 && el >= third * 2 {
+                rate.set(ctx.rate);
+                res.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
+                stepped = 2;
+            }
+        }
+        let snap = ctl.snapshot();
+        let h = stats.take_sample();
+        let rows = counters.rows.load(Ordering::Relaxed);
+        let rps = (rows - last_rows) as f64 / (now - last_t).as_secs_f64();
+        last_rows = rows;
+        last_t = now;
+        timeline.push(Point {
+            t_ms: ctx.run_start.elapsed().as_millis() as u64,
+            phase: name.to_string(),
+            limit: snap.limit,
+            sched_p99_us: snap.sched_p99_us,
+            fg_p99_us: q_us(&h, 0.99),
+            elastic_rows_per_sec: rps,
+        });
+        if measuring.is_some() {
+            if let Some(l) = snap.limit {
+                limits.push(l);
+            }
+            if let Some(s) = snap.sched_p99_us {
+                scheds.push(s);
+            }
+        }
+        if now - last_print >= Duration::from_millis(995) {
+            let h = stats.take_second();
+            let rps = (rows - print_rows) as f64 / (now - last_print).as_secs_f64();
+            print_rows = rows;
+            last_print = now;
+            println!(
+                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} | limit {} | elastic {:>6.2}M rows/s",
+                name,
+                el.as_secs_f64(),
+                fmt_us(q_us(&h, 0.99)),
+                fmt_us(snap.sched_p99_us),
+                snap.limit
+                    .map(|l| format!("{l:.3}"))
+                    .unwrap_or_else(|| "  -  ".into()),
+                rps / 1e6
+            );
+        }
+        if el >= phase || stopped() {
+            break;
+        }
+    }
+    stats.measure_until_now();
+    let end = Instant::now();
+    let rows_end = counters.rows.load(Ordering::Relaxed);
+    let cpu_end = util::process_cpu();
+    let busy_end = util::machine_busy();
+    res.interrupted = stopped();
+    res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
+    stop_scan.store(true, Ordering::SeqCst);
+    ctl.shutdown();
+    if let Some(rt) = dedicated {
+        rt.shutdown_timeout(Duration::from_secs(3));
+    }
+
+    if let Some(Mark {
+        at: m0,
+        rows: rows0,
+        cpu: cpu0,
+        busy: busy0,
+    }) = measuring
+    {
+        let secs = (end - m0).as_secs_f64().max(1e-9);
+        let h = stats.phase_hist();
+        res.measured_secs = secs;
+        res.requests = h.len();
+        res.p50_us = q_us(&h, 0.50);
+        res.p99_us = q_us(&h, 0.99);
+        res.p999_us = q_us(&h, 0.999);
+        res.max_us = q_us(&h, 1.0);
+        res.sched_p99_us = report::mean(&scheds);
+        res.rows_per_sec = (rows_end - rows0) as f64 / secs;
+        res.cpu_share = res.rows_per_sec / (ctx.rows_per_cpu_sec * ctx.cpus);
+        res.limit_mean = report::mean(&limits);
+        res.limit_min = limits.iter().copied().reduce(f64::min);
+        res.limit_max = limits.iter().copied().reduce(f64::max);
+        if let (Some(c0), Some(c1)) = (cpu0, cpu_end) {
+            let machine = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1) as f64;
+            res.process_cpu_share = Some((c1 - c0).as_secs_f64() / secs / machine);
+        }
+        if let (Some((b0, t0)), Some((b1, t1))) = (busy0, busy_end) {
+            let dt = (t1 - t0).as_secs_f64();
+            if dt > 0.0 {
+                res.machine_busy_share = Some((b1 - b0).as_secs_f64() / dt);
+            }
+        }
+    }
+    Ok(())
+}
