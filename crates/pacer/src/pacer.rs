@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
-use elastic_core::{Admit, ElasticHandle, Ticket};
+use std::time::Duration;
+
+use elastic_core::{Admit, ElasticHandle, Grant, Ticket};
 
 use crate::paced::yield_to_scheduler;
 use crate::shared::{QueueClock, RunningClock, Shared};
@@ -15,7 +17,11 @@ use crate::shared::{QueueClock, RunningClock, Shared};
 enum State {
     Idle,
     Waiting(Ticket<QueueClock>),
+    /// Running a stretch of the grant: until the quantum or the rest of the slice is used.
     Running(ElasticHandle<RunningClock>),
+    /// Yielded at the quantum with part of the grant left; its running time is not charged
+    /// while the task waits in the run queue.
+    Paused(Grant),
     Unpaced,
 }
 
@@ -47,6 +53,8 @@ enum State {
 pub struct Pacer {
     shared: Arc<Shared>,
     state: State,
+    /// Running time charged to the current grant by the stretches already finished.
+    used: Duration,
 }
 
 impl Pacer {
@@ -54,6 +62,7 @@ impl Pacer {
         Pacer {
             shared,
             state: State::Idle,
+            used: Duration::ZERO,
         }
     }
 
@@ -83,7 +92,8 @@ impl Pacer {
         matches!(self.state, State::Unpaced)
     }
 
-    /// Within the grant and the quantum: go on. Otherwise settle what we hold and say no.
+    /// Within the stretch: go on. Otherwise end the stretch (pausing the grant, or settling it
+    /// when the slice is spent) and say no.
     #[inline]
     fn fast_path(&mut self) -> bool {
         match &mut self.state {
@@ -91,7 +101,7 @@ impl Pacer {
                 if !h.over_limit().0 {
                     return true;
                 }
-                self.settle();
+                self.end_stretch();
                 false
             }
             State::Unpaced => true,
@@ -99,37 +109,60 @@ impl Pacer {
         }
     }
 
-    fn acquire(&mut self, cx: &mut Context<'_>, run_for: std::time::Duration) -> Poll<()> {
+    /// Hold a grant again (resume a paused one, admit, or wait), running at most `stretch`.
+    fn acquire(&mut self, cx: &mut Context<'_>, stretch: Duration) -> Poll<()> {
         loop {
-            match &mut self.state {
-                State::Running(_) | State::Unpaced => return Poll::Ready(()),
+            match mem::replace(&mut self.state, State::Idle) {
+                s @ (State::Running(_) | State::Unpaced) => {
+                    self.state = s;
+                    return Poll::Ready(());
+                }
+                State::Paused(g) => self.state = self.running(g, stretch),
                 State::Idle => {
+                    self.used = Duration::ZERO;
                     self.state = match self.shared.queue.admit(self.shared.slice) {
-                        Admit::Granted(g) => self.running(g, run_for),
+                        Admit::Granted(g) => self.running(g, stretch),
                         Admit::Queued(t) => State::Waiting(t),
                     }
                 }
-                State::Waiting(t) => match t.poll_grant(cx.waker()) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(g)) => self.state = self.running(g, run_for),
+                State::Waiting(mut t) => match t.poll_grant(cx.waker()) {
+                    Poll::Pending => {
+                        self.state = State::Waiting(t);
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Ok(g)) => self.state = self.running(g, stretch),
                     Poll::Ready(Err(_closed)) => self.state = State::Unpaced,
                 },
             }
         }
     }
 
-    fn running(&self, grant: elastic_core::Grant, run_for: std::time::Duration) -> State {
+    fn running(&self, grant: Grant, stretch: Duration) -> State {
+        let left = grant.allotted().saturating_sub(self.used);
         State::Running(ElasticHandle::with_deadline(
             grant,
             self.shared.running.clock(),
-            run_for,
+            stretch.min(left),
         ))
     }
 
-    fn settle(&mut self) {
+    /// The stretch is over: pause the grant, or settle it if the slice is spent.
+    fn end_stretch(&mut self) {
         if let State::Running(h) = mem::replace(&mut self.state, State::Idle) {
             let (grant, used) = h.into_grant();
-            self.shared.queue.done(grant, used);
+            self.used += used;
+            if self.used >= grant.allotted() {
+                self.shared.queue.done(grant, mem::take(&mut self.used));
+            } else {
+                self.state = State::Paused(grant);
+            }
+        }
+    }
+
+    fn settle(&mut self) {
+        self.end_stretch();
+        if let State::Paused(grant) = mem::replace(&mut self.state, State::Idle) {
+            self.shared.queue.done(grant, mem::take(&mut self.used));
         }
     }
 }
@@ -146,6 +179,7 @@ impl std::fmt::Debug for Pacer {
             State::Idle => "idle",
             State::Waiting(_) => "waiting",
             State::Running(_) => "running",
+            State::Paused(_) => "paused",
             State::Unpaced => "unpaced",
         };
         f.debug_struct("Pacer").field("state", &state).finish()
@@ -170,14 +204,13 @@ impl Future for Pace<'_> {
                 if pacer.fast_path() {
                     return Poll::Ready(());
                 }
-                // Quantum or slice spent and settled: yield once, so the foreground tasks
-                // queued behind this worker (and the I/O driver) run, then take a new grant.
-                // Settling at every yield means the time spent waiting in the run queue is
-                // never charged as running time.
+                // Quantum (or slice) spent: yield once, so the foreground tasks queued behind
+                // this worker (and the I/O driver) run. The grant is paused meanwhile, so time
+                // spent waiting in the run queue is never charged as running time.
                 yield_to_scheduler(cx);
                 Poll::Pending
             }
-            State::Idle | State::Waiting(_) => {
+            State::Idle | State::Waiting(_) | State::Paused(_) => {
                 let quantum = pacer.shared.quantum;
                 pacer.acquire(cx, quantum)
             }

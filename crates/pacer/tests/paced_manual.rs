@@ -231,3 +231,44 @@ fn panic_mid_poll_is_charged_and_settled() {
     assert_eq!(s.returned_nanos, 93 * MS);
     assert_ledger_balanced(&s);
 }
+
+#[test]
+fn pacer_yields_every_quantum_and_settles_once_per_slice() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.5, 1.0); // quantum 250 µs, slice 100 ms
+    let mut pacer = elastic.pacer();
+    let (counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let (mut ready, mut yields) = (0, 0);
+    // 150 ms of loop at 10 µs an iteration.
+    for _ in 0..15_000 {
+        loop {
+            match Pin::new(&mut pacer.pace()).poll(&mut cx) {
+                Poll::Ready(()) => break,
+                Poll::Pending => yields += 1,
+            }
+        }
+        ready += 1;
+        clock.advance(Duration::from_micros(10));
+    }
+    assert_eq!(ready, 15_000);
+    // The amortized check may let a stretch run up to twice the quantum: 150 ms of running
+    // makes between 300 and 600 yields; each yield woke the task (outside a runtime).
+    assert!((300..=600).contains(&yields), "{yields} yields");
+    assert_eq!(counter.count(), yields);
+    let s = elastic.snapshot();
+    assert_eq!(
+        s.queue.grants, 2,
+        "yields pause the grant, they do not re-admit"
+    );
+    // The first slice was settled in full, overrun by at most the stretch that crossed it.
+    assert!(
+        (100 * MS..=100 * MS + MS / 2).contains(&s.used_nanos),
+        "{s:#?}"
+    );
+    assert_eq!(s.over_limit_nanos, s.used_nanos - 100 * MS);
+    drop(pacer);
+    let s = elastic.snapshot();
+    assert_eq!(s.used_nanos, 150 * MS);
+    assert_ledger_balanced(&s);
+}
