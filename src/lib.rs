@@ -47,3 +47,8 @@ pub use {elastic_core, pacer, sched_probe};
 pub mod prelude {
     pub use pacer::{PacedExt, PacedStreamExt};
 }
+
+/// The README's code blocks, compiled as doc tests so the quick start cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
