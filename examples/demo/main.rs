@@ -103,9 +103,6 @@ fn main() {
         chunk_cpu * 1e6,
         args.chunk_rows
     );
-    if !Control::pacing_available() {
-        eprintln!("note: the pacer is not in this build; static and paced phases are skipped");
-    }
 
     let mut ctx = Ctx {
         cpus,
@@ -271,11 +268,6 @@ fn run_phase(ctx: &Ctx, spec: &PhaseSpec, timeline: &mut Vec<Point>) -> PhaseRes
     let mut res = PhaseResult::new(&name, spec.kind);
     res.start_ms = ctx.run_start.elapsed().as_millis() as u64;
     let mode = mode_of(ctx, spec);
-    if !matches!(mode, Mode::Unpaced) && !Control::pacing_available() {
-        res.skipped = Some("pacer not available in this build".into());
-        eprintln!("[{name}] skipped: pacer not available in this build");
-        return res;
-    }
     match run_phase_inner(ctx, spec, &name, mode, timeline, &mut res) {
         Ok(()) => {}
         Err(e) => {
@@ -293,6 +285,7 @@ struct Mark {
     rows: u64,
     cpu: Option<Duration>,
     busy: Option<(Duration, Duration)>,
+    used_ns: u64,
 }
 
 fn run_phase_inner(
@@ -386,6 +379,7 @@ fn run_phase_inner(
                 rows: counters.rows.load(Ordering::Relaxed),
                 cpu: util::process_cpu(),
                 busy: util::machine_busy(),
+                used_ns: ctl.full_snapshot().used_nanos,
             });
         }
         if spec.kind == Kind::Step {
@@ -448,6 +442,7 @@ fn run_phase_inner(
     let rows_end = counters.rows.load(Ordering::Relaxed);
     let cpu_end = util::process_cpu();
     let busy_end = util::machine_busy();
+    let used_end = ctl.full_snapshot().used_nanos;
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
     stop_scan.store(true, Ordering::SeqCst);
@@ -461,6 +456,7 @@ fn run_phase_inner(
         rows: rows0,
         cpu: cpu0,
         busy: busy0,
+        used_ns: used0,
     }) = measuring
     {
         let secs = (end - m0).as_secs_f64().max(1e-9);
@@ -474,6 +470,9 @@ fn run_phase_inner(
         res.sched_p99_us = report::mean(&scheds);
         res.rows_per_sec = (rows_end - rows0) as f64 / secs;
         res.cpu_share = res.rows_per_sec / (ctx.rows_per_cpu_sec * ctx.cpus);
+        if !matches!(mode, Mode::Unpaced) {
+            res.used_share = Some((used_end - used0) as f64 / 1e9 / secs / ctx.cpus);
+        }
         res.limit_mean = report::mean(&limits);
         res.limit_min = limits.iter().copied().reduce(f64::min);
         res.limit_max = limits.iter().copied().reduce(f64::max);

@@ -88,6 +88,8 @@ pub struct PhaseResult {
     pub unanswered: u64,
     pub process_cpu_share: Option<f64>,
     pub machine_busy_share: Option<f64>,
+    /// Elastic CPU the pacer measured (its `used_nanos`), as a share of the runtime's CPUs.
+    pub used_share: Option<f64>,
 }
 
 impl PhaseResult {
@@ -115,6 +117,7 @@ impl PhaseResult {
             unanswered: 0,
             process_cpu_share: None,
             machine_busy_share: None,
+            used_share: None,
         }
     }
 
@@ -626,7 +629,7 @@ impl Report {
             let _ = write!(
                 s,
                 "{}\n    {{\"name\": {}, \"skipped\": {}, \"interrupted\": {}, \"start_ms\": {}, \"end_ms\": {}, \"step_ms\": [{}], \
-                 \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}}}",
+                 \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
                 if i == 0 { "" } else { "," },
                 jstr(&p.name),
                 p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
@@ -641,7 +644,8 @@ impl Report {
                 jnum(p.measured_secs),
                 p.unanswered,
                 jopt(p.process_cpu_share),
-                jopt(p.machine_busy_share)
+                jopt(p.machine_busy_share),
+                jopt(p.used_share)
             );
         }
         s.push_str("\n  ],\n  \"controller_speed\": [");
