@@ -42,6 +42,74 @@ pub fn rate_for(limit: f64, cpus: f64) -> u64 {
 #[derive(Debug)]
 pub struct TokenBucket<C: Clock> {
     clock: C,
+    core: Core,
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A full bucket (balance = burst = rate) refilling at `rate_nanos_per_sec`.
+    pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
+        let core = Core::new(rate_nanos_per_sec, nanos(&clock));
+        Self { clock, core }
+    }
+
+    /// Change the rate: refill at the old rate first, then move the balance by the change in
+    /// burst (`new_burst − old_burst`), which may push it into debt.
+    pub fn set_rate(&mut self, rate_nanos_per_sec: u64) {
+        self.core.set_rate(rate_nanos_per_sec, nanos(&self.clock));
+    }
+
+    /// Take `n` tokens if the balance covers `want = min(n, burst)`; the whole `n` is taken, so a
+    /// request larger than the burst takes a full bucket into debt rather than never succeeding.
+    pub fn try_take(&mut self, n: u64) -> bool {
+        self.core.try_take(n, nanos(&self.clock))
+    }
+
+    /// Take `n` tokens regardless of the balance (the queue grants a waiting head its whole slice
+    /// while the balance is positive).
+    pub fn take_unchecked(&mut self, n: u64) {
+        self.core.take_unchecked(n, nanos(&self.clock));
+    }
+
+    /// Charge `n` tokens of overshoot after the fact.
+    pub fn charge(&mut self, n: u64) {
+        self.core.take_unchecked(n, nanos(&self.clock));
+    }
+
+    /// Return `n` unused tokens; the balance never exceeds the burst.
+    pub fn give_back(&mut self, n: u64) {
+        self.core.give_back(n);
+    }
+
+    /// The balance after refilling (negative = debt).
+    pub fn balance(&mut self) -> i64 {
+        self.core.balance(nanos(&self.clock))
+    }
+
+    /// Tokens (CPU nanoseconds) added per second.
+    pub fn rate(&self) -> u64 {
+        self.core.rate
+    }
+
+    /// The most tokens the bucket holds: one second of refill.
+    pub fn burst(&self) -> u64 {
+        self.core.rate
+    }
+
+    /// The clock the bucket refills by.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+#[inline]
+fn nanos<C: Clock>(clock: &C) -> u64 {
+    duration_nanos(clock.now())
+}
+
+/// The bucket's arithmetic, with the time passed in: the work queue reads its clock before
+/// taking its lock, so a slow clock read never lengthens the critical section.
+#[derive(Debug)]
+pub(crate) struct Core {
     rate: u64,
     balance: i64,
     last_refill: u64,
@@ -50,31 +118,27 @@ pub struct TokenBucket<C: Clock> {
     frac: u128,
 }
 
-impl<C: Clock> TokenBucket<C> {
-    /// A full bucket (balance = burst = rate) refilling at `rate_nanos_per_sec`.
-    pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
+impl Core {
+    pub(crate) fn new(rate_nanos_per_sec: u64, now: u64) -> Self {
         let rate = rate_nanos_per_sec.min(MAX_RATE);
-        let last_refill = duration_nanos(clock.now());
         Self {
-            clock,
             rate,
             balance: rate as i64,
-            last_refill,
+            last_refill: now,
             frac: 0,
         }
     }
 
-    /// Add what accrued since the last refill, capped at burst. A clock that went backwards adds
-    /// nothing (and the lost time is not re-credited when it comes back).
+    /// Add what accrued since the last refill, capped at burst. A time before the last refill
+    /// (a clock that went backwards, or a racing caller's earlier reading) adds nothing.
     #[inline]
-    fn refill(&mut self) {
-        let now = duration_nanos(self.clock.now());
+    fn refill(&mut self, now: u64) {
         if now <= self.last_refill {
             return;
         }
         let elapsed = (now - self.last_refill) as u128;
         self.last_refill = now;
-        let burst = self.burst() as i64;
+        let burst = self.rate as i64;
         if self.balance >= burst {
             self.frac = 0;
             return;
@@ -91,21 +155,18 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
-    /// Change the rate: refill at the old rate first, then move the balance by the change in
-    /// burst (`new_burst − old_burst`), which may push it into debt.
-    pub fn set_rate(&mut self, rate_nanos_per_sec: u64) {
-        self.refill();
+    pub(crate) fn set_rate(&mut self, rate_nanos_per_sec: u64, now: u64) {
+        self.refill(now);
         let new = rate_nanos_per_sec.min(MAX_RATE);
         let delta = new as i128 - self.rate as i128;
         self.balance = sat_i64(self.balance as i128 + delta);
         self.rate = new;
     }
 
-    /// Take `n` tokens if the balance covers `want = min(n, burst)`; the whole `n` is taken, so a
-    /// request larger than the burst takes a full bucket into debt rather than never succeeding.
-    pub fn try_take(&mut self, n: u64) -> bool {
-        self.refill();
-        let want = n.min(self.burst());
+    #[inline]
+    pub(crate) fn try_take(&mut self, n: u64, now: u64) -> bool {
+        self.refill(now);
+        let want = n.min(self.rate);
         if want as i128 > self.balance as i128 {
             return false;
         }
@@ -113,44 +174,26 @@ impl<C: Clock> TokenBucket<C> {
         true
     }
 
-    /// Take `n` tokens regardless of the balance (the queue grants a waiting head its whole slice
-    /// while the balance is positive).
-    pub fn take_unchecked(&mut self, n: u64) {
-        self.refill();
+    pub(crate) fn take_unchecked(&mut self, n: u64, now: u64) {
+        self.refill(now);
         self.balance = sat_i64(self.balance as i128 - n as i128);
     }
 
-    /// Charge `n` tokens of overshoot after the fact.
-    pub fn charge(&mut self, n: u64) {
-        self.take_unchecked(n);
-    }
-
-    /// Return `n` unused tokens; the balance never exceeds the burst.
-    pub fn give_back(&mut self, n: u64) {
-        self.refill();
-        let burst = self.burst() as i128;
+    /// No refill needed first: adding `n` then refilling `r`, both capped at the burst, gives
+    /// `min(balance + n + r, burst)` in either order. So a return needs no clock read.
+    #[inline]
+    pub(crate) fn give_back(&mut self, n: u64) {
+        let burst = self.rate as i128;
         self.balance = sat_i64((self.balance as i128 + n as i128).min(burst));
     }
 
-    /// The balance after refilling (negative = debt).
-    pub fn balance(&mut self) -> i64 {
-        self.refill();
+    pub(crate) fn balance(&mut self, now: u64) -> i64 {
+        self.refill(now);
         self.balance
     }
 
-    /// Tokens (CPU nanoseconds) added per second.
-    pub fn rate(&self) -> u64 {
+    pub(crate) fn rate(&self) -> u64 {
         self.rate
-    }
-
-    /// The most tokens the bucket holds: one second of refill.
-    pub fn burst(&self) -> u64 {
-        self.rate
-    }
-
-    /// The clock the bucket refills by.
-    pub fn clock(&self) -> &C {
-        &self.clock
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use crate::bucket::TokenBucket;
+use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
 use crate::sync::{lock, Arc, Mutex};
 
@@ -95,8 +95,8 @@ struct Waiter {
     waker: Option<Waker>,
 }
 
-struct State<C: Clock> {
-    bucket: TokenBucket<C>,
+struct State {
+    bucket: Core,
     waiters: VecDeque<Waiter>,
     /// Granted to a ticket that has not collected it yet: (ticket id, nanos).
     granted: Vec<(u64, u64)>,
@@ -106,7 +106,7 @@ struct State<C: Clock> {
     stats: QueueSnapshot,
 }
 
-impl<C: Clock> State<C> {
+impl State {
     /// Count a waiter leaving the queue (for any reason).
     fn finish_wait(&mut self, since: Duration, now: Duration) {
         self.stats.waits += 1;
@@ -120,16 +120,16 @@ impl<C: Clock> State<C> {
     /// the head its whole slice (the balance may dip negative). Wakers are collected, not called:
     /// the caller wakes them after releasing the lock, so a waker that re-enters the queue (or is
     /// slow) never runs under it.
-    fn grant_waiters(&mut self, wake: &mut Vec<Waker>) {
+    fn grant_waiters(&mut self, now: Duration, wake: &mut Vec<Waker>) {
         if self.waiters.is_empty() {
             return;
         }
-        let now = self.bucket.clock().now();
-        while !self.waiters.is_empty() && self.bucket.balance() > 0 {
+        let t = duration_nanos(now);
+        while !self.waiters.is_empty() && self.bucket.balance(t) > 0 {
             let Some(w) = self.waiters.pop_front() else {
                 break;
             };
-            self.bucket.take_unchecked(w.slice);
+            self.bucket.take_unchecked(w.slice, t);
             self.granted.push((w.id, w.slice));
             self.stats.grants += 1;
             self.stats.acquired_nanos = self.stats.acquired_nanos.saturating_add(w.slice);
@@ -141,7 +141,15 @@ impl<C: Clock> State<C> {
     }
 }
 
-type Shared<C> = Arc<Mutex<State<C>>>;
+/// The clock sits outside the mutex: it is read before locking, so a slow clock read (tens of
+/// ns on some VMs) never lengthens the critical section. A reading that is older than one
+/// another thread already applied is harmless: refill ignores time that went backwards.
+struct Inner<C> {
+    clock: C,
+    state: Mutex<State>,
+}
+
+type Shared<C> = Arc<Inner<C>>;
 
 fn wake_all(wake: Vec<Waker>) {
     for w in wake {
@@ -186,17 +194,20 @@ impl<C: Clock> fmt::Debug for WorkQueue<C> {
 impl<C: Clock> WorkQueue<C> {
     /// A queue over a full bucket refilling at `rate_nanos_per_sec`.
     pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
-        let bucket = TokenBucket::new(clock, rate_nanos_per_sec);
+        let bucket = Core::new(rate_nanos_per_sec, duration_nanos(clock.now()));
         Self {
-            shared: Arc::new(Mutex::new(State {
-                bucket,
-                waiters: VecDeque::new(),
-                granted: Vec::new(),
-                next_id: 0,
-                had_waiters: false,
-                closed: false,
-                stats: QueueSnapshot::default(),
-            })),
+            shared: Arc::new(Inner {
+                clock,
+                state: Mutex::new(State {
+                    bucket,
+                    waiters: VecDeque::new(),
+                    granted: Vec::new(),
+                    next_id: 0,
+                    had_waiters: false,
+                    closed: false,
+                    stats: QueueSnapshot::default(),
+                }),
+            }),
         }
     }
 
@@ -207,20 +218,20 @@ impl<C: Clock> WorkQueue<C> {
     /// [`close`]: WorkQueue::close
     pub fn admit(&self, slice: Duration) -> Admit<C> {
         let n = duration_nanos(slice.clamp(MIN_SLICE, MAX_SLICE));
-        let mut st = lock(&self.shared);
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
         let id = st.next_id;
         st.next_id += 1;
         if !st.closed {
-            if st.waiters.is_empty() && st.bucket.try_take(n) {
+            if st.waiters.is_empty() && st.bucket.try_take(n, duration_nanos(now)) {
                 st.stats.grants += 1;
                 st.stats.acquired_nanos = st.stats.acquired_nanos.saturating_add(n);
                 return Admit::Granted(Grant { nanos: n });
             }
-            let since = st.bucket.clock().now();
             st.waiters.push_back(Waiter {
                 id,
                 slice: n,
-                since,
+                since: now,
                 waker: None,
             });
             st.had_waiters = true;
@@ -239,18 +250,25 @@ impl<C: Clock> WorkQueue<C> {
         let allotted = grant.nanos;
         let used = duration_nanos(used);
         let mut wake = Vec::new();
-        let mut st = lock(&self.shared);
+        // Returning needs no clock read (see `Core::give_back`); charging and granting do.
+        let mut now = (used > allotted).then(|| self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
         st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
         if used > allotted {
             let over = used - allotted;
-            st.bucket.charge(over);
+            let t = *now.get_or_insert_with(|| self.shared.clock.now());
+            st.bucket.take_unchecked(over, duration_nanos(t));
             st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
         } else {
             let back = allotted - used;
             st.bucket.give_back(back);
             st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
         }
-        st.grant_waiters(&mut wake);
+        if !st.waiters.is_empty() {
+            // Rare path (someone waits): reading the clock under the lock is fine here.
+            let t = *now.get_or_insert_with(|| self.shared.clock.now());
+            st.grant_waiters(t, &mut wake);
+        }
         drop(st);
         wake_all(wake);
     }
@@ -258,9 +276,10 @@ impl<C: Clock> WorkQueue<C> {
     /// Change the token rate (see [`TokenBucket::set_rate`]), then grant waiters.
     pub fn set_rate(&self, rate_nanos_per_sec: u64) {
         let mut wake = Vec::new();
-        let mut st = lock(&self.shared);
-        st.bucket.set_rate(rate_nanos_per_sec);
-        st.grant_waiters(&mut wake);
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
+        st.bucket.set_rate(rate_nanos_per_sec, duration_nanos(now));
+        st.grant_waiters(now, &mut wake);
         drop(st);
         wake_all(wake);
     }
@@ -270,11 +289,12 @@ impl<C: Clock> WorkQueue<C> {
     /// or if any were still queued when this tick began.
     pub fn tick(&self) -> bool {
         let mut wake = Vec::new();
-        let mut st = lock(&self.shared);
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
         // Read before granting: waiters this tick serves still waited during the last period.
         let had = st.had_waiters || !st.waiters.is_empty();
         st.had_waiters = false;
-        st.grant_waiters(&mut wake);
+        st.grant_waiters(now, &mut wake);
         drop(st);
         wake_all(wake);
         had
@@ -283,9 +303,9 @@ impl<C: Clock> WorkQueue<C> {
     /// Shut down: every queued and future admission resolves to [`Closed`] (queued ones are
     /// woken). Grants already handed out stay valid and can still be settled.
     pub fn close(&self) {
-        let mut st = lock(&self.shared);
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
         st.closed = true;
-        let now = st.bucket.clock().now();
         let waiters = std::mem::take(&mut st.waiters);
         let mut wake = Vec::with_capacity(waiters.len());
         for w in waiters {
@@ -298,18 +318,19 @@ impl<C: Clock> WorkQueue<C> {
 
     /// Whether [`close`](WorkQueue::close) was called.
     pub fn is_closed(&self) -> bool {
-        lock(&self.shared).closed
+        lock(&self.shared.state).closed
     }
 
     /// Current token rate (CPU nanoseconds per second).
     pub fn rate(&self) -> u64 {
-        lock(&self.shared).bucket.rate()
+        lock(&self.shared.state).bucket.rate()
     }
 
     /// Counters and gauges, read under one lock.
     pub fn snapshot(&self) -> QueueSnapshot {
-        let mut st = lock(&self.shared);
-        let balance = st.bucket.balance();
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        let balance = st.bucket.balance(now);
         QueueSnapshot {
             rate_nanos_per_sec: st.bucket.rate(),
             balance_nanos: balance,
@@ -345,7 +366,7 @@ impl<C: Clock> Ticket<C> {
         if self.spent {
             return Poll::Ready(Err(Closed));
         }
-        let mut st = lock(&self.shared);
+        let mut st = lock(&self.shared.state);
         if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
             let (_, nanos) = st.granted.swap_remove(pos);
             self.spent = true;
@@ -377,17 +398,17 @@ impl<C: Clock> Drop for Ticket<C> {
             return;
         }
         let mut wake = Vec::new();
-        let mut st = lock(&self.shared);
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
         if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
             if let Some(w) = st.waiters.remove(pos) {
-                let now = st.bucket.clock().now();
                 st.finish_wait(w.since, now);
             }
         } else if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
             let (_, nanos) = st.granted.swap_remove(pos);
             st.bucket.give_back(nanos);
             st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
-            st.grant_waiters(&mut wake);
+            st.grant_waiters(now, &mut wake);
         }
         drop(st);
         wake_all(wake);
