@@ -186,3 +186,18 @@ fn real_clocks_work() {
     assert!(h.used() >= Duration::from_millis(10));
     assert!(format!("{h:?}").contains("ElasticHandle"));
 }
+
+#[test]
+fn deadline_cuts_the_slice_short_but_diff_stays_against_the_slice() {
+    let clock = ManualClock::new();
+    let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), Duration::from_millis(2));
+    assert_eq!(h.over_limit(), (false, -10 * MS));
+    clock.advance(Duration::from_millis(2));
+    h.over_limit(); // cached
+    assert_eq!(h.over_limit(), (true, -8 * MS));
+    // A deadline past the slice is the slice.
+    let clock = ManualClock::new();
+    let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), Duration::from_secs(1));
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(h.over_limit(), (true, 0));
+}
