@@ -167,6 +167,8 @@ pub struct Args {
     pub rows: usize,
     pub chunk_rows: usize,
     pub target_us: Option<u64>,
+    pub slice_ms: Option<u64>,
+    pub quantum_us: Option<u64>,
     pub static_limit: f64,
     pub sample: Duration,
     pub json: Option<PathBuf>,
@@ -210,6 +212,8 @@ Flags:
   --chunk-rows N       rows per encoded chunk [default: 512]
   --target-us N        scheduling-latency p99 target of the controller [default: the library's]
   --static-limit F     share for the static phase [default: 0.25]
+  --slice-ms N         CPU time per grant, 10..=100 [default: the library's]
+  --quantum-us N       poll quantum of paced streams [default: the library's]
   --sample-ms N        timeline resolution [default: 250]
   --json PATH          write the JSON report here [default: target/demo/report.json]
   --html PATH          write the HTML report here [default: target/demo/report.html]
@@ -272,6 +276,8 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         rows: 1_000_000,
         chunk_rows: 512,
         target_us: None,
+        slice_ms: None,
+        quantum_us: None,
         static_limit: 0.25,
         sample: Duration::from_millis(250),
         json: None,
@@ -289,6 +295,34 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (flag, None),
         };
+        const KNOWN: [&str; 23] = [
+            "-h",
+            "--help",
+            "--speed",
+            "--phases",
+            "--profiles",
+            "--phase-secs",
+            "--warmup-secs",
+            "--workers",
+            "--rate",
+            "--fg-load",
+            "--work-us",
+            "--conns",
+            "--elastic-tasks",
+            "--rows",
+            "--chunk-rows",
+            "--target-us",
+            "--static-limit",
+            "--sample-ms",
+            "--json",
+            "--html",
+            "--seed",
+            "--slice-ms",
+            "--quantum-us",
+        ];
+        if !KNOWN.contains(&flag.as_str()) {
+            return Err(format!("unknown flag {flag:?}"));
+        }
         let takes_value = !matches!(flag.as_str(), "-h" | "--help" | "--speed");
         let val = if takes_value {
             match inline {
@@ -329,6 +363,20 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
                     return Err(format!("{flag} must be in 50..=1000000, got {v:?}"));
                 }
                 a.target_us = Some(x);
+            }
+            "--slice-ms" => {
+                let x: u64 = num(&flag, v)?;
+                if !(10..=100).contains(&x) {
+                    return Err(format!("{flag} must be in 10..=100, got {v:?}"));
+                }
+                a.slice_ms = Some(x);
+            }
+            "--quantum-us" => {
+                let x: u64 = num(&flag, v)?;
+                if !(10..=100_000).contains(&x) {
+                    return Err(format!("{flag} must be in 10..=100000, got {v:?}"));
+                }
+                a.quantum_us = Some(x);
             }
             "--static-limit" => a.static_limit = share(&flag, v)?,
             "--sample-ms" => {

@@ -24,6 +24,14 @@ pub enum Mode {
     },
 }
 
+/// Library settings the flags can override (None: the library's default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tuning {
+    pub target_us: Option<u64>,
+    pub slice_ms: Option<u64>,
+    pub quantum_us: Option<u64>,
+}
+
 /// What the monitor reads every sample.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Snap {
@@ -41,7 +49,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(workers: usize, mode: Mode, target_us: Option<u64>) -> Result<Control, String> {
+    pub fn new(workers: usize, mode: Mode, tune: Tuning) -> Result<Control, String> {
         let mut b = Elastic::builder();
         match mode {
             Mode::Unpaced => {}
@@ -57,8 +65,14 @@ impl Control {
                 }
             }
         }
-        if let Some(t) = target_us {
+        if let Some(t) = tune.target_us {
             b = b.target_p99(Duration::from_micros(t));
+        }
+        if let Some(s) = tune.slice_ms {
+            b = b.slice(Duration::from_millis(s));
+        }
+        if let Some(q) = tune.quantum_us {
+            b = b.quantum(Duration::from_micros(q));
         }
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = elastic

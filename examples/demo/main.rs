@@ -19,7 +19,7 @@ mod scan;
 mod util;
 
 use args::{Args, Kind, PhaseSpec, ProfileSpec};
-use ctl::{Control, Mode};
+use ctl::{Control, Mode, Tuning};
 use fg::{FgStats, LoadGen, Rate};
 use report::{PhaseResult, Point, Report};
 use scan::{Consume, Counters, ScanStream, Table};
@@ -150,7 +150,22 @@ fn main() {
             rows_per_cpu_sec,
             phase_secs: ctx.args.phase_secs,
             warmup_secs: ctx.args.warmup_secs,
-            target_us: ctx.args.target_us,
+            target_us: Some(
+                ctx.args.target_us.unwrap_or(
+                    elastic_cpu::Profile::Default
+                        .controller()
+                        .target_p99
+                        .as_micros() as u64,
+                ),
+            ),
+            slice_ms: ctx
+                .args
+                .slice_ms
+                .unwrap_or(elastic_cpu::DEFAULT_SLICE.as_millis() as u64),
+            quantum_us: ctx
+                .args
+                .quantum_us
+                .unwrap_or(elastic_cpu::DEFAULT_QUANTUM.as_micros() as u64),
             static_limit: ctx.args.static_limit,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         },
@@ -203,7 +218,7 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
         .map(|n| n.get())
         .unwrap_or(1) as f64;
     let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
-    let ctl = Control::new(a.workers, Mode::Unpaced, a.target_us)?;
+    let ctl = Control::new(a.workers, Mode::Unpaced, tuning(a))?;
     let listener = ctl
         .rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -241,6 +256,14 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
         per_req * 1e6
     );
     Ok((rate, per_req * 1e6))
+}
+
+fn tuning(a: &Args) -> Tuning {
+    Tuning {
+        target_us: a.target_us,
+        slice_ms: a.slice_ms,
+        quantum_us: a.quantum_us,
+    }
 }
 
 fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
@@ -297,7 +320,7 @@ fn run_phase_inner(
     res: &mut PhaseResult,
 ) -> Result<(), String> {
     let a = &ctx.args;
-    let ctl = Control::new(a.workers, mode, a.target_us)?;
+    let ctl = Control::new(a.workers, mode, tuning(a))?;
     let listener = ctl
         .rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

@@ -59,6 +59,8 @@ pub struct Machine {
     pub phase_secs: f64,
     pub warmup_secs: f64,
     pub target_us: Option<u64>,
+    pub slice_ms: u64,
+    pub quantum_us: u64,
     pub static_limit: f64,
     pub command: String,
 }
@@ -563,7 +565,7 @@ impl Report {
             "\"cpus\": {}, \"workers\": {}, \"cpus_used\": {}, \"os\": {}, \"arch\": {}, \"tokio_unstable\": {}, \
              \"fg_rate_per_sec\": {}, \"fg_work_us\": {}, \"fg_process_cpu_per_request_us\": {}, \"fg_connections\": {}, \
              \"elastic_tasks\": {}, \"table_rows\": {}, \"chunk_rows\": {}, \"chunk_cpu_us\": {}, \"rows_per_cpu_sec\": {}, \
-             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"static_limit\": {}, \"command\": {}",
+             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"command\": {}",
             m.cpus,
             m.workers,
             jnum(m.cpus_used),
@@ -582,6 +584,8 @@ impl Report {
             jnum(m.phase_secs),
             jnum(m.warmup_secs),
             jopt(m.target_us.map(|t| t as f64)),
+            m.slice_ms,
+            m.quantum_us,
             jnum(m.static_limit),
             jstr(&m.command)
         );
@@ -744,10 +748,12 @@ impl Axis {
 
 fn nice_ticks(a: &Axis) -> Vec<(f64, String)> {
     if a.log {
+        let decades = (a.y_max / a.y_min).log10();
+        let mults: &[f64] = if decades > 3.5 { &[1.0] } else { &[1.0, 3.0] };
         let mut out = Vec::new();
         let mut v = 1.0;
         while v <= a.y_max * 1.0001 {
-            for m in [1.0, 2.0, 5.0] {
+            for m in mults {
                 let x = v * m;
                 if x >= a.y_min * 0.9999 && x <= a.y_max * 1.0001 {
                     out.push((x, crate::util::fmt_us(Some(x))));
@@ -860,14 +866,18 @@ impl Report {
             t += step;
         }
         // Reference lines.
-        for &(v, color, label) in refs {
+        for (i, &(v, color, label)) in refs.iter().enumerate() {
             let y = axis.y(v);
+            let (lx, anchor, dy) = if i % 2 == 0 {
+                (W - MR - 2.0, "end", -3.0)
+            } else {
+                (W - MR - 2.0, "end", 11.0)
+            };
             let _ = write!(
                 s,
-                "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-dasharray=\"6,4\" stroke-width=\"1.2\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"{color}\" font-size=\"10\">{}</text>",
+                "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-dasharray=\"6,4\" stroke-width=\"1.2\"/><text x=\"{lx:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" fill=\"{color}\" font-size=\"10\">{}</text>",
                 W - MR,
-                W - MR - 2.0,
-                y - 3.0,
+                y + dy,
                 esc(label)
             );
         }
@@ -915,7 +925,7 @@ impl Report {
             "<text x=\"{ML}\" y=\"16\" font-size=\"13\" font-weight=\"bold\" fill=\"#222\">{}</text>",
             esc(title)
         );
-        let mut lx = ML + 330.0;
+        let mut lx = W - MR - 140.0 * lines.len() as f64;
         for line in lines {
             let _ = write!(
                 s,
@@ -1001,9 +1011,11 @@ impl Report {
             h,
             "<div class=\"note\">{} CPUs ({} {}), runtime under test: {} workers; foreground {:.0} req/s Poisson over {} loopback TCP connections, {} us CPU per request, \
              latency from the intended send time; elastic: {} scan tasks over a {}-row sorted table, {}-row chunks ({:.0} us CPU each), \
-             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. tokio_unstable: {}.</div>",
+             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. Controller target p99 {} us, slice {} ms, quantum {} us, static limit {}. tokio_unstable: {}.</div>",
             m.cpus, m.os, m.arch, m.workers, m.rate, m.conns, m.work_us, m.elastic_tasks, m.rows, m.chunk_rows, m.chunk_cpu_us,
-            m.rows_per_cpu_sec / 1e6, m.phase_secs, m.warmup_secs, m.tokio_unstable
+            m.rows_per_cpu_sec / 1e6, m.phase_secs, m.warmup_secs,
+            m.target_us.map(|t| t.to_string()).unwrap_or("-".into()), m.slice_ms, m.quantum_us, m.static_limit,
+            m.tokio_unstable
         );
 
         // Bars.
@@ -1108,7 +1120,7 @@ impl Report {
         ));
         h.push_str("<br>");
         h.push_str(&self.plot(
-            "Scheduling latency p99 (library probe, 2.5 s window, log scale)",
+            "Scheduling latency p99 (library probe, window p99 of all tasks, log scale)",
             &lat_axis,
             &[Line {
                 color: "#8e3fbf",

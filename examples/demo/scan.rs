@@ -221,10 +221,10 @@ pub fn calibrate(table: &Arc<Table>, chunk_rows: usize) -> (f64, f64) {
     let mut s = ScanStream::new(table.clone(), 0, table.rows.len(), chunk_rows, stop);
     let mut best = 0.0f64;
     let mut sink = 0u32;
-    for _ in 0..8 {
+    for _ in 0..30 {
         let t = Instant::now();
         let mut rows = 0u64;
-        while t.elapsed().as_millis() < 60 {
+        while t.elapsed().as_millis() < 30 {
             let c = s.next_chunk();
             rows += c.rows as u64;
             sink ^= c.crc;
