@@ -157,7 +157,7 @@ fn wake_all(wake: Vec<Waker>) {
     }
 }
 
-/// The thread-safe granter: admits elastic work against a [`TokenBucket`], FIFO.
+/// The thread-safe granter: admits elastic work against a [`TokenBucket`](crate::TokenBucket), FIFO.
 ///
 /// ```
 /// use elastic_core::{Admit, ManualClock, WorkQueue};
@@ -273,7 +273,7 @@ impl<C: Clock> WorkQueue<C> {
         wake_all(wake);
     }
 
-    /// Change the token rate (see [`TokenBucket::set_rate`]), then grant waiters.
+    /// Change the token rate (see [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)), then grant waiters.
     pub fn set_rate(&self, rate_nanos_per_sec: u64) {
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
