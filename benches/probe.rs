@@ -1,2 +1,264 @@
-//! Placeholder until this bench lands.
-fn main() {}
+//! What measuring costs.
+//!
+//! * `probe_overhead/{none,probe,tokio_metrics}/{8,32}`: time per task poll of a poll-heavy
+//!   workload (64 tasks, each `yield_now()` in a loop) on a multi-thread runtime with 8 / 32
+//!   workers: plain runtime, runtime instrumented by the probe (task hooks + schedule-latency
+//!   tracking; a thread rotates every 100 ms as in production), and plain runtime with every task
+//!   wrapped by `tokio_metrics::TaskMonitor::instrument` (the peer a user would otherwise pick).
+//!   Without `--cfg tokio_unstable` the `probe` variant has no hooks and equals `none`.
+//!   With `PROBE_BENCH_BREAKDOWN=1` (and `tokio_unstable`) two more variants split the probe's
+//!   cost: `tracking_only` (tokio's schedule-latency tracking alone: two clock reads per poll
+//!   inside tokio), `hooks_empty` (tracking plus empty poll hooks) and
+//!   `probe_poll_time_every_8` (the probe measuring poll time on one poll in 8).
+//! * `histogram/record`: one `Probe::record_poll` (slot lookup, lock, two histogram records).
+//! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
+//!   window with samples in several worker slots (what the governor does every tick).
+//!
+//! ```text
+//! cargo bench --bench probe
+//! ```
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use sched_probe::{Probe, ProbeConfig};
+use tokio::runtime::Runtime;
+
+const TASKS: u64 = 64;
+
+#[derive(Clone, Copy)]
+enum Variant {
+    None,
+    Probe,
+    TokioMetrics,
+    /// Breakdown (with `PROBE_BENCH_BREAKDOWN=1`): tokio's schedule-latency tracking alone.
+    TrackingOnly,
+    /// Breakdown: tracking plus empty poll hooks (the cost of calling the hooks).
+    HooksEmpty,
+    /// Breakdown: the probe with `poll_time_every = 8` (poll time on one poll in 8).
+    ProbeSampled,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::None => "none",
+            Variant::Probe => "probe",
+            Variant::TokioMetrics => "tokio_metrics",
+            Variant::TrackingOnly => "tracking_only",
+            Variant::HooksEmpty => "hooks_empty",
+            Variant::ProbeSampled => "probe_poll_time_every_8",
+        }
+    }
+}
+
+async fn yields(k: u64) {
+    for _ in 0..k {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Runs about `polls` task polls (TASKS tasks, each yielding `k` times: k + 1 polls) and returns
+/// the elapsed time scaled to exactly `polls` polls.
+fn run_polls(rt: &Runtime, polls: u64, monitor: Option<&tokio_metrics::TaskMonitor>) -> Duration {
+    let k = (polls / TASKS).saturating_sub(1).max(1);
+    let actual = TASKS * (k + 1);
+    let start = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::with_capacity(TASKS as usize);
+        for _ in 0..TASKS {
+            tasks.push(match monitor {
+                Some(m) => tokio::spawn(m.instrument(yields(k))),
+                None => tokio::spawn(yields(k)),
+            });
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    start.elapsed().mul_f64(polls as f64 / actual as f64)
+}
+
+/// Rotates the probe every tick from its own thread until dropped, as the governor would.
+struct Rotator {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rotator {
+    fn start(probe: &Probe) -> Rotator {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, probe) = (stop.clone(), probe.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(probe.config().tick);
+                    probe.rotate();
+                    black_box(probe.window().queue_latency.all.p99);
+                }
+            })
+        };
+        Rotator {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Rotator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn probe_overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("probe_overhead");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let mut variants = vec![Variant::None, Variant::Probe, Variant::TokioMetrics];
+    if cfg!(tokio_unstable) && std::env::var_os("PROBE_BENCH_BREAKDOWN").is_some() {
+        variants.extend([
+            Variant::TrackingOnly,
+            Variant::HooksEmpty,
+            Variant::ProbeSampled,
+        ]);
+    }
+    for workers in [8usize, 32] {
+        for &variant in &variants {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(workers);
+            let probe = Probe::new(ProbeConfig {
+                poll_time_every: if let Variant::ProbeSampled = variant {
+                    8
+                } else {
+                    1
+                },
+                ..ProbeConfig::default()
+            })
+            .unwrap();
+            match variant {
+                Variant::Probe | Variant::ProbeSampled => {
+                    probe.instrument(&mut builder);
+                }
+                #[cfg(tokio_unstable)]
+                Variant::TrackingOnly => {
+                    builder.track_task_schedule_latency();
+                }
+                #[cfg(tokio_unstable)]
+                Variant::HooksEmpty => {
+                    builder
+                        .track_task_schedule_latency()
+                        .on_before_task_poll(|m| {
+                            black_box(m);
+                        })
+                        .on_after_task_poll(|m| {
+                            black_box(m.schedule_latency());
+                        });
+                }
+                _ => {}
+            }
+            let rt = builder.build().unwrap();
+            let _rotator = matches!(variant, Variant::Probe | Variant::ProbeSampled)
+                .then(|| Rotator::start(&probe));
+            let monitor =
+                matches!(variant, Variant::TokioMetrics).then(tokio_metrics::TaskMonitor::new);
+            group.bench_function(BenchmarkId::new(variant.name(), workers), |b| {
+                b.iter_custom(|polls| run_polls(&rt, polls, monitor.as_ref()))
+            });
+            if let Some(m) = &monitor {
+                black_box(m.cumulative().total_poll_count);
+            }
+        }
+    }
+    group.finish();
+}
+
+/// Pseudo-random durations spread log-uniformly over 1 µs .. ~16 ms.
+fn durations(n: usize) -> Vec<Duration> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let exp = 10 + x % 14; // 2^10 ns .. 2^23 ns
+            Duration::from_nanos((1 << exp) + (x >> 40) % (1 << exp))
+        })
+        .collect()
+}
+
+fn histogram(c: &mut Criterion) {
+    let mut group = c.benchmark_group("histogram");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+
+    let probe = Probe::new(ProbeConfig::default()).unwrap();
+    let values = durations(4096);
+    let mut i = 0usize;
+    group.bench_function("record", |b| {
+        b.iter(|| {
+            i = (i + 1) % values.len();
+            let v = values[i];
+            probe.record_poll(Some(v), Some(v / 2), i.is_multiple_of(8));
+        })
+    });
+
+    // A full window: 25 intervals, each with samples in the slots of 8 workers.
+    let probe = Probe::new(ProbeConfig::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .build()
+        .unwrap();
+    let values = Arc::new(values);
+    let fill = |probe: &Probe, per_task: usize| {
+        rt.block_on(async {
+            let mut tasks = Vec::new();
+            for t in 0..16 {
+                let (probe, values) = (probe.clone(), values.clone());
+                tasks.push(tokio::spawn(async move {
+                    for j in 0..per_task {
+                        let v = values[(t * per_task + j) % values.len()];
+                        probe.record_poll(Some(v), Some(v / 4), j.is_multiple_of(4));
+                        if j.is_multiple_of(16) {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        })
+    };
+    for _ in 0..25 {
+        fill(&probe, 1000);
+        probe.rotate();
+    }
+    group.bench_function("window_p99", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                fill(&probe, 64); // not timed: fresh samples in several worker slots
+                let start = Instant::now();
+                probe.rotate();
+                black_box(probe.window().queue_latency.all.p99);
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, probe_overhead, histogram);
+criterion_main!(benches);

@@ -36,6 +36,14 @@ pub struct ProbeConfig {
     pub highest: Duration,
     /// Significant decimal digits the histograms keep, 1 ..= 5 (2 = within 1 %).
     pub significant_figures: u8,
+    /// With task hooks: measure poll time on one task poll in this many, per worker thread
+    /// (1, the default, = every poll). Each measured poll costs two clock reads; values above 1
+    /// save them on the other polls, at the price of a sampled poll-time distribution (its
+    /// `count`s are then about 1/n of the polls). Queue latency is recorded on every poll
+    /// regardless (tokio measures it). Must be ≥ 1. No effect on [`Probe::record_poll`].
+    ///
+    /// [`Probe::record_poll`]: crate::Probe::record_poll
+    pub poll_time_every: u32,
 }
 
 impl Default for ProbeConfig {
@@ -46,6 +54,7 @@ impl Default for ProbeConfig {
             lowest: Duration::from_micros(1),
             highest: Duration::from_secs(10),
             significant_figures: 2,
+            poll_time_every: 1,
         }
     }
 }
@@ -86,6 +95,9 @@ impl ProbeConfig {
         }
         if !(1..=5).contains(&self.significant_figures) {
             return Err(ProbeError::SignificantFigures(self.significant_figures));
+        }
+        if self.poll_time_every == 0 {
+            return Err(ProbeError::ZeroPollTimeEvery);
         }
         Ok(())
     }
@@ -150,6 +162,8 @@ pub enum ProbeError {
     },
     /// `significant_figures` is outside 1 ..= 5.
     SignificantFigures(u8),
+    /// `poll_time_every` is zero.
+    ZeroPollTimeEvery,
 }
 
 impl fmt::Display for ProbeError {
@@ -175,6 +189,9 @@ impl fmt::Display for ProbeError {
                 f,
                 "probe setting `significant_figures` ({n}) must be within 1..=5"
             ),
+            ProbeError::ZeroPollTimeEvery => {
+                write!(f, "probe setting `poll_time_every` must be at least 1")
+            }
         }
     }
 }

@@ -45,16 +45,21 @@
 //!   local queue, injection queue, stolen). Poll time is measured between the two hooks. Both are
 //!   exact up to the clock read cost (tens of ns) and the histogram precision.
 //! * [`Source::Sampler`] (without `tokio_unstable`): [`Probe::start_sampler`] runs a thread
-//!   that spawns a tiny task onto the runtime every ~1 ms and records spawn → first poll as a
-//!   foreground queue latency. It is a *sample* (~1000/s, independent of the real load) of the
-//!   latency of a task injected from outside the runtime: such tasks go through the injection
-//!   queue, which workers check every few polls (tokio tunes the interval to about 200 µs of
-//!   polling) or when their local queue runs dry. It tracks the real scheduling latency in
-//!   magnitude (it rises with the aggregate runnable work, as the real one does), but it is not
-//!   the latency of tasks woken on a worker (LIFO slot / local queue), it includes the sampler
-//!   thread's own wake-up jitter (spawn time is read before `spawn`), and short spikes between
-//!   samples are missed. There is no poll time from the sampler: elastic wrappers can report
-//!   the poll times they measure themselves through [`Probe::record_poll`].
+//!   that spawns a tiny probe task onto the runtime every ~1 ms. Once running on a worker, the
+//!   task yields once and records the time from its yield to its next poll as a foreground queue
+//!   latency: the wait of a runnable task at the back of an awake worker's run queue, i.e. the
+//!   same quantity the hooks measure for a yielding task. It is a *sample* (up to ~1000/s,
+//!   independent of the real load; fewer when the sampler thread itself is starved of CPU), so
+//!   spikes shorter than a few ms can be missed and the p99 of a 2.5 s window rests on a few
+//!   thousand samples at most. It does not see the LIFO slot (tasks woken by a task on the same
+//!   worker usually wait less) and, unlike the real load, it may land on an idle worker while
+//!   another is backed up. The spawn → first poll time is deliberately *not* recorded: in an
+//!   idle runtime it is dominated by the OS waking a parked worker for the sampler's own task
+//!   (milliseconds on a loaded machine), which no real runnable task on an awake worker pays, and
+//!   it made the idle baseline noisy. There is no poll time from the sampler: elastic wrappers
+//!   report the poll times they measure themselves through [`Probe::record_poll`]. If every
+//!   worker is blocked, probe tasks do not run and the window gets *no* new samples (the stall
+//!   is reported late, when they finally run).
 //!
 //! # Elastic vs foreground: a thread-local flag, not a set of task ids
 //!
@@ -69,8 +74,9 @@
 //! # Cost and concurrency
 //!
 //! Per poll (hooks): two `Instant::now()` reads (start and end of the poll; tokio reads the clock
-//! for its schedule latency on its own), two bounded histogram records, no allocation in steady
-//! state. Samples go to a per-worker slot (`tokio::runtime::worker_index() % 64`; threads outside
+//! twice more for its schedule latency on its own), two bounded histogram records, no allocation
+//! in steady state. Where clock reads are expensive (some VMs), [`ProbeConfig::poll_time_every`]
+//! measures poll time on one poll in *n* only, saving our two reads on the others. Samples go to a per-worker slot (`tokio::runtime::worker_index() % 64`; threads outside
 //! a runtime share one overflow slot): a `Mutex` that only its worker takes, except once per tick
 //! when [`Probe::rotate`] swaps its histograms out (an O(1) swap under the lock; the merge happens
 //! after the lock is released). Histograms are `hdrhistogram` with fixed bounds
@@ -124,8 +130,8 @@ pub enum Source {
     /// tokio task poll hooks (`--cfg tokio_unstable`): every poll, exact schedule latency and
     /// poll time.
     Hooks,
-    /// The sampling fallback ([`Probe::start_sampler`]): ~1000 injected probe tasks a second,
-    /// spawn → first poll, queue latency only.
+    /// The sampling fallback ([`Probe::start_sampler`]): ~1000 probe tasks a second, each
+    /// timing one yield → next poll on a worker; queue latency only.
     Sampler,
 }
 
@@ -261,7 +267,10 @@ impl Probe {
             let shared = self.shared.clone();
             builder
                 .track_task_schedule_latency()
-                .on_before_task_poll(|_meta| hooks::before_poll())
+                .on_before_task_poll({
+                    let every = self.shared.config.poll_time_every;
+                    move |_meta| hooks::before_poll(every)
+                })
                 .on_after_task_poll(move |meta| hooks::after_poll(&shared, meta))
         }
         #[cfg(not(tokio_unstable))]
@@ -271,9 +280,10 @@ impl Probe {
     }
 
     /// Starts the sampling fallback on the runtime behind `handle`: a dedicated OS thread spawns
-    /// a tiny task every ~1 ms and records spawn → first poll as a foreground queue latency.
+    /// a tiny probe task every ~1 ms; the task yields once and records yield → next poll as a
+    /// foreground queue latency (see the [crate docs](crate) for why and how precise).
     ///
-    /// Never blocks a worker (the probe task only records). Stops when the returned [`Sampler`]
+    /// Never blocks a worker (the probe task only yields once and records). Stops when the returned [`Sampler`]
     /// is dropped, or by itself once the runtime has shut down. With hooks it still works (an
     /// extra signal; its tasks' polls are then also seen by the hooks, as tiny foreground polls).
     ///
@@ -393,11 +403,14 @@ struct PollState {
     start: Cell<Option<Instant>>,
     /// Set by [`mark_elastic_poll`] during the current poll.
     elastic: Cell<bool>,
+    /// Polls left before the next one whose poll time is measured (`poll_time_every`).
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    countdown: Cell<u32>,
 }
 
 thread_local! {
     static POLL: PollState = const {
-        PollState { start: Cell::new(None), elastic: Cell::new(false) }
+        PollState { start: Cell::new(None), elastic: Cell::new(false), countdown: Cell::new(0) }
     };
 }
 
@@ -432,20 +445,27 @@ mod hooks {
     use super::{nanos, Instant, Shared, POLL};
 
     #[inline]
-    pub(crate) fn before_poll() {
+    pub(crate) fn before_poll(poll_time_every: u32) {
         let _ = POLL.try_with(|p| {
             p.elastic.set(false);
-            p.start.set(Some(Instant::now()));
+            let left = p.countdown.get();
+            if left == 0 {
+                p.countdown.set(poll_time_every - 1);
+                p.start.set(Some(Instant::now()));
+            } else {
+                p.countdown.set(left - 1);
+                p.start.set(None);
+            }
         });
     }
 
     #[inline]
     pub(crate) fn after_poll(shared: &Shared, meta: &tokio::runtime::TaskMeta<'_>) {
-        let end = Instant::now();
         let (start, elastic) = POLL
             .try_with(|p| (p.start.take(), p.elastic.replace(false)))
             .unwrap_or((None, false));
-        let poll_ns = start.map(|s| nanos(end.saturating_duration_since(s)));
+        // Only measured polls read the clock (every poll by default).
+        let poll_ns = start.map(|s| nanos(s.elapsed()));
         shared.record(meta.schedule_latency().map(nanos), poll_ns, elastic);
     }
 }

@@ -1,4 +1,4 @@
-//! The sampling fallback: queue latency of tiny tasks spawned from outside the runtime.
+//! The sampling fallback: queue latency of tiny probe tasks spawned from outside the runtime.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -126,9 +126,12 @@ fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
         if in_flight.len() < MAX_IN_FLIGHT {
             let probe = probe.clone();
             let ctl = ctl.clone();
-            let spawned = Instant::now();
             in_flight.push_back(handle.spawn(async move {
-                probe.record_poll(Some(spawned.elapsed()), None, false);
+                // Now on a worker that is awake: yield to the back of its run queue and time
+                // how long it takes to come round again.
+                let yielded = Instant::now();
+                tokio::task::yield_now().await;
+                probe.record_poll(Some(yielded.elapsed()), None, false);
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }

@@ -22,6 +22,7 @@ fn default_is_valid() {
     assert_eq!(c.lowest, Duration::from_micros(1));
     assert_eq!(c.highest, Duration::from_secs(10));
     assert_eq!(c.significant_figures, 2);
+    assert_eq!(c.poll_time_every, 1);
     assert_eq!(c.intervals(), 25);
     let probe = Probe::new(c.clone()).unwrap();
     assert_eq!(probe.config(), &c);
@@ -135,6 +136,16 @@ fn significant_figures_out_of_range() {
         })
         .is_ok());
     }
+}
+
+#[test]
+fn zero_poll_time_every() {
+    let e = err(ProbeConfig {
+        poll_time_every: 0,
+        ..base()
+    });
+    assert_eq!(e, ProbeError::ZeroPollTimeEvery);
+    assert!(e.to_string().contains("`poll_time_every`"), "{e}");
 }
 
 #[test]

@@ -29,9 +29,29 @@ const FOREGROUND_TASKS: usize = 20;
 const ELASTIC_TASKS: usize = 12;
 const YIELDS: usize = 50;
 
-fn run(mut builder: tokio::runtime::Builder) {
+fn run(builder: tokio::runtime::Builder) {
+    let w = run_with(builder, ProbeConfig::default());
+
+    // Each task is polled once per yield plus the final poll.
+    let polls = YIELDS as u64 + 1;
+    let elastic = ELASTIC_TASKS as u64 * polls;
+    let foreground = FOREGROUND_TASKS as u64 * polls;
+    assert_eq!(w.poll_time.elastic.count, elastic, "{w:#?}");
+    assert_eq!(w.queue_latency.elastic.count, elastic, "{w:#?}");
+    assert!(w.poll_time.foreground.count >= foreground, "{w:#?}");
+    assert!(w.queue_latency.foreground.count >= foreground, "{w:#?}");
+    assert_eq!(
+        w.poll_time.all.count,
+        w.poll_time.foreground.count + w.poll_time.elastic.count
+    );
+    assert!(w.queue_latency.all.p99.is_some());
+    assert!(w.poll_time.elastic.max.is_some());
+}
+
+/// Runs the workload to completion and returns the window over it.
+fn run_with(mut builder: tokio::runtime::Builder, config: ProbeConfig) -> sched_probe::Window {
     assert_eq!(Probe::source(), Source::Hooks);
-    let probe = Probe::new(ProbeConfig::default()).unwrap();
+    let probe = Probe::new(config).unwrap();
     let rt = probe.instrument(&mut builder).build().unwrap();
     rt.block_on(async {
         // A mark outside any task poll must not leak into the next task poll.
@@ -50,22 +70,7 @@ fn run(mut builder: tokio::runtime::Builder) {
     // Dropping the runtime joins its workers: every after-poll hook has run.
     drop(rt);
     probe.rotate();
-    let w = probe.window();
-
-    // Each task is polled once per yield plus the final poll.
-    let polls = YIELDS as u64 + 1;
-    let elastic = ELASTIC_TASKS as u64 * polls;
-    let foreground = FOREGROUND_TASKS as u64 * polls;
-    assert_eq!(w.poll_time.elastic.count, elastic, "{w:#?}");
-    assert_eq!(w.queue_latency.elastic.count, elastic, "{w:#?}");
-    assert!(w.poll_time.foreground.count >= foreground, "{w:#?}");
-    assert!(w.queue_latency.foreground.count >= foreground, "{w:#?}");
-    assert_eq!(
-        w.poll_time.all.count,
-        w.poll_time.foreground.count + w.poll_time.elastic.count
-    );
-    assert!(w.queue_latency.all.p99.is_some());
-    assert!(w.poll_time.elastic.max.is_some());
+    probe.window()
 }
 
 #[test]
@@ -78,6 +83,25 @@ fn multi_thread_counts_every_poll() {
 #[test]
 fn current_thread_counts_every_poll() {
     run(tokio::runtime::Builder::new_current_thread());
+}
+
+#[test]
+fn poll_time_every_n_measures_one_poll_in_n() {
+    // Current-thread: one thread, one countdown, starting fresh on this test's thread.
+    let config = ProbeConfig {
+        poll_time_every: 4,
+        ..ProbeConfig::default()
+    };
+    let w = run_with(tokio::runtime::Builder::new_current_thread(), config);
+    let polls = (FOREGROUND_TASKS + ELASTIC_TASKS) as u64 * (YIELDS as u64 + 1);
+    // Queue latency still on every poll, with the exact elastic split.
+    assert_eq!(w.queue_latency.all.count, polls, "{w:#?}");
+    assert_eq!(
+        w.queue_latency.elastic.count,
+        ELASTIC_TASKS as u64 * (YIELDS as u64 + 1)
+    );
+    // Poll time on every 4th poll.
+    assert_eq!(w.poll_time.all.count, polls.div_ceil(4), "{w:#?}");
 }
 
 #[test]
