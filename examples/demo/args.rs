@@ -192,7 +192,8 @@ Phases (run in the order given):
   dedicated    + the scan on a separate 1-worker runtime
   paced        + the scan .paced() with the controller (ours)
   low, high    paced starting from the minimum / maximum limit (controller settle time)
-  step         paced, foreground load x1.5 from 1/3 to 2/3 of the phase (settle after a step)
+  step         paced from where the last paced phase ended, foreground load x1.5 from 1/3
+               to 2/3 of the phase (settle time after a step in load)
   paced, low, high and step take an optional @PROFILE: default, cockroach, or a number
   (the controller's adjustment delta per second, e.g. low@0.05).
 

@@ -66,6 +66,8 @@ struct Ctx {
     table: Arc<Table>,
     rows_per_cpu_sec: f64,
     run_start: Instant,
+    /// Where the last `paced` phase's limit ended (the start of `step` phases).
+    rest_level: Option<f64>,
 }
 
 fn main() {
@@ -110,6 +112,7 @@ fn main() {
         table,
         rows_per_cpu_sec,
         run_start: Instant::now(),
+        rest_level: None,
         args,
     };
     let mut per_request_cpu_us = None;
@@ -180,6 +183,16 @@ fn main() {
             break;
         }
         let r = run_phase(&ctx, &spec, &mut rep.timeline);
+        if spec.kind == Kind::Paced && r.skipped.is_none() {
+            let lim: Vec<f64> = rep
+                .timeline
+                .iter()
+                .filter(|p| p.phase == r.name)
+                .filter_map(|p| p.limit)
+                .collect();
+            let n = lim.len().div_ceil(4);
+            ctx.rest_level = report::mean(&lim[lim.len() - n..]);
+        }
         rep.phases.push(r);
     }
     rep.interrupted = stopped();
@@ -271,9 +284,15 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
     match spec.kind {
         Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated => Mode::Unpaced,
         Kind::Static => Mode::Fixed(ctx.args.static_limit),
-        Kind::Paced | Kind::Step => Mode::Controlled {
+        Kind::Paced => Mode::Controlled {
             profile,
             initial: None,
+        },
+        Kind::Step => Mode::Controlled {
+            profile,
+            initial: ctx
+                .rest_level
+                .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
         },
         Kind::Low => Mode::Controlled {
             profile,

@@ -402,14 +402,49 @@ impl Settle {
 
 impl Report {
     fn points_of(&self, p: &PhaseResult) -> Vec<(f64, f64)> {
+        self.points3_of(p).into_iter().map(|x| (x.0, x.1)).collect()
+    }
+
+    /// (seconds into the phase, limit, sched p99 us) of a phase's samples that have a limit.
+    fn points3_of(&self, p: &PhaseResult) -> Vec<(f64, f64, Option<f64>)> {
         self.timeline
             .iter()
             .filter(|x| x.phase == p.name)
             .filter_map(|x| {
-                x.limit
-                    .map(|l| ((x.t_ms.saturating_sub(p.start_ms)) as f64 / 1e3, l))
+                x.limit.map(|l| {
+                    (
+                        (x.t_ms.saturating_sub(p.start_ms)) as f64 / 1e3,
+                        l,
+                        x.sched_p99_us,
+                    )
+                })
             })
             .collect()
+    }
+
+    /// Whether the last `frac` of these samples look like the controller's resting state:
+    /// the latency signal on both sides of the target (the controller dithers around it), or
+    /// the limit pinned at the floor with latency above target / at the ceiling below it.
+    fn at_rest(&self, pts: &[(f64, f64, Option<f64>)], frac: f64) -> bool {
+        let Some(target) = self.machine.target_us.map(|t| t as f64) else {
+            return false;
+        };
+        if pts.is_empty() {
+            return false;
+        }
+        let n = ((pts.len() as f64 * frac).ceil() as usize).clamp(1, pts.len());
+        let tail = &pts[pts.len() - n..];
+        let above = tail
+            .iter()
+            .filter(|x| x.2.is_some_and(|s| s > target))
+            .count();
+        let below = tail
+            .iter()
+            .filter(|x| x.2.is_some_and(|s| s <= target))
+            .count();
+        let floor = tail.iter().all(|x| x.1 <= LOW_START + 0.01);
+        let ceiling = tail.iter().all(|x| x.1 >= HIGH_START - 0.01);
+        (above > 0 && below > 0) || (floor && below == 0) || (ceiling && above == 0)
     }
 
     /// Settle analysis of the low / high / step phases.
@@ -420,6 +455,7 @@ impl Report {
                 continue;
             }
             let pts = self.points_of(p);
+            let pts3 = self.points3_of(p);
             if pts.len() < 4 {
                 continue;
             }
@@ -449,18 +485,23 @@ impl Report {
                         .iter()
                         .find(|q| q.name == sib_name && q.skipped.is_none());
                     st.sibling_end = sib.and_then(|q| mean_last(&self.points_of(q), 0.25));
-                    // The equilibrium: where both sides end when they agree; when they do not
-                    // agree, neither settled.
-                    let target = match (st.end_limit, st.sibling_end) {
-                        (Some(a), Some(b)) if (a - b).abs() <= band((a + b) / 2.0) => {
-                            Some((a + b) / 2.0)
+                    let sib_rest = sib.is_some_and(|q| self.at_rest(&self.points3_of(q), 0.3));
+                    // Settled: this phase ends at rest, and where the other side (from the
+                    // other end of the range) also ends at rest, both end at the same level.
+                    let level = if !self.at_rest(&pts3, 0.3) {
+                        None
+                    } else {
+                        match (st.end_limit, st.sibling_end) {
+                            (Some(a), Some(b))
+                                if sib_rest && (a - b).abs() > band((a + b) / 2.0) =>
+                            {
+                                None
+                            }
+                            (a, _) => a,
                         }
-                        (Some(_), Some(_)) => None,
-                        (a, None) => a,
-                        (None, _) => None,
                     };
                     st.settle_s
-                        .push(target.and_then(|t| settle_time(&pts, 0.0, t)));
+                        .push(level.and_then(|t| settle_time(&pts, 0.0, t)));
                     let (pp, rev) = tail_stats(&pts);
                     st.tail_p2p = pp;
                     st.reversals = rev;
@@ -1200,10 +1241,12 @@ impl Report {
                     crate::util::fmt_us(st.fg_p99_after_step_us)
                 );
             }
-            h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling; settle = time until \
-                it stays within max(0.05, 15%) of the value both sides end at (not settled when they end apart). step: foreground \
-                load x1.5 in the middle third; settle times after the step up / down, against the level each segment ends at. \
-                tail: over the second half of the phase (or last segment).</div>");
+            h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
+                the level the paced phase ended at; foreground load x1.5 in the middle third; settle times after the step up / down. \
+                settle = time until the limit stays within max(0.05, 15%) of the level it ends at, counted only when it ends at rest \
+                (over the last 30%, the scheduling p99 on both sides of the target, or the limit pinned at floor/ceiling for a \
+                reason) and, for low/high, where both sides rest, at the same level. tail: over the second half of the phase (or \
+                last segment).</div>");
         }
         let _ = writeln!(
             h,
