@@ -1,2 +1,392 @@
-//! Placeholder until this bench lands.
-fn main() {}
+//! Benches of the enforce layer (`crates/pacer`).
+//!
+//! * `paced_overhead/{raw,paced}/{8,32}` — the per-poll cost of `Paced`. `TASKS` tasks, each a
+//!   CPU-bound future that does a few hundred ns of work per poll and then returns `Pending`
+//!   after waking itself, run on a multi-thread runtime with 8 or 32 workers (this machine has
+//!   2 cores: 32 is also the oversubscribed case). `raw` spawns the futures as they are,
+//!   `paced` spawns `fut.paced(&elastic)`; both on the same runtime, built through
+//!   `elastic.runtime(..)` (so the probe's hooks run on every poll of both). Tokens are never
+//!   the bottleneck: `fixed_limit(1.0)` on `cpus(1024.0)` is a bucket of 1024 CPU-seconds, and
+//!   the bench prints the queue's `waits` / `waiters` after each variant to prove nobody
+//!   waited. The time reported is wall time per poll (the batch's elapsed time over the polls
+//!   it made), so `paced − raw` is what `Paced` adds per poll. With both cores busy, wall time
+//!   per poll is about half the CPU time per poll: the bench also prints the process's CPU
+//!   time per poll (from `/proc/self/stat`), which other processes on the machine disturb less.
+//! * `pace_loop/{bare,instant_now,pacer}` — one task on a current-thread runtime running a
+//!   tight loop of trivial work (a `wrapping_add` of a `black_box`ed counter): `bare`;
+//!   `instant_now`, the naive check (read `Instant::now()` every iteration and `yield_now()`
+//!   once a poll quantum has passed); `pacer`, `pacer.pace().await` every iteration. Time per
+//!   iteration. The pacer yields every poll quantum (and settles and re-admits a grant then):
+//!   that cost is in the figure, and the bench prints how long the task's polls really ran
+//!   between yields for `instant_now` and `pacer`.
+//!
+//! `cargo bench --bench pacer` runs it in well under two minutes.
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use elastic_cpu::prelude::*;
+use elastic_cpu::{Elastic, DEFAULT_QUANTUM};
+use tokio::runtime::{Builder, Runtime};
+
+/// Tasks per `paced_overhead` batch (≥ the largest worker count, so every worker has work).
+const TASKS: u64 = 64;
+/// Worker counts of the multi-threaded benches.
+const WORKERS: [usize; 2] = [8, 32];
+/// Multiply-add rounds per poll of a `Steps` future: a dependent chain of a few hundred ns.
+const WORK_ROUNDS: u32 = 64;
+
+const SAMPLES: usize = 20;
+const WARM_UP: Duration = Duration::from_millis(500);
+const MEASURE: Duration = Duration::from_millis(2500);
+
+/// An elastic handle whose bucket never runs dry in these benches: limit 1.0 of 1024 CPUs.
+fn unlimited() -> Elastic {
+    Elastic::builder()
+        .fixed_limit(1.0)
+        .cpus(1024.0)
+        .build()
+        .expect("elastic settings")
+}
+
+/// A few hundred ns of CPU work that the optimiser cannot fold.
+#[inline]
+fn work(mut x: u64) -> u64 {
+    for _ in 0..WORK_ROUNDS {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(black_box(1_442_695_040_888_963_407));
+    }
+    x
+}
+
+/// A CPU-bound future polled in small steps: `work` per poll, then `Pending` after waking
+/// itself, `left` polls in all.
+struct Steps {
+    left: u64,
+    acc: u64,
+}
+
+impl Future for Steps {
+    type Output = u64;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u64> {
+        let acc = work(self.acc);
+        self.acc = acc;
+        self.left -= 1;
+        if self.left == 0 {
+            Poll::Ready(acc)
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Process CPU time (user + system, all threads) from `/proc/self/stat`, in clock ticks of
+/// 10 ms (Linux's `USER_HZ`); `None` where there is no procfs.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) start at field 3 (`state`):
+    // utime is field 14, stime field 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// Units of work done, and the wall and process CPU time they took, over a whole bench
+/// (warm-up included).
+#[derive(Default)]
+struct Tally {
+    units: u64,
+    wall: Duration,
+    cpu: Duration,
+    /// Some batch had no CPU reading.
+    cpu_missing: bool,
+}
+
+impl Tally {
+    fn add(&mut self, units: u64, wall: Duration, cpu: Option<Duration>) {
+        self.units += units;
+        self.wall += wall;
+        match cpu {
+            Some(c) => self.cpu += c,
+            None => self.cpu_missing = true,
+        }
+    }
+
+    fn per_unit(&self) -> String {
+        let per = |d: Duration| d.as_secs_f64() * 1e9 / self.units.max(1) as f64;
+        let cpu = if self.cpu_missing {
+            "CPU n/a".to_string()
+        } else {
+            format!("{:.1} ns CPU", per(self.cpu))
+        };
+        format!("{:.1} ns wall, {cpu}", per(self.wall))
+    }
+}
+
+/// Runs `TASKS` `Steps` futures of `steps` polls each on `rt` (paced by `elastic` if given);
+/// returns the wall time and the process CPU time the batch took.
+fn poll_batch(rt: &Runtime, elastic: Option<&Elastic>, steps: u64) -> (Duration, Option<Duration>) {
+    let cpu0 = process_cpu();
+    let start = Instant::now();
+    let acc = rt.block_on(async {
+        let handles: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let fut = Steps {
+                    left: steps,
+                    acc: i,
+                };
+                match elastic {
+                    Some(e) => tokio::spawn(fut.paced(e)),
+                    None => tokio::spawn(fut),
+                }
+            })
+            .collect();
+        let mut acc = 0u64;
+        for h in handles {
+            acc ^= h.await.expect("bench task");
+        }
+        acc
+    });
+    let wall = start.elapsed();
+    black_box(acc);
+    let cpu = match (cpu0, process_cpu()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    (wall, cpu)
+}
+
+fn paced_overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("paced_overhead");
+    group
+        .sample_size(SAMPLES)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASURE);
+    for workers in WORKERS {
+        let elastic = unlimited();
+        let rt = elastic
+            .runtime(Builder::new_multi_thread().worker_threads(workers))
+            .build()
+            .expect("runtime");
+        for variant in ["raw", "paced"] {
+            let pacing = (variant == "paced").then_some(&elastic);
+            let mut tally = Tally::default();
+            group.bench_with_input(BenchmarkId::new(variant, workers), &workers, |b, _| {
+                // One criterion iteration is one poll: `iters` polls spread over TASKS tasks.
+                b.iter_custom(|iters| {
+                    let steps = iters.div_ceil(TASKS).max(1);
+                    let polls = steps * TASKS;
+                    let (wall, cpu) = poll_batch(&rt, pacing, steps);
+                    tally.add(polls, wall, cpu);
+                    wall.mul_f64(iters as f64 / polls as f64)
+                })
+            });
+            if tally.units == 0 {
+                continue; // filtered out
+            }
+            let s = elastic.snapshot();
+            println!(
+                "    {variant}/{workers}: per poll {}; queue: grants {}, waits {}, waiters {}, \
+                 over-limit {} ns",
+                tally.per_unit(),
+                s.queue.grants,
+                s.queue.waits,
+                s.waiters,
+                s.over_limit_nanos,
+            );
+            if s.queue.waits != 0 || s.waiters != 0 {
+                println!(
+                    "    WARNING: elastic work waited for tokens: the bucket was a bottleneck"
+                );
+            }
+        }
+        drop(rt);
+    }
+    group.finish();
+}
+
+/// How long each poll of the bench task ran (its running time between yields).
+#[derive(Default)]
+struct PollStats {
+    polls: Vec<Duration>,
+}
+
+impl PollStats {
+    fn merge(&mut self, o: PollStats) {
+        self.polls.extend(o.polls);
+    }
+
+    /// Count, p50 / p90 / p99 / max in µs, and the share of polls over 1.5 × the quantum.
+    fn summary(&self) -> String {
+        let mut v = self.polls.clone();
+        if v.is_empty() {
+            return "no polls".to_string();
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
+        let long = v
+            .iter()
+            .filter(|d| **d > DEFAULT_QUANTUM.mul_f64(1.5))
+            .count();
+        format!(
+            "{} task polls: p50 {:.0} µs, p90 {:.0} µs, p99 {:.0} µs, max {:.0} µs; \
+             {:.0} % over 1.5 × the {} µs quantum",
+            v.len(),
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            at(1.0),
+            100.0 * long as f64 / v.len() as f64,
+            DEFAULT_QUANTUM.as_micros(),
+        )
+    }
+}
+
+/// Times every poll of `inner` (two clock reads per poll of the task, not per iteration).
+struct Timed<F: Future> {
+    inner: Pin<Box<F>>,
+    stats: PollStats,
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = (F::Output, PollStats);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let start = Instant::now();
+        let out = self.inner.as_mut().poll(cx);
+        self.stats.polls.push(start.elapsed());
+        out.map(|v| (v, std::mem::take(&mut self.stats)))
+    }
+}
+
+/// Spawns `fut` as one task on the current-thread `rt` and waits for it.
+fn run_task<F>(rt: &Runtime, fut: F) -> (Duration, PollStats)
+where
+    F: Future<Output = u64> + Send + 'static,
+{
+    let timed = Timed {
+        inner: Box::pin(fut),
+        stats: PollStats {
+            polls: Vec::with_capacity(1024),
+        },
+    };
+    let start = Instant::now();
+    let (x, stats) = rt.block_on(rt.spawn(timed)).expect("bench task");
+    let wall = start.elapsed();
+    black_box(x);
+    (wall, stats)
+}
+
+fn pace_loop(c: &mut Criterion) {
+    let elastic = unlimited();
+    let rt = elastic
+        .runtime(Builder::new_current_thread())
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("pace_loop");
+    group
+        .sample_size(SAMPLES)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASURE);
+
+    let report = |name: &str, tally: &Tally, stats: &PollStats| {
+        if tally.units > 0 {
+            println!(
+                "    {name}: per iteration {}; {}",
+                tally.per_unit(),
+                stats.summary()
+            );
+        }
+    };
+
+    let mut tally = Tally::default();
+    let mut stats = PollStats::default();
+    group.bench_function("bare", |b| {
+        b.iter_custom(|iters| {
+            let cpu0 = process_cpu();
+            let (wall, s) = run_task(&rt, async move {
+                let mut x = 0u64;
+                for i in 0..iters {
+                    x = x.wrapping_add(black_box(i));
+                }
+                x
+            });
+            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            stats.merge(s);
+            wall
+        })
+    });
+    report("bare", &tally, &stats);
+
+    let mut tally = Tally::default();
+    let mut stats = PollStats::default();
+    group.bench_function("instant_now", |b| {
+        b.iter_custom(|iters| {
+            let cpu0 = process_cpu();
+            let (wall, s) = run_task(&rt, async move {
+                let mut x = 0u64;
+                let mut deadline = Instant::now() + DEFAULT_QUANTUM;
+                for i in 0..iters {
+                    x = x.wrapping_add(black_box(i));
+                    if Instant::now() >= deadline {
+                        tokio::task::yield_now().await;
+                        deadline = Instant::now() + DEFAULT_QUANTUM;
+                    }
+                }
+                x
+            });
+            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            stats.merge(s);
+            wall
+        })
+    });
+    report("instant_now", &tally, &stats);
+
+    let mut tally = Tally::default();
+    let mut stats = PollStats::default();
+    group.bench_function("pacer", |b| {
+        b.iter_custom(|iters| {
+            let mut pacer = elastic.pacer();
+            let cpu0 = process_cpu();
+            let (wall, s) = run_task(&rt, async move {
+                let mut x = 0u64;
+                for i in 0..iters {
+                    pacer.pace().await;
+                    x = x.wrapping_add(black_box(i));
+                }
+                x
+            });
+            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            stats.merge(s);
+            wall
+        })
+    });
+    report("pacer", &tally, &stats);
+    if tally.units > 0 {
+        let s = elastic.snapshot();
+        println!(
+            "    pacer queue: grants {}, waits {}, waiters {}, used {} ms, over-limit {} ns",
+            s.queue.grants,
+            s.queue.waits,
+            s.waiters,
+            s.used_nanos / 1_000_000,
+            s.over_limit_nanos,
+        );
+        if s.queue.waits != 0 || s.waiters != 0 {
+            println!("    WARNING: the pacer waited for tokens: the bucket was a bottleneck");
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, paced_overhead, pace_loop);
+criterion_main!(benches);
