@@ -74,15 +74,23 @@
 //! # Cost and concurrency
 //!
 //! Per poll (hooks): two `Instant::now()` reads (start and end of the poll; tokio reads the clock
-//! twice more for its schedule latency on its own), two bounded histogram records, no allocation
-//! in steady state. Where clock reads are expensive (some VMs), [`ProbeConfig::poll_time_every`]
-//! measures poll time on one poll in *n* only, saving our two reads on the others. Samples go to a per-worker slot (`tokio::runtime::worker_index() % 64`; threads outside
-//! a runtime share one overflow slot): a `Mutex` that only its worker takes, except once per tick
-//! when [`Probe::rotate`] swaps its histograms out (an O(1) swap under the lock; the merge happens
-//! after the lock is released). Histograms are `hdrhistogram` with fixed bounds
-//! ([`ProbeConfig`]): out-of-range values are clamped, never resized. Slots are allocated on a
-//! worker's first sample. One probe may instrument several runtimes; workers with the same index
-//! then share a slot (correct, only contended).
+//! twice more for its schedule latency on its own), two histogram bucket increments, no lock, no
+//! atomic read-modify-write, no allocation in steady state. Where clock reads are expensive (some
+//! VMs), [`ProbeConfig::poll_time_every`] measures poll time on one poll in *n* only, saving our
+//! two reads on the others.
+//!
+//! Samples go to a per-worker slot (`tokio::runtime::worker_index() % 64`), allocated on the
+//! worker's first sample. A slot is owned by the first thread that records into it (released
+//! when that thread exits): only its owner writes it, so a bucket increment is a relaxed load and
+//! store of a counter in a cache line no other worker writes. [`Probe::rotate`] never writes a
+//! slot and never waits for a worker: it reads the cumulative counters and records the
+//! difference since its previous read into the interval (every sample is counted exactly once;
+//! one recorded during a rotation lands in that interval or the next). Threads that own no slot
+//! (callers outside a runtime, workers of a second runtime whose index collides) share an
+//! overflow slot with `fetch_add` counters: correct, only slower. The counters use
+//! `hdrhistogram`'s own bucket layout, and the intervals and the window are bounded
+//! `hdrhistogram::Histogram`s ([`ProbeConfig`] bounds): out-of-range values are clamped, never
+//! resized.
 //!
 //! # Windows
 //!
@@ -97,6 +105,7 @@
 
 mod config;
 mod sampler;
+mod slot;
 mod window;
 
 use std::cell::Cell;
@@ -110,7 +119,8 @@ pub use config::{ProbeConfig, ProbeError};
 pub use sampler::Sampler;
 pub use window::{Split, Summary, Window};
 
-use window::{Hists, WindowState};
+use slot::{Layout, Slot};
+use window::WindowState;
 
 /// Per-worker slots (worker index modulo this); one more slot takes everything off-runtime.
 const SLOTS: usize = 64;
@@ -158,16 +168,11 @@ pub struct Probe {
 
 struct Shared {
     config: ProbeConfig,
-    template: Histogram<u64>,
+    /// Bucket layout of the histograms (shared by slots and intervals).
+    layout: Layout,
     /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
     slots: Box<[OnceLock<Box<Slot>>]>,
     window: Mutex<WindowState>,
-}
-
-/// One worker's current interval. Aligned so that two slots never share a cache line.
-#[repr(align(128))]
-struct Slot {
-    hists: Mutex<Hists>,
 }
 
 impl fmt::Debug for Probe {
@@ -201,12 +206,18 @@ impl Probe {
             lowest: config.lowest,
             highest: config.highest,
         })?;
+        let layout = Layout::new(
+            &template,
+            config.lowest_ns(),
+            config.highest_ns(),
+            config.significant_figures,
+        );
         let slots = (0..=SLOTS).map(|_| OnceLock::new()).collect();
         let window = Mutex::new(WindowState::new(&template, config.intervals()));
         Ok(Probe {
             shared: Arc::new(Shared {
                 config,
-                template,
+                layout,
                 slots,
                 window,
             }),
@@ -300,7 +311,7 @@ impl Probe {
     }
 
     /// Records one poll sample into the calling thread's slot: its worker's slot on a runtime
-    /// worker, else the shared overflow slot. `None` leaves that measure out. Values are clamped
+    /// worker, else the shared overflow slot. Lock-free. `None` leaves that measure out. Values are clamped
     /// to the configured `highest`.
     ///
     /// Used by the hooks and by the sampler; elastic wrappers without hooks and tests call it
@@ -325,11 +336,11 @@ impl Probe {
             .record(queue_latency.map(nanos), poll_time.map(nanos), elastic);
     }
 
-    /// Closes the current interval: swaps every slot's histograms out, merges them into one
-    /// interval, pushes it into the window and evicts the interval that falls out of it.
+    /// Closes the current interval: collects what every slot recorded since the last rotation
+    /// into one interval, pushes it into the window and evicts the interval that falls out of it.
     ///
-    /// Call once per `tick` from outside the runtime (the pacer's governor thread does). Workers
-    /// are held up for at most one O(1) swap each. Concurrent calls are serialised.
+    /// Call once per `tick` from outside the runtime (the pacer's governor thread does). It never
+    /// blocks a worker: it only reads the slots' counters. Concurrent calls are serialised.
     ///
     /// ```
     /// # use sched_probe::{Probe, ProbeConfig};
@@ -347,8 +358,10 @@ impl Probe {
         let shared = &*self.shared;
         let mut state = shared.window.lock().unwrap_or_else(PoisonError::into_inner);
         let mut interval = None;
-        for slot in shared.slots.iter().filter_map(OnceLock::get) {
-            state.collect_from(&slot.hists, &mut interval);
+        for (index, slot) in shared.slots.iter().enumerate() {
+            if let Some(slot) = slot.get() {
+                state.collect_from(index, slot, &shared.layout, &mut interval);
+            }
         }
         state.push(interval);
     }
@@ -374,21 +387,10 @@ impl Probe {
 }
 
 impl Shared {
+    /// Slot `index`, allocated on first use.
     #[inline]
-    fn record(&self, queue_ns: Option<u64>, poll_ns: Option<u64>, elastic: bool) {
-        let index = match tokio::runtime::worker_index() {
-            Some(i) => i % SLOTS,
-            None => OVERFLOW,
-        };
-        let slot = self.slots[index].get_or_init(|| {
-            Box::new(Slot {
-                hists: Mutex::new(Hists::new(&self.template)),
-            })
-        });
-        slot.hists
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(queue_ns, poll_ns, elastic);
+    fn slot(&self, index: usize) -> &Slot {
+        self.slots[index].get_or_init(|| Box::new(Slot::new(&self.layout, index == OVERFLOW)))
     }
 }
 
@@ -460,7 +462,7 @@ mod hooks {
     }
 
     #[inline]
-    pub(crate) fn after_poll(shared: &Shared, meta: &tokio::runtime::TaskMeta<'_>) {
+    pub(crate) fn after_poll(shared: &std::sync::Arc<Shared>, meta: &tokio::runtime::TaskMeta<'_>) {
         let (start, elastic) = POLL
             .try_with(|p| (p.start.take(), p.elastic.replace(false)))
             .unwrap_or((None, false));

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::slot::{Layout, Slot};
+
 /// Index of foreground samples in a [`Hists`] pair.
 pub(crate) const FOREGROUND: usize = 0;
 /// Index of elastic samples in a [`Hists`] pair.
@@ -38,18 +40,6 @@ impl Hists {
 
     fn all_mut(&mut self) -> impl Iterator<Item = &mut Histogram<u64>> {
         self.queue.iter_mut().chain(self.poll.iter_mut())
-    }
-
-    /// Records one sample; values are clamped to the histogram range, so this cannot fail.
-    #[inline]
-    pub(crate) fn record(&mut self, queue_ns: Option<u64>, poll_ns: Option<u64>, elastic: bool) {
-        let i = usize::from(elastic);
-        if let Some(v) = queue_ns {
-            self.queue[i].saturating_record(v);
-        }
-        if let Some(v) = poll_ns {
-            self.poll[i].saturating_record(v);
-        }
     }
 
     pub(crate) fn add(&mut self, other: &Hists) {
@@ -164,8 +154,8 @@ pub(crate) struct WindowState {
     ring: VecDeque<Option<Box<Hists>>>,
     /// Sum of every interval in `ring`.
     running: Hists,
-    /// Swapped into each slot at rotation: the slot gets this empty set, we get its interval.
-    collect: Hists,
+    /// Per slot: the counter values read at the last rotation.
+    seen: Vec<Option<Box<[u64]>>>,
     /// Reusable empty interval sets. Boxed because they move between `ring` and here without
     /// reallocating.
     #[allow(clippy::vec_box)]
@@ -181,39 +171,28 @@ impl WindowState {
             template: Histogram::new_from(template),
             ring: VecDeque::new(),
             running: Hists::new(template),
-            collect: Hists::new(template),
+            seen: Vec::new(),
             pool: Vec::new(),
             scratch: Histogram::new_from(template),
         }
     }
 
-    /// Swaps `slot`'s interval out (under its lock, O(1)) and adds it to `interval`.
+    /// Adds what slot `index` recorded since the last rotation to `interval`.
     pub(crate) fn collect_from(
         &mut self,
-        slot: &std::sync::Mutex<Hists>,
+        index: usize,
+        slot: &Slot,
+        layout: &Layout,
         interval: &mut Option<Box<Hists>>,
     ) {
-        {
-            let mut guard = slot
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if guard.is_empty() {
-                return;
-            }
-            std::mem::swap(&mut *guard, &mut self.collect);
+        if self.seen.len() <= index {
+            self.seen.resize_with(index + 1, || None);
         }
-        let target = match interval {
-            Some(t) => t,
-            None => {
-                let fresh = self
-                    .pool
-                    .pop()
-                    .unwrap_or_else(|| Box::new(Hists::new(&self.template)));
-                interval.insert(fresh)
-            }
-        };
-        target.add(&self.collect);
-        self.collect.reset();
+        let seen = self.seen[index].get_or_insert_with(|| vec![0; slot.len()].into_boxed_slice());
+        let (pool, template) = (&mut self.pool, &self.template);
+        slot.collect(layout, seen, interval, &mut || {
+            pool.pop().unwrap_or_else(|| Box::new(Hists::new(template)))
+        });
     }
 
     /// Pushes a finished interval and evicts what falls out of the window.

@@ -219,3 +219,60 @@ fn concurrent_record_and_rotate_lose_nothing() {
     assert_eq!(w.poll_time.elastic.count, 2 * per_thread);
     assert_eq!(w.poll_time.foreground.count, 2 * per_thread);
 }
+
+fn record_on(rt: &tokio::runtime::Runtime, p: &Probe, tasks: u64, per_task: u64) {
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for t in 0..tasks {
+            let p = p.clone();
+            handles.push(tokio::spawn(async move {
+                for i in 0..per_task {
+                    p.record_poll(Some(us(1 + (t + i) % 300)), Some(us(3)), i % 3 == 0);
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        for h in handles {
+            h.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn two_runtimes_share_one_probe() {
+    // Worker indexes collide: one runtime's workers own the slots, the other's share the
+    // overflow slot. Nothing is lost either way.
+    let p = probe(25);
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (runtime(), runtime());
+    std::thread::scope(|s| {
+        s.spawn(|| record_on(&a, &p, 16, 300));
+        s.spawn(|| record_on(&b, &p, 16, 300));
+    });
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.queue_latency.all.count, 2 * 16 * 300);
+    assert_eq!(w.poll_time.all.count, 2 * 16 * 300);
+    assert_eq!(w.queue_latency.elastic.count, 2 * 16 * 100);
+}
+
+#[test]
+fn slots_outlive_their_runtime() {
+    // A new runtime on the same probe takes over the slots of the old one's exited workers.
+    let p = probe(25);
+    for round in 1..=3u64 {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(3)
+            .build()
+            .unwrap();
+        record_on(&rt, &p, 8, 50);
+        drop(rt);
+        p.rotate();
+        assert_eq!(p.window().queue_latency.all.count, round * 8 * 50);
+    }
+}
