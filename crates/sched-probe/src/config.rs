@@ -96,6 +96,15 @@ impl ProbeConfig {
         if !(1..=5).contains(&self.significant_figures) {
             return Err(ProbeError::SignificantFigures(self.significant_figures));
         }
+        // hdrhistogram needs `lowest`'s magnitude plus the sub-bucket magnitude within 63 bits.
+        let unit_magnitude = 63 - self.lowest_ns().leading_zeros();
+        let largest = 2 * 10u64.pow(u32::from(self.significant_figures));
+        if unit_magnitude + (64 - (largest - 1).leading_zeros()) > 63 {
+            return Err(ProbeError::LowestTooLarge {
+                lowest: self.lowest,
+                significant_figures: self.significant_figures,
+            });
+        }
         if self.poll_time_every == 0 {
             return Err(ProbeError::ZeroPollTimeEvery);
         }
@@ -162,6 +171,14 @@ pub enum ProbeError {
     },
     /// `significant_figures` is outside 1 ..= 5.
     SignificantFigures(u8),
+    /// `lowest` is too large to keep `significant_figures` digits in a 64-bit histogram
+    /// (only for `lowest` of hours or more).
+    LowestTooLarge {
+        /// The configured lowest value.
+        lowest: Duration,
+        /// The configured significant figures.
+        significant_figures: u8,
+    },
     /// `poll_time_every` is zero.
     ZeroPollTimeEvery,
 }
@@ -188,6 +205,14 @@ impl fmt::Display for ProbeError {
             ProbeError::SignificantFigures(n) => write!(
                 f,
                 "probe setting `significant_figures` ({n}) must be within 1..=5"
+            ),
+            ProbeError::LowestTooLarge {
+                lowest,
+                significant_figures,
+            } => write!(
+                f,
+                "probe setting `lowest` ({lowest:?}) is too large to keep \
+                 {significant_figures} significant figures"
             ),
             ProbeError::ZeroPollTimeEvery => {
                 write!(f, "probe setting `poll_time_every` must be at least 1")

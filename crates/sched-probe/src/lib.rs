@@ -202,10 +202,7 @@ impl Probe {
             config.highest_ns(),
             config.significant_figures,
         )
-        .map_err(|_| ProbeError::BoundsOutOfOrder {
-            lowest: config.lowest,
-            highest: config.highest,
-        })?;
+        .expect("validated bounds make a histogram");
         let layout = Layout::new(
             &template,
             config.lowest_ns(),

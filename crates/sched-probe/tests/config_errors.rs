@@ -139,6 +139,33 @@ fn significant_figures_out_of_range() {
 }
 
 #[test]
+fn lowest_too_large_for_the_significant_figures() {
+    let lowest = Duration::from_secs(3600 * 24 * 30); // ~2^51 ns
+    let e = err(ProbeConfig {
+        lowest,
+        highest: lowest * 4,
+        significant_figures: 5,
+        ..base()
+    });
+    assert_eq!(
+        e,
+        ProbeError::LowestTooLarge {
+            lowest,
+            significant_figures: 5
+        }
+    );
+    assert!(e.to_string().contains("`lowest`"), "{e}");
+    // The same bounds with fewer digits fit.
+    assert!(Probe::new(ProbeConfig {
+        lowest,
+        highest: lowest * 4,
+        significant_figures: 1,
+        ..base()
+    })
+    .is_ok());
+}
+
+#[test]
 fn zero_poll_time_every() {
     let e = err(ProbeConfig {
         poll_time_every: 0,
@@ -152,4 +179,30 @@ fn zero_poll_time_every() {
 fn is_a_std_error() {
     let e: Box<dyn std::error::Error + Send + Sync> = Box::new(ProbeError::ZeroTick);
     assert!(!e.to_string().is_empty());
+}
+
+#[test]
+fn every_valid_config_builds_and_records() {
+    // Validation and histogram construction agree over the whole range of bounds.
+    for exp in (0..62u32).step_by(3) {
+        for sf in [1u8, 2, 4, 5] {
+            let lowest = Duration::from_nanos(1u64 << exp);
+            let highest = Duration::from_nanos((1u64 << exp).saturating_mul(4).min(u64::MAX / 2));
+            let config = ProbeConfig {
+                lowest,
+                highest,
+                significant_figures: sf,
+                ..base()
+            };
+            match config.validate() {
+                Ok(()) => {
+                    let p = Probe::new(config).unwrap();
+                    p.record_poll(Some(lowest * 3), Some(Duration::MAX), false);
+                    p.rotate();
+                    assert_eq!(p.window().queue_latency.all.count, 1);
+                }
+                Err(e) => assert_eq!(Probe::new(config).unwrap_err(), e),
+            }
+        }
+    }
 }
