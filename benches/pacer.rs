@@ -7,20 +7,23 @@
 //!   `paced` spawns `fut.paced(&elastic)`; both on the same runtime, built through
 //!   `elastic.runtime(..)` (so the probe's hooks run on every poll of both). Tokens are never
 //!   the bottleneck: `fixed_limit(1.0)` on `cpus(1024.0)` is a bucket of 1024 CPU-seconds, and
-//!   the bench prints the queue's `waits` / `waiters` after each variant to prove nobody
+//!   the bench prints the queue's `waits` / `waiters` after each variant to show nobody
 //!   waited. The time reported is wall time per poll (the batch's elapsed time over the polls
-//!   it made), so `paced − raw` is what `Paced` adds per poll. With both cores busy, wall time
-//!   per poll is about half the CPU time per poll: the bench also prints the process's CPU
-//!   time per poll (from `/proc/self/stat`), which other processes on the machine disturb less.
+//!   it made), so `paced − raw` is what `Paced` adds per poll. With both cores free, wall time
+//!   per poll is about half the CPU time per poll; with other processes on the machine it is
+//!   whatever they leave. So the bench also prints the process's CPU time per poll (from
+//!   `/proc/self/stat`), and a cross-check that contention cannot swamp: the same future polled
+//!   by hand on one thread, raw and paced in alternating blocks timed by the thread's CPU clock.
 //! * `pace_loop/{bare,instant_now,pacer}` — one task on a current-thread runtime running a
 //!   tight loop of trivial work (a `wrapping_add` of a `black_box`ed counter): `bare`;
 //!   `instant_now`, the naive check (read `Instant::now()` every iteration and `yield_now()`
-//!   once a poll quantum has passed); `pacer`, `pacer.pace().await` every iteration. Time per
-//!   iteration. The pacer yields every poll quantum (and settles and re-admits a grant then):
-//!   that cost is in the figure, and the bench prints how long the task's polls really ran
-//!   between yields for `instant_now` and `pacer`.
+//!   once a poll quantum has passed); `pacer`, `pacer.pace().await` every iteration. Wall time
+//!   per iteration; the bench also prints the thread's CPU time per iteration. The pacer yields
+//!   every poll quantum (pausing its grant, and settling it and taking a new one once the slice
+//!   is spent): that cost is in the figure, and the bench prints how long the task's polls
+//!   really ran between yields for `instant_now` and `pacer`.
 //!
-//! `cargo bench --bench pacer` runs it in well under two minutes.
+//! `cargo bench --bench pacer` runs it in about a minute.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -29,6 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use elastic_cpu::elastic_core::{Clock, ThreadCpuClock};
 use elastic_cpu::prelude::*;
 use elastic_cpu::{Elastic, DEFAULT_QUANTUM};
 use tokio::runtime::{Builder, Runtime};
@@ -38,7 +42,7 @@ const TASKS: u64 = 64;
 /// Worker counts of the multi-threaded benches.
 const WORKERS: [usize; 2] = [8, 32];
 /// Multiply-add rounds per poll of a `Steps` future: a dependent chain of a few hundred ns.
-const WORK_ROUNDS: u32 = 64;
+const WORK_ROUNDS: u32 = 192;
 
 const SAMPLES: usize = 20;
 const WARM_UP: Duration = Duration::from_millis(500);
@@ -98,6 +102,12 @@ fn process_cpu() -> Option<Duration> {
     let utime: u64 = fields.next()?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
     Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`): a current-thread runtime runs
+/// its tasks on the thread that calls `block_on`, so this is the bench task's CPU time.
+fn thread_cpu() -> Duration {
+    ThreadCpuClock.now()
 }
 
 /// Units of work done, and the wall and process CPU time they took, over a whole bench
@@ -171,6 +181,7 @@ fn paced_overhead(c: &mut Criterion) {
         .sample_size(SAMPLES)
         .warm_up_time(WARM_UP)
         .measurement_time(MEASURE);
+    let mut ran = false;
     for workers in WORKERS {
         let elastic = unlimited();
         let rt = elastic
@@ -193,15 +204,19 @@ fn paced_overhead(c: &mut Criterion) {
             if tally.units == 0 {
                 continue; // filtered out
             }
+            ran = true;
             let s = elastic.snapshot();
             println!(
                 "    {variant}/{workers}: per poll {}; queue: grants {}, waits {}, waiters {}, \
-                 over-limit {} ns",
+                 running time charged {} ms (process CPU in the batches {} ms), \
+                 over-limit {} ms",
                 tally.per_unit(),
                 s.queue.grants,
                 s.queue.waits,
                 s.waiters,
-                s.over_limit_nanos,
+                s.used_nanos / 1_000_000,
+                tally.cpu.as_millis(),
+                s.over_limit_nanos / 1_000_000,
             );
             if s.queue.waits != 0 || s.waiters != 0 {
                 println!(
@@ -212,6 +227,66 @@ fn paced_overhead(c: &mut Criterion) {
         drop(rt);
     }
     group.finish();
+    if ran {
+        paced_cost_by_hand();
+    }
+}
+
+/// Polls `fut` `n` times on this thread; the thread CPU time it took (immune to preemption).
+fn poll_block<F: Future + Unpin>(fut: &mut F, cx: &mut Context<'_>, n: u32) -> Duration {
+    let start = thread_cpu();
+    for _ in 0..n {
+        // `black_box` on the future too, or the raw future's work is dead code here.
+        black_box(Pin::new(black_box(&mut *fut)).poll(cx).is_ready());
+    }
+    thread_cpu().saturating_sub(start)
+}
+
+/// A cross-check that CPU contention from other processes cannot swamp: the `Steps` future
+/// polled by hand on this thread (no runtime, no-op waker), raw and paced in short alternating
+/// blocks timed by the thread's CPU clock; prints the median over block pairs of what `Paced`
+/// adds per poll. Without a runtime the probe's hooks do not run, so this is `Paced` alone.
+fn paced_cost_by_hand() {
+    const BLOCK: u32 = 4096;
+    const PAIRS: usize = 300;
+    let elastic = unlimited();
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut raw = Steps {
+        left: u64::MAX,
+        acc: 1,
+    };
+    let mut paced = Steps {
+        left: u64::MAX,
+        acc: 2,
+    }
+    .paced(&elastic);
+    poll_block(&mut raw, &mut cx, BLOCK);
+    poll_block(&mut paced, &mut cx, BLOCK);
+    let per_poll = |d: Duration| d.as_secs_f64() * 1e9 / f64::from(BLOCK);
+    let (mut raws, mut deltas) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
+    for i in 0..PAIRS {
+        let (r, p) = if i % 2 == 0 {
+            let r = poll_block(&mut raw, &mut cx, BLOCK);
+            (r, poll_block(&mut paced, &mut cx, BLOCK))
+        } else {
+            let p = poll_block(&mut paced, &mut cx, BLOCK);
+            (poll_block(&mut raw, &mut cx, BLOCK), p)
+        };
+        raws.push(per_poll(r));
+        deltas.push(per_poll(p) - per_poll(r));
+    }
+    let q = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    println!(
+        "    by hand (one thread, no runtime, {PAIRS} alternating blocks of {BLOCK} polls, \
+         thread CPU time): raw poll {:.1} ns, Paced adds {:.1} ns per poll (median; p10 {:.1}, p90 {:.1})",
+        q(&mut raws, 0.5),
+        q(&mut deltas, 0.5),
+        q(&mut deltas, 0.1),
+        q(&mut deltas, 0.9),
+    );
 }
 
 /// How long each poll of the bench task ran (its running time between yields).
@@ -312,7 +387,7 @@ fn pace_loop(c: &mut Criterion) {
     let mut stats = PollStats::default();
     group.bench_function("bare", |b| {
         b.iter_custom(|iters| {
-            let cpu0 = process_cpu();
+            let cpu0 = thread_cpu();
             let (wall, s) = run_task(&rt, async move {
                 let mut x = 0u64;
                 for i in 0..iters {
@@ -320,7 +395,7 @@ fn pace_loop(c: &mut Criterion) {
                 }
                 x
             });
-            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            tally.add(iters, wall, Some(thread_cpu().saturating_sub(cpu0)));
             stats.merge(s);
             wall
         })
@@ -331,7 +406,7 @@ fn pace_loop(c: &mut Criterion) {
     let mut stats = PollStats::default();
     group.bench_function("instant_now", |b| {
         b.iter_custom(|iters| {
-            let cpu0 = process_cpu();
+            let cpu0 = thread_cpu();
             let (wall, s) = run_task(&rt, async move {
                 let mut x = 0u64;
                 let mut deadline = Instant::now() + DEFAULT_QUANTUM;
@@ -344,7 +419,7 @@ fn pace_loop(c: &mut Criterion) {
                 }
                 x
             });
-            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            tally.add(iters, wall, Some(thread_cpu().saturating_sub(cpu0)));
             stats.merge(s);
             wall
         })
@@ -356,7 +431,7 @@ fn pace_loop(c: &mut Criterion) {
     group.bench_function("pacer", |b| {
         b.iter_custom(|iters| {
             let mut pacer = elastic.pacer();
-            let cpu0 = process_cpu();
+            let cpu0 = thread_cpu();
             let (wall, s) = run_task(&rt, async move {
                 let mut x = 0u64;
                 for i in 0..iters {
@@ -365,7 +440,7 @@ fn pace_loop(c: &mut Criterion) {
                 }
                 x
             });
-            tally.add(iters, wall, process_cpu().zip(cpu0).map(|(b, a)| b - a));
+            tally.add(iters, wall, Some(thread_cpu().saturating_sub(cpu0)));
             stats.merge(s);
             wall
         })
