@@ -8,7 +8,8 @@
 //!
 //! Built with `--cfg tokio_unstable` (this workspace's default) the probe uses tokio's task poll
 //! hooks (every poll is a sample); without it, the sampling fallback (a probe task per ~1 ms that
-//! times one yield → next poll; queue latency only).
+//! times one wait at the back of a worker's run queue; queue latency only). With hooks, `PROBE_COMPARE_SAMPLER=1` also
+//! runs the sampler on a second probe and prints its p99 next to the hooks' figures.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -71,19 +72,21 @@ fn fmt(d: Option<Duration>) -> String {
     }
 }
 
-fn line(second: u64, phase: &str, w: &Window) {
+fn line(second: u64, phase: &str, w: &Window, sampled: Option<&Window>) {
     let q = &w.queue_latency;
     let p = &w.poll_time;
+    let sampled = sampled
+        .map(|s| format!(" | sampler p99 {}", fmt(s.queue_latency.all.p99)))
+        .unwrap_or_default();
     println!(
-        "[{second:>2}s] {phase:<9} queue p99 fg {} all {} | poll p99 fg {} elastic {} | \
-         samples fg {:>7} elastic {:>6} | {} ticks",
+        "[{second:>2}s] {phase:<9} queue p99 fg {} elastic {} | poll p99 fg {} elastic {} | \
+         samples fg {:>7} elastic {:>6}{sampled}",
         fmt(q.foreground.p99),
-        fmt(q.all.p99),
+        fmt(q.elastic.p99),
         fmt(p.foreground.p99),
         fmt(p.elastic.p99),
         q.foreground.count,
         q.elastic.count.max(p.elastic.count),
-        w.intervals,
     );
 }
 
@@ -93,9 +96,18 @@ fn main() {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.worker_threads(WORKERS).enable_all();
     let rt = probe.instrument(&mut builder).build().expect("runtime");
-    let _sampler = match Probe::source() {
-        Source::Hooks => None,
-        Source::Sampler => Some(probe.start_sampler(rt.handle())),
+    // Without hooks the probe samples the runtime. With hooks and PROBE_COMPARE_SAMPLER=1, a
+    // second probe runs the sampler alongside, to compare the fallback with the hooks in the same
+    // run (the hooks then also see the sampler's tasks).
+    let compare = std::env::var_os("PROBE_COMPARE_SAMPLER").is_some();
+    let sampler_probe = match Probe::source() {
+        Source::Hooks if compare => Some(Probe::new(config.clone()).expect("valid")),
+        _ => None,
+    };
+    let _sampler = match (Probe::source(), &sampler_probe) {
+        (Source::Sampler, _) => Some(probe.start_sampler(rt.handle())),
+        (Source::Hooks, Some(second)) => Some(second.start_sampler(rt.handle())),
+        (Source::Hooks, None) => None,
     };
     println!(
         "sched-probe example: {WORKERS} workers, source {:?}, tick {:?}, window {:?}; \
@@ -126,6 +138,9 @@ fn main() {
             std::thread::sleep(wait);
         }
         probe.rotate();
+        if let Some(s) = &sampler_probe {
+            s.rotate();
+        }
         ticks += 1;
         if !spinning && ticks >= phase_ticks {
             spinning = true;
@@ -140,7 +155,8 @@ fn main() {
             } else {
                 "saturated"
             };
-            line(ticks / ticks_per_second, phase, &w);
+            let sampled = sampler_probe.as_ref().map(Probe::window);
+            line(ticks / ticks_per_second, phase, &w, sampled.as_ref());
             if ticks == phase_ticks {
                 idle_end = w.queue_latency.foreground;
             }

@@ -46,20 +46,20 @@
 //!   exact up to the clock read cost (tens of ns) and the histogram precision.
 //! * [`Source::Sampler`] (without `tokio_unstable`): [`Probe::start_sampler`] runs a thread
 //!   that spawns a tiny probe task onto the runtime every ~1 ms. Once running on a worker, the
-//!   task yields once and records the time from its yield to its next poll as a foreground queue
-//!   latency: the wait of a runnable task at the back of an awake worker's run queue, i.e. the
-//!   same quantity the hooks measure for a yielding task. It is a *sample* (up to ~1000/s,
-//!   independent of the real load; fewer when the sampler thread itself is starved of CPU), so
-//!   spikes shorter than a few ms can be missed and the p99 of a 2.5 s window rests on a few
-//!   thousand samples at most. It does not see the LIFO slot (tasks woken by a task on the same
-//!   worker usually wait less) and, unlike the real load, it may land on an idle worker while
-//!   another is backed up. The spawn → first poll time is deliberately *not* recorded: in an
-//!   idle runtime it is dominated by the OS waking a parked worker for the sampler's own task
-//!   (milliseconds on a loaded machine), which no real runnable task on an awake worker pays, and
-//!   it made the idle baseline noisy. There is no poll time from the sampler: elastic wrappers
-//!   report the poll times they measure themselves through [`Probe::record_poll`]. If every
-//!   worker is blocked, probe tasks do not run and the window gets *no* new samples (the stall
-//!   is reported late, when they finally run).
+//!   task wakes itself and returns `Pending` once, which puts it at the back of that worker's
+//!   local run queue, and records the time until its next poll as a foreground queue latency:
+//!   the same quantity the hooks measure for a task re-scheduled from a worker. It is a *sample*
+//!   (up to ~1000/s, independent of the real load; fewer when the sampler thread itself is
+//!   starved of CPU), so spikes shorter than a few ms can be missed and the p99 of a 2.5 s window
+//!   rests on a few thousand samples at most. It does not see the LIFO slot (tasks woken by a task
+//!   on the same worker usually wait less), and it lands on whichever worker picks it from the
+//!   injection queue, which may be idle while another is backed up. The spawn → first poll time
+//!   is deliberately *not* recorded: in an idle runtime it is dominated by the OS waking a parked
+//!   worker for the sampler's own task (milliseconds on a loaded machine), which a task made
+//!   runnable on an awake worker does not pay. There is no poll time from the sampler: elastic
+//!   wrappers report the poll times they measure themselves through [`Probe::record_poll`]. If
+//!   every worker is blocked, probe tasks do not run and the window gets *no* new samples (the
+//!   stall is reported late, when they finally run).
 //!
 //! # Elastic vs foreground: a thread-local flag, not a set of task ids
 //!
@@ -141,7 +141,7 @@ pub enum Source {
     /// poll time.
     Hooks,
     /// The sampling fallback ([`Probe::start_sampler`]): ~1000 probe tasks a second, each
-    /// timing one yield → next poll on a worker; queue latency only.
+    /// timing one wait at the back of a worker's run queue; queue latency only.
     Sampler,
 }
 
@@ -288,10 +288,11 @@ impl Probe {
     }
 
     /// Starts the sampling fallback on the runtime behind `handle`: a dedicated OS thread spawns
-    /// a tiny probe task every ~1 ms; the task yields once and records yield → next poll as a
-    /// foreground queue latency (see the [crate docs](crate) for why and how precise).
+    /// a tiny probe task every ~1 ms; the task re-queues itself once at the back of its worker's
+    /// run queue and records the wait as a foreground queue latency (see the [crate docs](crate)
+    /// for why and how precise).
     ///
-    /// Never blocks a worker (the probe task only yields once and records). Stops when the returned [`Sampler`]
+    /// Never blocks a worker (the probe task only re-queues once and records). Stops when the returned [`Sampler`]
     /// is dropped, or by itself once the runtime has shut down. With hooks it still works (an
     /// extra signal; its tasks' polls are then also seen by the hooks, as tiny foreground polls).
     ///

@@ -127,11 +127,8 @@ fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
             let probe = probe.clone();
             let ctl = ctl.clone();
             in_flight.push_back(handle.spawn(async move {
-                // Now on a worker that is awake: yield to the back of its run queue and time
-                // how long it takes to come round again.
-                let yielded = Instant::now();
-                tokio::task::yield_now().await;
-                probe.record_poll(Some(yielded.elapsed()), None, false);
+                let waited = requeue().await;
+                probe.record_poll(Some(waited), None, false);
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }
@@ -147,6 +144,26 @@ fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
     for task in in_flight {
         task.abort();
     }
+}
+
+/// Puts the task at the back of its worker's run queue once and returns how long it waited there.
+///
+/// The task wakes itself and returns `Pending`: tokio re-schedules a task notified during its
+/// own poll right after the poll, at the back of the worker's local queue (not the LIFO slot),
+/// and starts its schedule-latency clock then: the wait measured here is what the hooks'
+/// `schedule_latency()` reports for such a task. (`tokio::task::yield_now` would not do: it
+/// defers the wake until the worker runs out of work or does maintenance, which under load adds
+/// up to ~60 polls of delay that the hooks do not count as scheduling latency.)
+fn requeue() -> impl Future<Output = Duration> {
+    let mut requeued_at = None;
+    std::future::poll_fn(move |cx| match requeued_at {
+        None => {
+            cx.waker().wake_by_ref();
+            requeued_at = Some(Instant::now());
+            Poll::Pending
+        }
+        Some(at) => Poll::Ready(Instant::now().saturating_duration_since(at)),
+    })
 }
 
 /// Whether a finished probe task was cancelled (it never ran: the runtime shut down).
