@@ -245,11 +245,30 @@ fn poll_block<F: Future + Unpin>(fut: &mut F, cx: &mut Context<'_>, n: u32) -> D
 /// A cross-check that CPU contention from other processes cannot swamp: the `Steps` future
 /// polled by hand on this thread (no runtime, no-op waker), raw and paced in short alternating
 /// blocks timed by the thread's CPU clock; prints the median over block pairs of what `Paced`
-/// adds per poll. Without a runtime the probe's hooks do not run, so this is `Paced` alone.
+/// adds per poll. Without a runtime the probe's hooks do not run, so this is `Paced` alone: with
+/// the default wall-clock running time, and with `thread_cpu_time()` (exact under preemption,
+/// dearer to read).
 fn paced_cost_by_hand() {
+    let wall = unlimited();
+    let cpu_clock = Elastic::builder()
+        .fixed_limit(1.0)
+        .cpus(1024.0)
+        .thread_cpu_time()
+        .build()
+        .expect("elastic settings");
+    for (name, elastic) in [
+        ("Paced (wall running time, the default)", &wall),
+        ("Paced with .thread_cpu_time()", &cpu_clock),
+    ] {
+        println!("    by hand: {name}: {}", paced_cost_alternating(elastic));
+    }
+}
+
+/// One thread, no runtime: raw and paced `Steps` in alternating blocks timed by the thread's
+/// CPU clock; the median and spread over block pairs of what `Paced` adds per poll.
+fn paced_cost_alternating(elastic: &Elastic) -> String {
     const BLOCK: u32 = 4096;
     const PAIRS: usize = 300;
-    let elastic = unlimited();
     let mut cx = Context::from_waker(std::task::Waker::noop());
     let mut raw = Steps {
         left: u64::MAX,
@@ -259,7 +278,7 @@ fn paced_cost_by_hand() {
         left: u64::MAX,
         acc: 2,
     }
-    .paced(&elastic);
+    .paced(elastic);
     poll_block(&mut raw, &mut cx, BLOCK);
     poll_block(&mut paced, &mut cx, BLOCK);
     let per_poll = |d: Duration| d.as_secs_f64() * 1e9 / f64::from(BLOCK);
@@ -279,14 +298,14 @@ fn paced_cost_by_hand() {
         v.sort_by(f64::total_cmp);
         v[((v.len() - 1) as f64 * q).round() as usize]
     };
-    println!(
-        "    by hand (one thread, no runtime, {PAIRS} alternating blocks of {BLOCK} polls, \
-         thread CPU time): raw poll {:.1} ns, Paced adds {:.1} ns per poll (median; p10 {:.1}, p90 {:.1})",
+    format!(
+        "raw poll {:.1} ns, Paced adds {:.1} ns per poll (median of {PAIRS} alternating \
+         blocks of {BLOCK} polls, thread CPU time; p10 {:.1}, p90 {:.1})",
         q(&mut raws, 0.5),
         q(&mut deltas, 0.5),
         q(&mut deltas, 0.1),
         q(&mut deltas, 0.9),
-    );
+    )
 }
 
 /// How long each poll of the bench task ran (its running time between yields).
