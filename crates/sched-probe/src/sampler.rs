@@ -19,8 +19,7 @@ use crate::Probe;
 pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
 
 /// Probe tasks spawned but not yet finished, at most. Bounds the sampler's extra load when the
-/// runtime is stalled; while at the bound it spawns nothing new (the stalled samples still
-/// report their full latency when they finally run).
+/// runtime is stalled; while at the bound it spawns nothing new.
 const MAX_IN_FLIGHT: usize = 1024;
 
 /// A running sampling probe, from [`Probe::start_sampler`](crate::Probe::start_sampler).
@@ -115,7 +114,8 @@ fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
     let mut in_flight: VecDeque<JoinHandle<()>> = VecDeque::new();
     let mut next = Instant::now();
     while !ctl.stop.load(Ordering::Acquire) {
-        // Reap finished probe tasks; one cancelled without running means the runtime shut down.
+        // Reap finished probe tasks; a cancelled one means the runtime shut down (we only abort
+        // them after the loop).
         while in_flight.front().is_some_and(JoinHandle::is_finished) {
             let task = in_flight.pop_front().expect("front exists");
             if cancelled(task) {
@@ -166,7 +166,7 @@ fn requeue() -> impl Future<Output = Duration> {
     })
 }
 
-/// Whether a finished probe task was cancelled (it never ran: the runtime shut down).
+/// Whether a finished probe task was cancelled (by the runtime shutting down).
 fn cancelled(mut task: JoinHandle<()>) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
     matches!(Pin::new(&mut task).poll(&mut cx), Poll::Ready(Err(e)) if e.is_cancelled())
