@@ -158,6 +158,7 @@ pub struct Args {
     pub phases: Vec<PhaseSpec>,
     pub phase_secs: f64,
     pub warmup_secs: f64,
+    pub rounds: usize,
     pub workers: usize,
     pub rate: Option<f64>,
     pub fg_load: f64,
@@ -201,8 +202,10 @@ Flags:
   --phases LIST        comma-separated phases [default: baseline,unthrottled,static,yield,dedicated,paced]
   --speed              append the controller-speed phases: low, high and step for each --profiles entry
   --profiles LIST      profiles for --speed [default: cockroach,default,0.02,0.1]
-  --phase-secs N       length of each phase in seconds, warm-up included [default: 25]
+  --phase-secs N       length of each phase in seconds, warm-up included [default: 12]
   --warmup-secs N      start of each phase left out of its summary [default: 3]
+  --rounds N           run the phase list N times, interleaved, and merge each phase's rounds
+                       (this machine's noise comes in bursts of seconds) [default: 3]
   --workers N          worker threads of the runtime under test [default: one per core]
   --rate R             foreground requests per second [default: sized to --fg-load]
   --fg-load F          foreground share of the machine's CPU when --rate is not given [default: 0.4]
@@ -266,8 +269,9 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         .unwrap_or(1);
     let mut a = Args {
         phases: Vec::new(),
-        phase_secs: 25.0,
+        phase_secs: 12.0,
         warmup_secs: 3.0,
+        rounds: 3,
         workers: cores,
         rate: None,
         fg_load: 0.4,
@@ -296,7 +300,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (flag, None),
         };
-        const KNOWN: [&str; 23] = [
+        const KNOWN: &[&str] = &[
             "-h",
             "--help",
             "--speed",
@@ -320,6 +324,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             "--seed",
             "--slice-ms",
             "--quantum-us",
+            "--rounds",
         ];
         if !KNOWN.contains(&flag.as_str()) {
             return Err(format!("unknown flag {flag:?}"));
@@ -351,6 +356,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
                 a.warmup_secs = x;
             }
             "--workers" => a.workers = positive_usize(&flag, v)?,
+            "--rounds" => a.rounds = positive_usize(&flag, v)?,
             "--rate" => a.rate = Some(positive_f64(&flag, v)?),
             "--fg-load" => a.fg_load = share(&flag, v)?,
             "--work-us" => a.work_us = positive_f64(&flag, v)?,

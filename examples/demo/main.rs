@@ -68,6 +68,8 @@ struct Ctx {
     run_start: Instant,
     /// Where the last `paced` phase's limit ended (the start of `step` phases).
     rest_level: Option<f64>,
+    /// Where each paced phase (by name) ended (the start of its next round).
+    rest_by_name: std::collections::HashMap<String, f64>,
 }
 
 fn main() {
@@ -113,6 +115,7 @@ fn main() {
         rows_per_cpu_sec,
         run_start: Instant::now(),
         rest_level: None,
+        rest_by_name: Default::default(),
         args,
     };
     let mut per_request_cpu_us = None;
@@ -172,29 +175,38 @@ fn main() {
             static_limit: ctx.args.static_limit,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         },
+        segments: Vec::new(),
         phases: Vec::new(),
         timeline: Vec::new(),
         interrupted: false,
     };
 
     ctx.run_start = Instant::now();
-    for spec in ctx.args.phases.clone() {
+    let plan: Vec<(usize, PhaseSpec)> = (0..ctx.args.rounds)
+        .flat_map(|round| ctx.args.phases.iter().map(move |p| (round, p.clone())))
+        .collect();
+    for (round, spec) in plan {
         if stopped() {
             break;
         }
-        let r = run_phase(&ctx, &spec, &mut rep.timeline);
+        let mut r = run_phase(&ctx, &spec, &mut rep.timeline);
+        r.round = round;
         if spec.kind == Kind::Paced && r.skipped.is_none() {
             let lim: Vec<f64> = rep
                 .timeline
                 .iter()
-                .filter(|p| p.phase == r.name)
+                .filter(|p| p.phase == r.name && p.t_ms >= r.start_ms && p.t_ms <= r.end_ms)
                 .filter_map(|p| p.limit)
                 .collect();
             let n = lim.len().div_ceil(4);
             ctx.rest_level = report::mean(&lim[lim.len() - n..]);
+            if let Some(l) = ctx.rest_level {
+                ctx.rest_by_name.insert(r.name.clone(), l);
+            }
         }
-        rep.phases.push(r);
+        rep.segments.push(r);
     }
+    rep.phases = report::aggregate(&rep.segments);
     rep.interrupted = stopped();
 
     println!();
@@ -284,9 +296,14 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
     match spec.kind {
         Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated => Mode::Unpaced,
         Kind::Static => Mode::Fixed(ctx.args.static_limit),
+        // Later rounds resume where the last paced phase ended, like a service whose
+        // controller has been running all along.
         Kind::Paced => Mode::Controlled {
             profile,
-            initial: None,
+            initial: ctx
+                .rest_by_name
+                .get(&spec.name())
+                .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
         },
         Kind::Step => Mode::Controlled {
             profile,
@@ -365,8 +382,6 @@ fn run_phase_inner(
         } else {
             ctl.rt.handle().clone()
         };
-        let (tx, rx) = tokio::sync::mpsc::channel(4 * a.elastic_tasks);
-        handle.spawn(scan::sink(rx, counters.clone()));
         let consume = if spec.kind == Kind::Yield {
             Consume::YieldEach
         } else {
@@ -375,11 +390,10 @@ fn run_phase_inner(
         let paced = !matches!(mode, Mode::Unpaced);
         for (from, to) in scan::ranges(ctx.table.rows.len(), a.elastic_tasks) {
             let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
-            let tx = tx.clone();
             if paced {
-                handle.spawn(scan::drive(ctl.paced(s), tx, consume));
+                handle.spawn(scan::drive(ctl.paced(s), counters.clone(), consume));
             } else {
-                handle.spawn(scan::drive(s, tx, consume));
+                handle.spawn(scan::drive(s, counters.clone(), consume));
             }
         }
     }
@@ -503,6 +517,9 @@ fn run_phase_inner(
     {
         let secs = (end - m0).as_secs_f64().max(1e-9);
         let h = stats.phase_hist();
+        res.rows = rows_end - rows0;
+        res.limits = limits.clone();
+        res.scheds = scheds.clone();
         res.measured_secs = secs;
         res.requests = h.len();
         res.p50_us = q_us(&h, 0.50);
@@ -518,6 +535,7 @@ fn run_phase_inner(
         res.limit_mean = report::mean(&limits);
         res.limit_min = limits.iter().copied().reduce(f64::min);
         res.limit_max = limits.iter().copied().reduce(f64::max);
+        res.hist = Some(h);
         if let (Some(c0), Some(c1)) = (cpu0, cpu_end) {
             let machine = std::thread::available_parallelism()
                 .map(|n| n.get())

@@ -2,6 +2,8 @@
 //! SVG plots, and the controller settle-time analysis.
 
 use crate::args::Kind;
+use crate::util::{new_hist, q_us};
+use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -92,6 +94,18 @@ pub struct PhaseResult {
     pub machine_busy_share: Option<f64>,
     /// Elastic CPU the pacer measured (its `used_nanos`), as a share of the runtime's CPUs.
     pub used_share: Option<f64>,
+    /// Round of the run (per-round segments), 0 for aggregates.
+    pub round: usize,
+    /// The measurement window's latency histogram (per-round segments).
+    pub hist: Option<Histogram<u64>>,
+    /// Limit and scheduling-p99 samples in the measurement window.
+    pub limits: Vec<f64>,
+    pub scheds: Vec<f64>,
+    /// Rows written in the measurement window.
+    pub rows: u64,
+    /// Aggregates: each round's fg p99, and their median.
+    pub p99_rounds: Vec<f64>,
+    pub p99_median: Option<f64>,
 }
 
 impl PhaseResult {
@@ -120,6 +134,13 @@ impl PhaseResult {
             process_cpu_share: None,
             machine_busy_share: None,
             used_share: None,
+            round: 0,
+            hist: None,
+            limits: Vec::new(),
+            scheds: Vec::new(),
+            rows: 0,
+            p99_rounds: Vec::new(),
+            p99_median: None,
         }
     }
 
@@ -128,9 +149,99 @@ impl PhaseResult {
     }
 }
 
+/// Merge the rounds of each phase (first-appearance order): latency histograms merged, rows
+/// and CPU over the summed measurement time, limit and scheduling samples pooled.
+pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
+    let mut names: Vec<&str> = Vec::new();
+    for s in segs {
+        if !names.contains(&s.name.as_str()) {
+            names.push(&s.name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| {
+            let all: Vec<&PhaseResult> = segs.iter().filter(|s| s.name == n).collect();
+            let group: Vec<&PhaseResult> = all
+                .iter()
+                .copied()
+                .filter(|s| s.skipped.is_none() && s.hist.is_some())
+                .collect();
+            let mut r = PhaseResult::new(n, all[0].kind);
+            if group.is_empty() {
+                r.skipped = all[0].skipped.clone().or(Some("no data".into()));
+                r.interrupted = all.iter().any(|s| s.interrupted);
+                return r;
+            }
+            let mut h = new_hist();
+            for g in &group {
+                if let Some(gh) = &g.hist {
+                    let _ = h.add(gh);
+                }
+            }
+            let secs: f64 = group.iter().map(|g| g.measured_secs).sum::<f64>().max(1e-9);
+            let wmean = |f: &dyn Fn(&PhaseResult) -> Option<f64>| -> Option<f64> {
+                let v: Vec<(f64, f64)> = group
+                    .iter()
+                    .filter_map(|g| f(g).map(|x| (x, g.measured_secs)))
+                    .collect();
+                let w: f64 = v.iter().map(|x| x.1).sum();
+                (w > 0.0).then(|| v.iter().map(|x| x.0 * x.1).sum::<f64>() / w)
+            };
+            r.interrupted = all.iter().any(|s| s.interrupted);
+            r.measured_secs = secs;
+            r.requests = h.len();
+            r.p50_us = q_us(&h, 0.50);
+            r.p99_us = q_us(&h, 0.99);
+            r.p999_us = q_us(&h, 0.999);
+            r.max_us = q_us(&h, 1.0);
+            r.rows = group.iter().map(|g| g.rows).sum();
+            r.rows_per_sec = r.rows as f64 / secs;
+            r.cpu_share = wmean(&|g| Some(g.cpu_share)).unwrap_or(0.0);
+            r.limits = group
+                .iter()
+                .flat_map(|g| g.limits.iter().copied())
+                .collect();
+            r.scheds = group
+                .iter()
+                .flat_map(|g| g.scheds.iter().copied())
+                .collect();
+            r.sched_p99_us = mean(&r.scheds);
+            r.limit_mean = mean(&r.limits);
+            r.limit_min = r.limits.iter().copied().reduce(f64::min);
+            r.limit_max = r.limits.iter().copied().reduce(f64::max);
+            r.unanswered = group.iter().map(|g| g.unanswered).sum();
+            r.process_cpu_share = wmean(&|g| g.process_cpu_share);
+            r.machine_busy_share = wmean(&|g| g.machine_busy_share);
+            r.used_share = wmean(&|g| g.used_share);
+            r.p99_rounds = group.iter().filter_map(|g| g.p99_us).collect();
+            r.p99_median = median(&r.p99_rounds);
+            r.hist = Some(h);
+            r
+        })
+        .collect()
+}
+
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 /// The whole report.
 pub struct Report {
     pub machine: Machine,
+    /// Each phase of each round, in run order.
+    pub segments: Vec<PhaseResult>,
+    /// Per phase name, the rounds merged.
     pub phases: Vec<PhaseResult>,
     pub timeline: Vec<Point>,
     pub interrupted: bool,
@@ -151,7 +262,12 @@ impl Report {
         self.phases.iter().find(|p| p.name == name && p.ran())
     }
 
-    pub fn bars(&self) -> Vec<Bar> {
+    /// The issue's bars, on the merged rounds (`median == false`) or on the median of the
+    /// rounds' fg p99 (`median == true`; throughput is always over all rounds).
+    pub fn bars_on(&self, median: bool) -> Vec<Bar> {
+        let p99 = |p: Option<&PhaseResult>| -> Option<f64> {
+            p.and_then(|p| if median { p.p99_median } else { p.p99_us })
+        };
         let b = self.find("baseline");
         let u = self.find("unthrottled");
         let s = self.find("static");
@@ -162,13 +278,13 @@ impl Report {
         };
         let fmt = |r: Option<f64>| r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into());
         let mut out = Vec::new();
-        let r = ratio(u.and_then(|u| u.p99_us), b.and_then(|b| b.p99_us));
+        let r = ratio(p99(u), p99(b));
         out.push(Bar {
             what: "unthrottled fg p99 >= 3x baseline (the experiment is real)".into(),
             value: fmt(r),
             pass: r.map(|r| r >= 3.0),
         });
-        let r = ratio(p.and_then(|p| p.p99_us), b.and_then(|b| b.p99_us));
+        let r = ratio(p99(p), p99(b));
         out.push(Bar {
             what: "paced fg p99 <= 1.5x baseline".into(),
             value: fmt(r),
@@ -180,32 +296,33 @@ impl Report {
             value: fmt(r),
             pass: r.map(|r| r >= 0.6),
         });
-        let cmp = match (p, s) {
-            (Some(p), Some(s)) => match (p.p99_us, s.p99_us) {
-                (Some(pl), Some(sl)) => {
-                    let lat_ok = pl <= sl;
-                    let thr_ok = p.rows_per_sec >= s.rows_per_sec;
-                    Some((
-                        format!(
-                            "p99 {} vs {}, rows/s {:.2}M vs {:.2}M",
-                            crate::util::fmt_us(Some(pl)),
-                            crate::util::fmt_us(Some(sl)),
-                            p.rows_per_sec / 1e6,
-                            s.rows_per_sec / 1e6
-                        ),
-                        lat_ok && thr_ok,
-                    ))
-                }
-                _ => None,
-            },
+        let cmp = match (p, s, p99(p), p99(s)) {
+            (Some(p), Some(s), Some(pl), Some(sl)) => {
+                let lat_ok = pl <= sl;
+                let thr_ok = p.rows_per_sec >= s.rows_per_sec;
+                Some((
+                    format!(
+                        "p99 {} vs {}, rows/s {:.2}M vs {:.2}M",
+                        crate::util::fmt_us(Some(pl)),
+                        crate::util::fmt_us(Some(sl)),
+                        p.rows_per_sec / 1e6,
+                        s.rows_per_sec / 1e6
+                    ),
+                    lat_ok && thr_ok && (pl < sl || p.rows_per_sec > s.rows_per_sec),
+                ))
+            }
             _ => None,
         };
         out.push(Bar {
-            what: "paced no worse than static on fg p99 and rows/s".into(),
+            what: "paced no worse than static on fg p99 and rows/s, better on one".into(),
             value: cmp.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
             pass: cmp.map(|c| c.1),
         });
         out
+    }
+
+    fn rounds(&self) -> usize {
+        self.segments.iter().map(|s| s.round).max().unwrap_or(0) + 1
     }
 
     // -----------------------------------------------------------------------------------------
@@ -254,16 +371,48 @@ impl Report {
                 if p.interrupted { " (interrupted)" } else { "" }
             );
         }
-        let bars = self.bars();
-        if bars.iter().any(|b| b.pass.is_some()) {
-            let _ = writeln!(s);
-            for b in bars {
-                let mark = match b.pass {
-                    Some(true) => "PASS",
-                    Some(false) => "FAIL",
-                    None => " -- ",
-                };
-                let _ = writeln!(s, "[{mark}] {:<58} {}", b.what, b.value);
+        let rounds = self.rounds();
+        if rounds > 1 {
+            let _ = writeln!(s, "\nfg p99 of each round:");
+            for p in &self.phases {
+                if !p.p99_rounds.is_empty() {
+                    let _ = writeln!(
+                        s,
+                        "  {:<16} {}  (median {})",
+                        p.name,
+                        p.p99_rounds
+                            .iter()
+                            .map(|x| crate::util::fmt_us(Some(*x)))
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        crate::util::fmt_us(p.p99_median)
+                    );
+                }
+            }
+        }
+        let variants: &[(bool, &str)] = if rounds > 1 {
+            &[
+                (false, "all rounds merged"),
+                (true, "median of the rounds' fg p99"),
+            ]
+        } else {
+            &[(false, "")]
+        };
+        for &(median, label) in variants {
+            let bars = self.bars_on(median);
+            if bars.iter().any(|b| b.pass.is_some()) {
+                let _ = writeln!(s);
+                if !label.is_empty() {
+                    let _ = writeln!(s, "bars, {label}:");
+                }
+                for b in bars {
+                    let mark = match b.pass {
+                        Some(true) => "PASS",
+                        Some(false) => "FAIL",
+                        None => " -- ",
+                    };
+                    let _ = writeln!(s, "[{mark}] {:<66} {}", b.what, b.value);
+                }
             }
         }
         let settles = self.settles();
@@ -364,7 +513,8 @@ fn mean_last(pts: &[(f64, f64)], frac: f64) -> Option<f64> {
 
 impl Settle {
     pub fn profile(&self) -> &str {
-        self.phase.split_once('@').map(|x| x.1).unwrap_or("default")
+        let name = self.phase.split(' ').next().unwrap_or("");
+        name.split_once('@').map(|x| x.1).unwrap_or("default")
     }
 
     pub fn text(&self) -> String {
@@ -409,7 +559,7 @@ impl Report {
     fn points3_of(&self, p: &PhaseResult) -> Vec<(f64, f64, Option<f64>)> {
         self.timeline
             .iter()
-            .filter(|x| x.phase == p.name)
+            .filter(|x| x.phase == p.name && x.t_ms >= p.start_ms && x.t_ms <= p.end_ms)
             .filter_map(|x| {
                 x.limit.map(|l| {
                     (
@@ -450,7 +600,8 @@ impl Report {
     /// Settle analysis of the low / high / step phases.
     pub fn settles(&self) -> Vec<Settle> {
         let mut out = Vec::new();
-        for p in &self.phases {
+        let rounds = self.rounds();
+        for p in &self.segments {
             if !matches!(p.kind, Kind::Low | Kind::High | Kind::Step) || p.skipped.is_some() {
                 continue;
             }
@@ -460,7 +611,11 @@ impl Report {
                 continue;
             }
             let mut st = Settle {
-                phase: p.name.clone(),
+                phase: if rounds > 1 {
+                    format!("{} #{}", p.name, p.round + 1)
+                } else {
+                    p.name.clone()
+                },
                 kind: p.kind,
                 start_limit: pts.first().map(|x| x.1),
                 end_limit: mean_last(&pts, 0.25),
@@ -481,9 +636,9 @@ impl Report {
                         }
                     };
                     let sib = self
-                        .phases
+                        .segments
                         .iter()
-                        .find(|q| q.name == sib_name && q.skipped.is_none());
+                        .find(|q| q.name == sib_name && q.round == p.round && q.skipped.is_none());
                     st.sibling_end = sib.and_then(|q| mean_last(&self.points_of(q), 0.25));
                     let sib_rest = sib.is_some_and(|q| self.at_rest(&self.points3_of(q), 0.3));
                     // Settled: this phase ends at rest, and where the other side (from the
@@ -606,7 +761,7 @@ impl Report {
             "\"cpus\": {}, \"workers\": {}, \"cpus_used\": {}, \"os\": {}, \"arch\": {}, \"tokio_unstable\": {}, \
              \"fg_rate_per_sec\": {}, \"fg_work_us\": {}, \"fg_process_cpu_per_request_us\": {}, \"fg_connections\": {}, \
              \"elastic_tasks\": {}, \"table_rows\": {}, \"chunk_rows\": {}, \"chunk_cpu_us\": {}, \"rows_per_cpu_sec\": {}, \
-             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"command\": {}",
+             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"rounds\": {}, \"command\": {}",
             m.cpus,
             m.workers,
             jnum(m.cpus_used),
@@ -628,6 +783,7 @@ impl Report {
             m.slice_ms,
             m.quantum_us,
             jnum(m.static_limit),
+            self.rounds(),
             jstr(&m.command)
         );
         s.push_str("},\n  \"phases\": [");
@@ -669,14 +825,34 @@ impl Report {
         }
         s.push_str("\n  ],\n");
         // Extras beyond the issue's schema, kept out of the phase objects.
-        s.push_str("  \"phase_details\": [");
+        s.push_str("  \"phase_extras\": [");
         for (i, p) in self.phases.iter().enumerate() {
             let _ = write!(
                 s,
-                "{}\n    {{\"name\": {}, \"skipped\": {}, \"interrupted\": {}, \"start_ms\": {}, \"end_ms\": {}, \"step_ms\": [{}], \
+                "{}\n    {{\"name\": {}, \"skipped\": {}, \"rounds_fg_p99_us\": [{}], \"fg_p99_median_of_rounds_us\": {}, \
                  \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
                 if i == 0 { "" } else { "," },
                 jstr(&p.name),
+                p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
+                p.p99_rounds.iter().map(|x| jnum(*x)).collect::<Vec<_>>().join(", "),
+                jopt(p.p99_median),
+                jnum(p.measured_secs),
+                p.unanswered,
+                jopt(p.process_cpu_share),
+                jopt(p.machine_busy_share),
+                jopt(p.used_share)
+            );
+        }
+        s.push_str("\n  ],\n  \"segments\": [");
+        for (i, p) in self.segments.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{}\n    {{\"name\": {}, \"round\": {}, \"skipped\": {}, \"interrupted\": {}, \"start_ms\": {}, \"end_ms\": {}, \"step_ms\": [{}], \
+                 \"measured_secs\": {}, \"requests\": {}, \"fg_p50_us\": {}, \"fg_p99_us\": {}, \"sched_p99_us\": {}, \"rows_per_sec\": {}, \
+                 \"limit_mean\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
+                if i == 0 { "" } else { "," },
+                jstr(&p.name),
+                p.round + 1,
                 p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
                 p.interrupted,
                 p.start_ms,
@@ -687,6 +863,12 @@ impl Report {
                     .collect::<Vec<_>>()
                     .join(", "),
                 jnum(p.measured_secs),
+                p.requests,
+                jopt(p.p50_us),
+                jopt(p.p99_us),
+                jopt(p.sched_p99_us),
+                jnum(p.rows_per_sec),
+                jopt(p.limit_mean),
                 p.unanswered,
                 jopt(p.process_cpu_share),
                 jopt(p.machine_busy_share),
@@ -713,16 +895,18 @@ impl Report {
                 st.reversals
             );
         }
-        s.push_str("\n  ],\n  \"bars\": [");
-        for (i, b) in self.bars().iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"bar\": {}, \"value\": {}, \"pass\": {}}}",
-                if i == 0 { "" } else { "," },
-                jstr(&b.what),
-                jstr(&b.value),
-                b.pass.map(|p| p.to_string()).unwrap_or("null".into())
-            );
+        for (key, median) in [("bars", false), ("bars_median_of_rounds", true)] {
+            let _ = write!(s, "\n  ],\n  \"{key}\": [");
+            for (i, b) in self.bars_on(median).iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "{}\n    {{\"bar\": {}, \"value\": {}, \"pass\": {}}}",
+                    if i == 0 { "" } else { "," },
+                    jstr(&b.what),
+                    jstr(&b.value),
+                    b.pass.map(|p| p.to_string()).unwrap_or("null".into())
+                );
+            }
         }
         let _ = write!(s, "\n  ],\n  \"interrupted\": {}\n}}\n", self.interrupted);
         s
@@ -843,7 +1027,7 @@ impl Report {
             "<svg width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"11\">"
         );
         // Phase shading.
-        for p in &self.phases {
+        for p in &self.segments {
             if p.skipped.is_some() {
                 continue;
             }
@@ -986,6 +1170,131 @@ impl Report {
         s
     }
 
+    /// Two bar panels, one row per phase: foreground p99 (log) and elastic rows/s.
+    fn summary_svg(&self) -> String {
+        let ran: Vec<&PhaseResult> = self.phases.iter().filter(|p| p.ran()).collect();
+        if ran.is_empty() {
+            return String::new();
+        }
+        let row_h = 22.0;
+        let top = 30.0;
+        let label_w = 130.0;
+        let panel_w = 520.0;
+        let gap = 60.0;
+        let height = top + row_h * ran.len() as f64 + 26.0;
+        let width = label_w + 2.0 * panel_w + gap + 20.0;
+        let lat_max = ran
+            .iter()
+            .filter_map(|p| p.p99_us)
+            .fold(1000.0f64, f64::max);
+        let lat = Axis {
+            t_max: 1.0,
+            y_min: 10.0,
+            y_max: 10f64.powf(lat_max.log10().ceil()),
+            log: true,
+        };
+        let lx = |v: f64| -> f64 {
+            let f = ((v.max(lat.y_min).ln() - lat.y_min.ln()) / (lat.y_max.ln() - lat.y_min.ln()))
+                .clamp(0.0, 1.0);
+            label_w + panel_w * f
+        };
+        let rows_max = ran.iter().map(|p| p.rows_per_sec).fold(1.0f64, f64::max) * 1.1;
+        let x2 = label_w + panel_w + gap;
+        let rx = |v: f64| -> f64 { x2 + panel_w * (v / rows_max).clamp(0.0, 1.0) };
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "<svg width=\"{width}\" height=\"{height}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"12\">\
+             <text x=\"{label_w}\" y=\"16\" font-weight=\"bold\">Foreground p99 (log scale; lower is better)</text>\
+             <text x=\"{x2}\" y=\"16\" font-weight=\"bold\">Elastic rows/s (higher is better)</text>"
+        );
+        // Decade grid for latency.
+        let mut v = 10.0;
+        while v <= lat.y_max * 1.0001 {
+            let x = lx(v);
+            let _ = write!(
+                s,
+                "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{top}\" y2=\"{:.1}\" stroke=\"#dde\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\" font-size=\"10\">{}</text>",
+                height - 22.0,
+                height - 8.0,
+                crate::util::fmt_us(Some(v))
+            );
+            v *= 10.0;
+        }
+        let b99 = self.find("baseline").and_then(|b| b.p99_us);
+        for (i, p) in ran.iter().enumerate() {
+            let y = top + row_h * i as f64;
+            let _ = write!(
+                s,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                label_w - 8.0,
+                y + 15.0,
+                esc(&p.name)
+            );
+            if let Some(v) = p.p99_us {
+                let color = match b99 {
+                    Some(b) if v <= 1.5 * b => "#4caf50",
+                    Some(b) if v >= 3.0 * b => "#e53935",
+                    Some(_) => "#fb8c00",
+                    None => "#1f5fbf",
+                };
+                let _ = write!(
+                    s,
+                    "<rect x=\"{label_w}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{}</text>",
+                    y + 3.0,
+                    (lx(v) - label_w).max(1.0),
+                    row_h - 6.0,
+                    lx(v) + 4.0,
+                    y + 15.0,
+                    crate::util::fmt_us(Some(v))
+                );
+            }
+            if p.kind != Kind::Baseline {
+                let _ = write!(
+                    s,
+                    "<rect x=\"{x2}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#2e7d32\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\">{:.2}M ({:.0}% CPU)</text>",
+                    y + 3.0,
+                    (rx(p.rows_per_sec) - x2).max(1.0),
+                    row_h - 6.0,
+                    rx(p.rows_per_sec) + 4.0,
+                    y + 15.0,
+                    p.rows_per_sec / 1e6,
+                    p.cpu_share * 100.0
+                );
+            }
+        }
+        if let Some(b) = b99 {
+            for (m, c, l) in [
+                (1.0, "#2a7", "baseline"),
+                (1.5, "#c60", "1.5x"),
+                (3.0, "#c33", "3x"),
+            ] {
+                let x = lx(b * m);
+                let _ = write!(
+                    s,
+                    "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-dasharray=\"4,3\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{c}\" font-size=\"10\">{l}</text>",
+                    top - 4.0,
+                    height - 22.0,
+                    top - 6.0
+                );
+            }
+        }
+        if let Some(u) = self.find("unthrottled").map(|u| u.rows_per_sec) {
+            for (m, c, l) in [(1.0, "#555", "unthrottled"), (0.6, "#c60", "0.6x")] {
+                let x = rx(u * m);
+                let _ = write!(
+                    s,
+                    "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-dasharray=\"4,3\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{c}\" font-size=\"10\">{l}</text>",
+                    top - 4.0,
+                    height - 22.0,
+                    top - 6.0
+                );
+            }
+        }
+        s.push_str("</svg>");
+        s
+    }
+
     pub fn to_html(&self) -> String {
         let m = &self.machine;
         let t_max = self
@@ -1059,34 +1368,53 @@ impl Report {
             m.tokio_unstable
         );
 
+        h.push_str("<h2>At a glance</h2>");
+        h.push_str(&self.summary_svg());
+
         // Bars.
-        h.push_str(
-            "<h2>Done-when bars</h2><table><tr><th>bar</th><th>value</th><th>result</th></tr>",
-        );
-        for b in self.bars() {
-            let (cls, txt) = match b.pass {
-                Some(true) => ("pass", "PASS"),
-                Some(false) => ("fail", "FAIL"),
-                None => ("na", "not measured"),
-            };
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td class=\"{cls}\">{txt}</td></tr>",
-                esc(&b.what),
-                esc(&b.value)
-            );
+        let rounds = self.rounds();
+        let variants: Vec<(bool, String)> = if rounds > 1 {
+            vec![
+                (false, format!("{rounds} rounds merged")),
+                (true, "median of the rounds' fg p99".to_string()),
+            ]
+        } else {
+            vec![(false, "value".to_string())]
+        };
+        h.push_str("<h2>Done-when bars</h2><table><tr><th>bar</th>");
+        for (_, label) in &variants {
+            let _ = write!(h, "<th>{}</th><th>result</th>", esc(label));
+        }
+        h.push_str("</tr>");
+        let sets: Vec<Vec<Bar>> = variants.iter().map(|(m, _)| self.bars_on(*m)).collect();
+        for (k, b0) in sets[0].iter().enumerate() {
+            let _ = write!(h, "<tr><td>{}</td>", esc(&b0.what));
+            for set in &sets {
+                let b = &set[k];
+                let (cls, txt) = match b.pass {
+                    Some(true) => ("pass", "PASS"),
+                    Some(false) => ("fail", "FAIL"),
+                    None => ("na", "not measured"),
+                };
+                let _ = write!(
+                    h,
+                    "<td>{}</td><td class=\"{cls}\">{txt}</td>",
+                    esc(&b.value)
+                );
+            }
+            h.push_str("</tr>");
         }
         h.push_str("</table>");
 
         // Summary table.
-        h.push_str("<h2>Summary per phase</h2><table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99.9</th><th>fg max</th>\
+        h.push_str("<h2>Summary per phase</h2><table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
             <th>sched p99</th><th>elastic rows/s</th><th>rows/s / unthrottled</th><th>elastic CPU share</th><th>limit mean [min, max]</th><th>process CPU</th><th>unanswered</th></tr>");
         let unth = self.find("unthrottled").map(|u| u.rows_per_sec);
         for p in &self.phases {
             if let Some(why) = &p.skipped {
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td colspan=\"13\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
+                    "<tr><td>{}</td><td colspan=\"14\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
                     esc(&p.name),
                     esc(why)
                 );
@@ -1118,9 +1446,22 @@ impl Report {
                 (Some(a), Some(b), Some(c)) => format!("{a:.3} [{b:.2}, {c:.2}]"),
                 _ => "-".into(),
             };
+            let per_round = if p.p99_rounds.len() > 1 {
+                format!(
+                    "{} ({})",
+                    p.p99_rounds
+                        .iter()
+                        .map(|x| crate::util::fmt_us(Some(*x)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    crate::util::fmt_us(p.p99_median)
+                )
+            } else {
+                "-".into()
+            };
             let _ = write!(
                 h,
-                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&p.name),
                 if p.interrupted { " (interrupted)" } else { "" },
                 p.requests,

@@ -1,6 +1,6 @@
 //! Elastic work: a backup-like export of an in-memory sorted table. Each scan task walks its
 //! key range as a `Stream` of chunks (rows encoded with delta-varint keys, then CRC-32), and
-//! sends every chunk to a sink task over a bounded channel, like a writer to a file or a socket.
+//! writes every chunk to its own async sink, like a writer to a file or a socket.
 
 use crate::util::Rng;
 use futures_util::stream::Stream;
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::sync::mpsc;
+use tokio::io::AsyncWriteExt;
 
 pub const VALUE_LEN: usize = 48;
 
@@ -179,28 +179,24 @@ pub enum Consume {
     YieldEach,
 }
 
-/// Sink task: the "write" end of the export.
-pub async fn sink(mut rx: mpsc::Receiver<Chunk>, counters: Arc<Counters>) {
-    while let Some(c) = rx.recv().await {
+/// Drive one stream of chunks into this task's sink: an always-ready async writer
+/// (`tokio::io::sink()`, which takes tokio's cooperative budget like a socket or file write
+/// that never blocks), then count what was written.
+pub async fn drive<S>(stream: S, counters: Arc<Counters>, consume: Consume)
+where
+    S: Stream<Item = Chunk> + Send,
+{
+    let mut out = tokio::io::sink();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(c) = stream.next().await {
+        if out.write_all(&c.data).await.is_err() {
+            break;
+        }
         counters.rows.fetch_add(c.rows as u64, Ordering::Relaxed);
         counters
             .bytes
             .fetch_add(c.data.len() as u64, Ordering::Relaxed);
         counters.crc.fetch_xor(c.crc as u64, Ordering::Relaxed);
-        drop(c);
-    }
-}
-
-/// Drive one stream of chunks into the sink.
-pub async fn drive<S>(stream: S, tx: mpsc::Sender<Chunk>, consume: Consume)
-where
-    S: Stream<Item = Chunk> + Send,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(c) = stream.next().await {
-        if tx.send(c).await.is_err() {
-            break;
-        }
         if consume == Consume::YieldEach {
             tokio::task::yield_now().await;
         }
