@@ -9,6 +9,11 @@ use crate::queue::Grant;
 /// Successive checks closer than this (in running time) double the iterations between checks.
 const CHECK_SPACING: u64 = 1_000_000;
 
+/// With a deadline shorter than the slice, checks stay within this fraction of it apart, so
+/// the deadline is overrun by at most about an eighth (DESIGN.md's 1 ms spacing alone would
+/// let a 250 µs quantum run to 500 µs).
+const DEADLINE_FRACTION: u64 = 8;
+
 /// Tracks the running time of one [`Grant`] and answers [`over_limit`](Self::over_limit) cheaply
 /// enough to call on every iteration of a tight loop.
 ///
@@ -39,6 +44,8 @@ pub struct ElasticHandle<R: Clock> {
     start: Duration,
     /// Running time (nanos) at which `over_limit` turns true: the slice, or an earlier deadline.
     deadline: u64,
+    /// Checks closer than this double the interval: 1 ms, or less for a short deadline.
+    spacing: u64,
     /// Calls left that return the cached answer without reading the clock.
     remaining: u64,
     /// Iterations between clock reads: 0, then 1, doubling while checks are close; never shrinks.
@@ -72,8 +79,10 @@ impl<R: Clock> ElasticHandle<R> {
     pub fn with_deadline(grant: Grant, running: R, deadline: Duration) -> Self {
         let start = running.now();
         let allotted = grant.allotted_nanos();
+        let deadline = duration_nanos(deadline).min(allotted);
         Self {
-            deadline: duration_nanos(deadline).min(allotted),
+            deadline,
+            spacing: CHECK_SPACING.min(deadline / DEADLINE_FRACTION),
             grant,
             running,
             start,
@@ -104,7 +113,7 @@ impl<R: Clock> ElasticHandle<R> {
         if !self.checked_once {
             self.checked_once = true;
             self.interval = 1;
-        } else if used.saturating_sub(self.last_used) < CHECK_SPACING {
+        } else if used.saturating_sub(self.last_used) < self.spacing {
             self.interval = self.interval.saturating_mul(2);
         }
         self.last_used = used;

@@ -201,3 +201,26 @@ fn deadline_cuts_the_slice_short_but_diff_stays_against_the_slice() {
     clock.advance(Duration::from_millis(10));
     assert_eq!(h.over_limit(), (true, 0));
 }
+
+#[test]
+fn a_short_deadline_is_overrun_by_at_most_about_an_eighth() {
+    // 1 µs of running time per call: with the 1 ms spacing alone, checks would land at calls
+    // 1, 3, 7, 15, ... 255, 511 and a 250 µs deadline would run to ~511 µs.
+    for deadline_us in [50u64, 250, 900] {
+        let clock = ManualClock::new();
+        let deadline = Duration::from_micros(deadline_us);
+        let mut h = ElasticHandle::with_deadline(grant(100), clock.clone(), deadline);
+        let mut calls = 0u64;
+        while !h.over_limit().0 {
+            clock.advance(Duration::from_micros(1));
+            calls += 1;
+            assert!(calls < 10_000, "never over");
+        }
+        let used = h.used();
+        assert!(used >= deadline);
+        assert!(
+            used <= deadline + deadline / 4,
+            "deadline {deadline:?} overrun to {used:?}"
+        );
+    }
+}
