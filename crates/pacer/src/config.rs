@@ -140,8 +140,13 @@ impl Default for ElasticBuilder {
             fixed_limit: None,
             slice: DEFAULT_SLICE,
             quantum: DEFAULT_QUANTUM,
-            probe: ProbeConfig::default(),
-            running: RunningTime::Wall,
+            // Poll time is a diagnostic here (the controller steers by queue latency): timing one
+            // poll in 8 halves what the hooks add per poll (BENCHMARKS.md).
+            probe: ProbeConfig {
+                poll_time_every: 8,
+                ..ProbeConfig::default()
+            },
+            running: RunningTime::Adaptive,
             manual: None,
             cpus: None,
         }
@@ -221,10 +226,18 @@ impl ElasticBuilder {
         self
     }
 
-    /// Measure the CPU used by elastic polls with the calling thread's CPU-time clock instead of
-    /// the wall clock (exact under OS preemption, but a system call per read).
+    /// Time every elastic poll with the thread's CPU clock (exact, but a system call per read,
+    /// a few hundred ns). By default only polls and stretches of 50 µs or more are (their cost
+    /// is then below 1 %), short ones use the wall clock.
     pub fn thread_cpu_time(mut self) -> Self {
         self.running = RunningTime::ThreadCpu;
+        self
+    }
+
+    /// Time elastic polls with the wall clock only (cheapest; the time the OS runs another
+    /// thread on the core mid-poll is charged too).
+    pub fn wall_time(mut self) -> Self {
+        self.running = RunningTime::Wall;
         self
     }
 

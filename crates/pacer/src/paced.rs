@@ -11,7 +11,7 @@ use elastic_core::{Admit, Grant, Ticket};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::shared::{Mark, QueueClock, Shared};
+use crate::shared::{Mark, QueueClock, Shared, LONG_RUN};
 use crate::Elastic;
 
 /// What a paced adapter holds between polls.
@@ -36,6 +36,11 @@ pub(crate) struct Slot {
     run: Duration,
     /// Set while the inner poll runs, so a panic in it is still charged.
     polling: Option<Mark>,
+    /// The last poll ran at least [`LONG_RUN`]: time the next on the CPU clock.
+    long: bool,
+    /// Polls until the next poll time goes to the probe (fallback probe only).
+    #[cfg(not(tokio_unstable))]
+    sample_in: u8,
 }
 
 impl Slot {
@@ -46,6 +51,9 @@ impl Slot {
             used: Duration::ZERO,
             run: Duration::ZERO,
             polling: None,
+            long: false,
+            #[cfg(not(tokio_unstable))]
+            sample_in: 0,
         }
     }
 
@@ -75,7 +83,7 @@ impl Slot {
     #[inline]
     pub(crate) fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
         sched_probe::mark_elastic_poll();
-        let mark = self.shared.running.mark();
+        let mark = self.shared.running.mark(self.long);
         self.polling = Some(mark);
         let out = poll();
         self.polling = None;
@@ -86,8 +94,18 @@ impl Slot {
 
     #[inline]
     fn account(&mut self, took: Duration) {
+        // Without hooks the probe learns elastic poll times only from here; one poll in 16 is
+        // plenty for a p99 and keeps the probe's lock off most polls.
         #[cfg(not(tokio_unstable))]
-        self.shared.probe.record_poll(None, Some(took), true);
+        {
+            if self.sample_in == 0 {
+                self.sample_in = 15;
+                self.shared.probe.record_poll(None, Some(took), true);
+            } else {
+                self.sample_in -= 1;
+            }
+        }
+        self.long = took >= LONG_RUN;
         self.used += took;
         self.run += took;
         if let Hold::Holding(g) = &self.hold {

@@ -5,14 +5,14 @@ use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread};
+use std::thread::{self, Thread, ThreadId};
 
 use std::time::Duration;
 
-use elastic_core::{Admit, ElasticHandle, Grant, Ticket};
+use elastic_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
 use crate::paced::yield_to_scheduler;
-use crate::shared::{QueueClock, RunningClock, Shared};
+use crate::shared::{QueueClock, RunningClock, RunningTime, Shared, LONG_RUN};
 
 enum State {
     Idle,
@@ -33,8 +33,9 @@ enum State {
 /// when the slice is spent it settles it and waits for a new grant. Dropping the pacer settles
 /// what it holds.
 ///
-/// Running time is the wall time between `pace()` calls while the loop holds a grant, so an
-/// `.await` on other things inside the loop counts as used.
+/// Running time is the thread's CPU time over each stretch between yields (the wall time if the
+/// stretch moved threads or timing is set to the wall clock), so an `.await` on other things
+/// inside the loop may count as used.
 ///
 /// ```
 /// let elastic = pacer::Elastic::builder().build().unwrap();
@@ -55,6 +56,9 @@ pub struct Pacer {
     state: State,
     /// Running time charged to the current grant by the stretches already finished.
     used: Duration,
+    /// Thread CPU time and thread at the start of the running stretch (adaptive timing): the
+    /// stretch is charged its CPU time if it ends on the same thread.
+    stretch_cpu: Option<(Duration, ThreadId)>,
 }
 
 impl Pacer {
@@ -63,6 +67,7 @@ impl Pacer {
             shared,
             state: State::Idle,
             used: Duration::ZERO,
+            stretch_cpu: None,
         }
     }
 
@@ -137,19 +142,30 @@ impl Pacer {
         }
     }
 
-    fn running(&self, grant: Grant, stretch: Duration) -> State {
-        let left = grant.allotted().saturating_sub(self.used);
+    fn running(&mut self, grant: Grant, stretch: Duration) -> State {
+        let stretch = stretch.min(grant.allotted().saturating_sub(self.used));
+        self.stretch_cpu = (matches!(self.shared.running, RunningTime::Adaptive)
+            && stretch >= LONG_RUN)
+            .then(|| (ThreadCpuClock.now(), thread::current().id()));
         State::Running(ElasticHandle::with_deadline(
             grant,
             self.shared.running.clock(),
-            stretch.min(left),
+            stretch,
         ))
     }
 
     /// The stretch is over: pause the grant, or settle it if the slice is spent.
     fn end_stretch(&mut self) {
         if let State::Running(h) = mem::replace(&mut self.state, State::Idle) {
-            let (grant, used) = h.into_grant();
+            let (grant, wall) = h.into_grant();
+            let used = match self.stretch_cpu.take() {
+                Some((start, id)) if id == thread::current().id() => {
+                    ThreadCpuClock.now().saturating_sub(start)
+                }
+                // An await inside the loop moved us to another thread: its CPU clock says
+                // nothing about ours, fall back to the wall clock.
+                _ => wall,
+            };
             self.used += used;
             if self.used >= grant.allotted() {
                 self.shared.queue.done(grant, mem::take(&mut self.used));

@@ -31,17 +31,26 @@ pub(crate) type Queue = WorkQueue<QueueClock>;
 /// How elastic work's running time is measured.
 #[derive(Clone)]
 pub(crate) enum RunningTime {
-    /// `Instant` around each poll: two vDSO reads, includes time the OS took the CPU away.
+    /// The default: the thread's CPU clock for stretches long enough to make its cost (a system
+    /// call, a few hundred ns) negligible, the wall clock (vDSO, tens of ns) for short ones.
+    /// CPU time is what the tokens stand for, and the wall clock would also charge the time the
+    /// OS gave the core to another thread (another worker, when workers outnumber cores).
+    Adaptive,
+    /// `Instant` around each poll: cheap, includes time the OS took the CPU away.
     Wall,
-    /// The thread's CPU clock: exact, one system call per read.
+    /// The thread's CPU clock on every poll: exact, one system call per read.
     ThreadCpu,
     /// Injected (tests).
     Custom(Arc<dyn Clock>),
 }
 
+/// Polls and stretches at least this long (by the previous one) are timed on the CPU clock.
+pub(crate) const LONG_RUN: Duration = Duration::from_micros(50);
+
 impl fmt::Debug for RunningTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            RunningTime::Adaptive => "Adaptive",
             RunningTime::Wall => "Wall",
             RunningTime::ThreadCpu => "ThreadCpu",
             RunningTime::Custom(_) => "Custom",
@@ -53,33 +62,37 @@ impl fmt::Debug for RunningTime {
 #[derive(Clone, Copy)]
 pub(crate) enum Mark {
     Wall(Instant),
-    Clock(Duration),
+    Cpu(Duration),
+    Custom(Duration),
 }
 
 impl RunningTime {
+    /// Start timing a poll; `long` says the previous one was long (worth the CPU clock).
     #[inline]
-    pub(crate) fn mark(&self) -> Mark {
+    pub(crate) fn mark(&self, long: bool) -> Mark {
         match self {
-            RunningTime::Wall => Mark::Wall(Instant::now()),
-            RunningTime::ThreadCpu => Mark::Clock(ThreadCpuClock.now()),
-            RunningTime::Custom(c) => Mark::Clock(c.now()),
+            RunningTime::Adaptive if long => Mark::Cpu(ThreadCpuClock.now()),
+            RunningTime::Adaptive | RunningTime::Wall => Mark::Wall(Instant::now()),
+            RunningTime::ThreadCpu => Mark::Cpu(ThreadCpuClock.now()),
+            RunningTime::Custom(c) => Mark::Custom(c.now()),
         }
     }
 
-    /// Running time since `mark`; zero if the clock went backwards.
+    /// Running time since `mark` (on the same thread); zero if the clock went backwards.
     #[inline]
     pub(crate) fn since(&self, mark: Mark) -> Duration {
         match mark {
             Mark::Wall(t) => t.elapsed(),
-            Mark::Clock(d) => match self {
-                RunningTime::Wall => Duration::ZERO,
-                RunningTime::ThreadCpu => ThreadCpuClock.now().saturating_sub(d),
+            Mark::Cpu(d) => ThreadCpuClock.now().saturating_sub(d),
+            Mark::Custom(d) => match self {
                 RunningTime::Custom(c) => c.now().saturating_sub(d),
+                _ => Duration::ZERO,
             },
         }
     }
 
-    /// A [`Clock`] reading the same source (for [`elastic_core::ElasticHandle`]).
+    /// A [`Clock`] for [`elastic_core::ElasticHandle`]'s amortized checks: the wall clock
+    /// unless the thread CPU clock or a custom clock was asked for.
     pub(crate) fn clock(&self) -> RunningClock {
         RunningClock(self.clone(), Instant::now())
     }
@@ -93,7 +106,7 @@ impl Clock for RunningClock {
     #[inline]
     fn now(&self) -> Duration {
         match &self.0 {
-            RunningTime::Wall => self.1.elapsed(),
+            RunningTime::Adaptive | RunningTime::Wall => self.1.elapsed(),
             RunningTime::ThreadCpu => ThreadCpuClock.now(),
             RunningTime::Custom(c) => c.now(),
         }
