@@ -228,3 +228,30 @@ fn current_thread_runtime_is_one_cpu() {
     assert_eq!(elastic.snapshot().cpus, 1.0);
     rt.block_on(async { 1 }.paced(&elastic));
 }
+
+#[test]
+fn long_polls_are_charged_cpu_time_not_wall_time() {
+    // A poll that blocks its thread for 20 ms uses almost no CPU. The first poll is timed on
+    // the wall clock (nothing says yet that polls are long); after that the CPU clock is used.
+    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let rt = runtime(&elastic, 2);
+    let task = rt.spawn(
+        async {
+            for _ in 0..5 {
+                std::thread::sleep(Duration::from_millis(20));
+                tokio::task::yield_now().await;
+            }
+        }
+        .paced(&elastic),
+    );
+    rt.block_on(task).unwrap();
+    let s = elastic.snapshot();
+    // Wall-clock timing would charge ≥ 100 ms; one wall-timed poll plus four CPU-timed ones
+    // charge about 20 ms.
+    assert!(s.used_nanos < 60_000_000, "{s:#?}");
+    assert!(
+        s.used_nanos >= 20_000_000,
+        "the first poll is wall-timed: {s:#?}"
+    );
+    assert_ledger_balanced(&s);
+}
