@@ -87,7 +87,8 @@ impl Slot {
         self.polling = Some(mark);
         let out = poll();
         self.polling = None;
-        let took = self.shared.running.since(mark);
+        let (took, wall) = self.shared.running.since(mark);
+        self.long = wall >= LONG_RUN;
         self.account(took);
         out
     }
@@ -105,7 +106,6 @@ impl Slot {
                 self.sample_in -= 1;
             }
         }
-        self.long = took >= LONG_RUN;
         self.used += took;
         self.run += took;
         if let Hold::Holding(g) = &self.hold {
@@ -148,7 +148,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(mark) = self.polling.take() {
             // The inner poll panicked: charge what it ran before settling.
-            self.used += self.shared.running.since(mark);
+            self.used += self.shared.running.since(mark).0;
         }
         self.settle();
     }

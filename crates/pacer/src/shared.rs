@@ -62,7 +62,9 @@ impl fmt::Debug for RunningTime {
 #[derive(Clone, Copy)]
 pub(crate) enum Mark {
     Wall(Instant),
-    Cpu(Duration),
+    /// CPU clock, with the wall clock beside it: whether the next poll is worth the CPU clock
+    /// depends on how long this one took, not on how much CPU it got.
+    Cpu(Duration, Instant),
     Custom(Duration),
 }
 
@@ -71,23 +73,30 @@ impl RunningTime {
     #[inline]
     pub(crate) fn mark(&self, long: bool) -> Mark {
         match self {
-            RunningTime::Adaptive if long => Mark::Cpu(ThreadCpuClock.now()),
+            RunningTime::Adaptive if long => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
             RunningTime::Adaptive | RunningTime::Wall => Mark::Wall(Instant::now()),
-            RunningTime::ThreadCpu => Mark::Cpu(ThreadCpuClock.now()),
+            RunningTime::ThreadCpu => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
             RunningTime::Custom(c) => Mark::Custom(c.now()),
         }
     }
 
-    /// Running time since `mark` (on the same thread); zero if the clock went backwards.
+    /// `(running, wall)` time since `mark` (on the same thread); zero if a clock went
+    /// backwards. `running` is what is charged, `wall` says whether the poll was long.
     #[inline]
-    pub(crate) fn since(&self, mark: Mark) -> Duration {
+    pub(crate) fn since(&self, mark: Mark) -> (Duration, Duration) {
         match mark {
-            Mark::Wall(t) => t.elapsed(),
-            Mark::Cpu(d) => ThreadCpuClock.now().saturating_sub(d),
-            Mark::Custom(d) => match self {
-                RunningTime::Custom(c) => c.now().saturating_sub(d),
-                _ => Duration::ZERO,
-            },
+            Mark::Wall(t) => {
+                let d = t.elapsed();
+                (d, d)
+            }
+            Mark::Cpu(c, t) => (ThreadCpuClock.now().saturating_sub(c), t.elapsed()),
+            Mark::Custom(d) => {
+                let d = match self {
+                    RunningTime::Custom(c) => c.now().saturating_sub(d),
+                    _ => Duration::ZERO,
+                };
+                (d, d)
+            }
         }
     }
 

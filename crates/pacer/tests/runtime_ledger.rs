@@ -108,7 +108,8 @@ fn a_panicking_elastic_task_settles_its_grant() {
 
 #[test]
 fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
-    let limit = 0.2;
+    // Low enough that the tasks hit the cap even when other processes hold the cores.
+    let limit = 0.05;
     let tasks = 6u64;
     let elastic = Elastic::builder()
         .fixed_limit(limit)
