@@ -167,6 +167,7 @@ pub struct Args {
     pub elastic_tasks: usize,
     pub rows: usize,
     pub chunk_rows: usize,
+    /// None: `auto`.
     pub target_us: Option<u64>,
     pub slice_ms: Option<u64>,
     pub quantum_us: Option<u64>,
@@ -214,7 +215,9 @@ Flags:
   --elastic-tasks N    concurrent scan tasks [default: 8]
   --rows N             rows in the in-memory table [default: 1000000]
   --chunk-rows N       rows per encoded chunk [default: 512]
-  --target-us N        scheduling-latency p99 target of the controller [default: the library's]
+  --target-us N|auto   scheduling-latency p99 target of the controller; auto = 2 x the median
+                       window p99 the baseline phase measured (100..5000 us; the library's
+                       default when no baseline runs first) [default: auto]
   --static-limit F     share for the static phase [default: 0.25]
   --slice-ms N         CPU time per grant, 10..=100 [default: the library's]
   --quantum-us N       poll quantum of paced streams [default: the library's]
@@ -364,6 +367,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             "--elastic-tasks" => a.elastic_tasks = positive_usize(&flag, v)?,
             "--rows" => a.rows = positive_usize(&flag, v)?,
             "--chunk-rows" => a.chunk_rows = positive_usize(&flag, v)?,
+            "--target-us" if v == "auto" => a.target_us = None,
             "--target-us" => {
                 let x: u64 = num(&flag, v)?;
                 if !(50..=1_000_000).contains(&x) {

@@ -37,8 +37,11 @@ pub struct Tuning {
 pub struct Snap {
     /// The elastic limit (None in phases that pace nothing).
     pub limit: Option<f64>,
-    /// Window p99 of scheduling latency, all tasks.
+    /// Window p99 of scheduling latency, all tasks (what the governor steers by).
     pub sched_p99_us: Option<f64>,
+    /// The same, foreground tasks only / elastic polls only.
+    pub sched_fg_p99_us: Option<f64>,
+    pub sched_elastic_p99_us: Option<f64>,
 }
 
 /// The runtime under test plus its elastic-CPU handle.
@@ -92,9 +95,12 @@ impl Control {
 
     pub fn snapshot(&self) -> Snap {
         let s = self.elastic.snapshot();
+        let us = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e3);
         Snap {
             limit: self.paced.then_some(s.limit),
-            sched_p99_us: s.sched_p99.map(|d| d.as_nanos() as f64 / 1e3),
+            sched_p99_us: us(s.sched_p99),
+            sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
+            sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
         }
     }
 

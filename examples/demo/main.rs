@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use util::{fmt_us, q_us};
 
+/// `--target-us auto`: this many times the baseline's median window p99 of scheduling latency.
+const AUTO_TARGET_FACTOR: f64 = 2.0;
+
 /// Set by Ctrl-C: end the run, write what we have.
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -68,6 +71,10 @@ struct Ctx {
     run_start: Instant,
     /// Where the last `paced` phase's limit ended (the start of `step` phases).
     rest_level: Option<f64>,
+    /// The controller's target for the paced phases (None: the library's default).
+    target_us: Option<u64>,
+    /// How the target was chosen.
+    target_source: String,
     /// Where each paced phase (by name) ended (the start of its next round).
     rest_by_name: std::collections::HashMap<String, f64>,
 }
@@ -115,6 +122,8 @@ fn main() {
         rows_per_cpu_sec,
         run_start: Instant::now(),
         rest_level: None,
+        target_us: None,
+        target_source: String::new(),
         rest_by_name: Default::default(),
         args,
     };
@@ -156,14 +165,8 @@ fn main() {
             rows_per_cpu_sec,
             phase_secs: ctx.args.phase_secs,
             warmup_secs: ctx.args.warmup_secs,
-            target_us: Some(
-                ctx.args.target_us.unwrap_or(
-                    elastic_cpu::Profile::Default
-                        .controller()
-                        .target_p99
-                        .as_micros() as u64,
-                ),
-            ),
+            target_us: None,
+            target_source: String::new(),
             slice_ms: ctx
                 .args
                 .slice_ms
@@ -181,6 +184,23 @@ fn main() {
         interrupted: false,
     };
 
+    let lib_target = elastic_cpu::Profile::Default
+        .controller()
+        .target_p99
+        .as_micros() as u64;
+    match ctx.args.target_us {
+        Some(t) => {
+            ctx.target_us = Some(t);
+            ctx.target_source = "--target-us".into();
+        }
+        None if ctx.args.phases.first().map(|p| p.kind) == Some(Kind::Baseline) => {
+            ctx.target_source = "auto (set after the first baseline phase)".into();
+        }
+        None => {
+            ctx.target_us = Some(lib_target);
+            ctx.target_source = "the library's default (auto needs baseline first)".into();
+        }
+    }
     ctx.run_start = Instant::now();
     let plan: Vec<(usize, PhaseSpec)> = (0..ctx.args.rounds)
         .flat_map(|round| ctx.args.phases.iter().map(move |p| (round, p.clone())))
@@ -191,6 +211,22 @@ fn main() {
         }
         let mut r = run_phase(&ctx, &spec, &mut rep.timeline);
         r.round = round;
+        if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
+            let t = match report::median(&r.scheds) {
+                Some(m) => (AUTO_TARGET_FACTOR * m).clamp(100.0, 5000.0) as u64,
+                None => lib_target,
+            };
+            ctx.target_us = Some(t);
+            ctx.target_source = format!(
+                "auto: {AUTO_TARGET_FACTOR} x the baseline's median window p99 ({})",
+                fmt_us(report::median(&r.scheds))
+            );
+            eprintln!(
+                "controller target p99: {} ({})",
+                fmt_us(Some(t as f64)),
+                ctx.target_source
+            );
+        }
         if spec.kind == Kind::Paced && r.skipped.is_none() {
             let lim: Vec<f64> = rep
                 .timeline
@@ -206,7 +242,10 @@ fn main() {
         }
         rep.segments.push(r);
     }
+    rep.machine.target_us = ctx.target_us.or(Some(lib_target));
+    rep.machine.target_source = ctx.target_source.clone();
     rep.phases = report::aggregate(&rep.segments);
+    report::attribute_cpu(&mut rep.phases, &mut rep.segments);
     rep.interrupted = stopped();
 
     println!();
@@ -243,7 +282,7 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
         .map(|n| n.get())
         .unwrap_or(1) as f64;
     let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
-    let ctl = Control::new(a.workers, Mode::Unpaced, tuning(a))?;
+    let ctl = Control::new(a.workers, Mode::Unpaced, tuning(ctx))?;
     let listener = ctl
         .rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -283,9 +322,10 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
     Ok((rate, per_req * 1e6))
 }
 
-fn tuning(a: &Args) -> Tuning {
+fn tuning(ctx: &Ctx) -> Tuning {
+    let a = &ctx.args;
     Tuning {
-        target_us: a.target_us,
+        target_us: ctx.target_us,
         slice_ms: a.slice_ms,
         quantum_us: a.quantum_us,
     }
@@ -356,7 +396,7 @@ fn run_phase_inner(
     res: &mut PhaseResult,
 ) -> Result<(), String> {
     let a = &ctx.args;
-    let ctl = Control::new(a.workers, mode, tuning(a))?;
+    let ctl = Control::new(a.workers, mode, tuning(ctx))?;
     let listener = ctl
         .rt
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -461,6 +501,8 @@ fn run_phase_inner(
             phase: name.to_string(),
             limit: snap.limit,
             sched_p99_us: snap.sched_p99_us,
+            sched_fg_p99_us: snap.sched_fg_p99_us,
+            sched_elastic_p99_us: snap.sched_elastic_p99_us,
             fg_p99_us: q_us(&h, 0.99),
             elastic_rows_per_sec: rps,
         });
@@ -478,11 +520,12 @@ fn run_phase_inner(
             print_rows = rows;
             last_print = now;
             println!(
-                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} | limit {} | elastic {:>6.2}M rows/s",
+                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | limit {} | elastic {:>6.2}M rows/s",
                 name,
                 el.as_secs_f64(),
                 fmt_us(q_us(&h, 0.99)),
                 fmt_us(snap.sched_p99_us),
+                fmt_us(snap.sched_fg_p99_us),
                 snap.limit
                     .map(|l| format!("{l:.3}"))
                     .unwrap_or_else(|| "  -  ".into()),

@@ -36,6 +36,9 @@ pub struct Point {
     pub phase: String,
     pub limit: Option<f64>,
     pub sched_p99_us: Option<f64>,
+    /// Not in the issue's timeline schema: written as `timeline_sched_split`.
+    pub sched_fg_p99_us: Option<f64>,
+    pub sched_elastic_p99_us: Option<f64>,
     pub fg_p99_us: Option<f64>,
     pub elastic_rows_per_sec: f64,
 }
@@ -61,6 +64,7 @@ pub struct Machine {
     pub phase_secs: f64,
     pub warmup_secs: f64,
     pub target_us: Option<u64>,
+    pub target_source: String,
     pub slice_ms: u64,
     pub quantum_us: u64,
     pub static_limit: f64,
@@ -103,6 +107,8 @@ pub struct PhaseResult {
     pub scheds: Vec<f64>,
     /// Rows written in the measurement window.
     pub rows: u64,
+    /// Elastic CPU share estimated from rows/s and the single-threaded calibration.
+    pub cpu_share_from_rows: Option<f64>,
     /// Aggregates: each round's fg p99, and their median.
     pub p99_rounds: Vec<f64>,
     pub p99_median: Option<f64>,
@@ -141,6 +147,7 @@ impl PhaseResult {
             rows: 0,
             p99_rounds: Vec::new(),
             p99_median: None,
+            cpu_share_from_rows: None,
         }
     }
 
@@ -220,6 +227,30 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             r
         })
         .collect()
+}
+
+/// Elastic CPU share from the process's CPU time: what a phase's process used above the
+/// baseline phase's (same service, same load, no scan), over the machine's CPUs. The
+/// single-threaded rows-per-CPU-second calibration is kept as `cpu_share_from_rows`; on this
+/// shared machine it moves by tens of percent between runs, the process CPU time does not.
+pub fn attribute_cpu(phases: &mut [PhaseResult], segments: &mut [PhaseResult]) {
+    let base = phases
+        .iter()
+        .find(|p| p.kind == Kind::Baseline)
+        .and_then(|p| p.process_cpu_share);
+    let Some(base) = base else {
+        return;
+    };
+    for p in phases.iter_mut().chain(segments.iter_mut()) {
+        p.cpu_share_from_rows = Some(p.cpu_share);
+        if let Some(c) = p.process_cpu_share {
+            p.cpu_share = if p.kind == Kind::Baseline {
+                0.0
+            } else {
+                (c - base).max(0.0)
+            };
+        }
+    }
 }
 
 pub fn median(v: &[f64]) -> Option<f64> {
@@ -761,7 +792,7 @@ impl Report {
             "\"cpus\": {}, \"workers\": {}, \"cpus_used\": {}, \"os\": {}, \"arch\": {}, \"tokio_unstable\": {}, \
              \"fg_rate_per_sec\": {}, \"fg_work_us\": {}, \"fg_process_cpu_per_request_us\": {}, \"fg_connections\": {}, \
              \"elastic_tasks\": {}, \"table_rows\": {}, \"chunk_rows\": {}, \"chunk_cpu_us\": {}, \"rows_per_cpu_sec\": {}, \
-             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"rounds\": {}, \"command\": {}",
+             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"target_source\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"rounds\": {}, \"command\": {}",
             m.cpus,
             m.workers,
             jnum(m.cpus_used),
@@ -780,6 +811,7 @@ impl Report {
             jnum(m.phase_secs),
             jnum(m.warmup_secs),
             jopt(m.target_us.map(|t| t as f64)),
+            jstr(&m.target_source),
             m.slice_ms,
             m.quantum_us,
             jnum(m.static_limit),
@@ -824,18 +856,31 @@ impl Report {
             );
         }
         s.push_str("\n  ],\n");
-        // Extras beyond the issue's schema, kept out of the phase objects.
+        // Extras beyond the issue's schema, kept out of the phase and timeline objects.
+        s.push_str("  \"timeline_sched_split\": [");
+        for (i, t) in self.timeline.iter().enumerate() {
+            let _ = write!(
+                s,
+                "{}\n    {{\"t_ms\": {}, \"sched_fg_p99_us\": {}, \"sched_elastic_p99_us\": {}}}",
+                if i == 0 { "" } else { "," },
+                t.t_ms,
+                jopt(t.sched_fg_p99_us),
+                jopt(t.sched_elastic_p99_us)
+            );
+        }
+        s.push_str("\n  ],\n");
         s.push_str("  \"phase_extras\": [");
         for (i, p) in self.phases.iter().enumerate() {
             let _ = write!(
                 s,
                 "{}\n    {{\"name\": {}, \"skipped\": {}, \"rounds_fg_p99_us\": [{}], \"fg_p99_median_of_rounds_us\": {}, \
-                 \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
+                 \"cpu_share_from_rows\": {}, \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
                 if i == 0 { "" } else { "," },
                 jstr(&p.name),
                 p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
                 p.p99_rounds.iter().map(|x| jnum(*x)).collect::<Vec<_>>().join(", "),
                 jopt(p.p99_median),
+                jopt(p.cpu_share_from_rows),
                 jnum(p.measured_secs),
                 p.unanswered,
                 jopt(p.process_cpu_share),
@@ -1361,10 +1406,10 @@ impl Report {
             h,
             "<div class=\"note\">{} CPUs ({} {}), runtime under test: {} workers; foreground {:.0} req/s Poisson over {} loopback TCP connections, {} us CPU per request, \
              latency from the intended send time; elastic: {} scan tasks over a {}-row sorted table, {}-row chunks ({:.0} us CPU each), \
-             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. Controller target p99 {} us, slice {} ms, quantum {} us, static limit {}. tokio_unstable: {}.</div>",
+             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. Controller target p99 {} us ({}), slice {} ms, quantum {} us, static limit {}. tokio_unstable: {}.</div>",
             m.cpus, m.os, m.arch, m.workers, m.rate, m.conns, m.work_us, m.elastic_tasks, m.rows, m.chunk_rows, m.chunk_cpu_us,
             m.rows_per_cpu_sec / 1e6, m.phase_secs, m.warmup_secs,
-            m.target_us.map(|t| t.to_string()).unwrap_or("-".into()), m.slice_ms, m.quantum_us, m.static_limit,
+            m.target_us.map(|t| t.to_string()).unwrap_or("-".into()), esc(&m.target_source), m.slice_ms, m.quantum_us, m.static_limit,
             m.tokio_unstable
         );
 
@@ -1480,14 +1525,16 @@ impl Report {
             );
         }
         h.push_str("</table><div class=\"note\">fg: request latency from the intended send time (open loop). sched p99: mean of the library's \
-            window p99 of scheduling latency (all tasks) sampled through the phase. elastic CPU share: rows/s divided by the single-threaded \
-            rows per CPU-second and by the runtime's CPUs. process CPU: this process's CPU time (server, load generator, scan) over the \
-            machine's CPUs.</div>");
+            window p99 of scheduling latency (all tasks) sampled through the phase. process CPU: this process's CPU time (server, load generator, scan) over the \
+            machine's CPUs. elastic CPU share: process CPU above the baseline phase's, over the machine's CPUs (when a baseline ran; \
+            otherwise rows/s over the single-threaded rows per CPU-second).</div>");
 
         // Plots.
         h.push_str("<h2>Over time</h2>");
         let pts_fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.fg_p99_us;
         let pts_sched: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_p99_us;
+        let pts_sched_fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_fg_p99_us;
+        let pts_sched_el: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_elastic_p99_us;
         let pts_limit: &dyn Fn(&Point) -> Option<f64> = &|p| p.limit;
         let pts_rows: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.elastic_rows_per_sec);
         h.push_str(&self.plot(
@@ -1504,11 +1551,23 @@ impl Report {
         h.push_str(&self.plot(
             "Scheduling latency p99 (library probe, window p99 of all tasks, log scale)",
             &lat_axis,
-            &[Line {
-                color: "#8e3fbf",
-                label: "sched p99",
-                get: pts_sched,
-            }],
+            &[
+                Line {
+                    color: "#bbbbbb",
+                    label: "elastic tasks",
+                    get: pts_sched_el,
+                },
+                Line {
+                    color: "#8e3fbf",
+                    label: "all tasks (steers)",
+                    get: pts_sched,
+                },
+                Line {
+                    color: "#1f5fbf",
+                    label: "foreground tasks",
+                    get: pts_sched_fg,
+                },
+            ],
             &sched_refs,
         ));
         h.push_str("<br>");
