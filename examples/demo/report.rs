@@ -450,7 +450,7 @@ impl Report {
         if !settles.is_empty() {
             let _ = writeln!(
                 s,
-                "\ncontroller speed (settle band: within max(0.05, 15%) of the end value)"
+                "\ncontroller speed (settle: first time within max(0.05, 20%) of the resting level; tail p-p: dithering after)"
             );
             for st in &settles {
                 let _ = writeln!(s, "  {}", st.text());
@@ -486,31 +486,16 @@ pub struct Settle {
 }
 
 fn band(v: f64) -> f64 {
-    (0.15 * v).max(0.05)
+    (0.2 * v).max(0.05)
 }
 
-fn settle_time(pts: &[(f64, f64)], from_s: f64, target: f64) -> Option<f64> {
-    let b = band(target);
-    let mut last_out = None;
-    for &(t, l) in pts {
-        if (l - target).abs() > b {
-            last_out = Some(t);
-        }
-    }
-    match last_out {
-        None => Some(0.0),
-        Some(t) => {
-            // Never back in the band by the end: not settled.
-            if pts.last().map(|p| p.0) == Some(t) {
-                None
-            } else {
-                // The first sample after the last excursion.
-                pts.iter()
-                    .find(|p| p.0 > t)
-                    .map(|p| (p.0 - from_s).max(0.0))
-            }
-        }
-    }
+/// Time from `from_s` until the limit first comes within the band of `level` (the controller
+/// dithers around its resting level by design; how much is `tail_p2p`).
+fn settle_time(pts: &[(f64, f64)], from_s: f64, level: f64) -> Option<f64> {
+    let b = band(level);
+    pts.iter()
+        .find(|p| p.0 >= from_s && (p.1 - level).abs() <= b)
+        .map(|p| (p.0 - from_s).max(0.0))
 }
 
 fn tail_stats(pts: &[(f64, f64)]) -> (f64, usize) {
@@ -671,20 +656,16 @@ impl Report {
                         .iter()
                         .find(|q| q.name == sib_name && q.round == p.round && q.skipped.is_none());
                     st.sibling_end = sib.and_then(|q| mean_last(&self.points_of(q), 0.25));
-                    let sib_rest = sib.is_some_and(|q| self.at_rest(&self.points3_of(q), 0.3));
-                    // Settled: this phase ends at rest, and where the other side (from the
-                    // other end of the range) also ends at rest, both end at the same level.
-                    let level = if !self.at_rest(&pts3, 0.3) {
-                        None
-                    } else {
-                        match (st.end_limit, st.sibling_end) {
-                            (Some(a), Some(b))
-                                if sib_rest && (a - b).abs() > band((a + b) / 2.0) =>
-                            {
-                                None
-                            }
-                            (a, _) => a,
+                    // The resting level: where both sides (from the floor and from the
+                    // ceiling) end, when they end at the same level; not settled when they end
+                    // apart. Without the other side: where this one ends, if it ends at rest.
+                    let level = match (st.end_limit, st.sibling_end) {
+                        (Some(a), Some(b)) if (a - b).abs() <= band((a + b) / 2.0) => {
+                            Some((a + b) / 2.0)
                         }
+                        (Some(_), Some(_)) => None,
+                        (a, None) if self.at_rest(&pts3, 0.3) => a,
+                        _ => None,
                     };
                     st.settle_s
                         .push(level.and_then(|t| settle_time(&pts, 0.0, t)));
@@ -1643,9 +1624,10 @@ impl Report {
             }
             h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
                 the level the paced phase ended at; foreground load x1.5 in the middle third; settle times after the step up / down. \
-                settle = time until the limit stays within max(0.05, 15%) of the level it ends at, counted only when it ends at rest \
-                (over the last 30%, the scheduling p99 on both sides of the target, or the limit pinned at floor/ceiling for a \
-                reason) and, for low/high, where both sides rest, at the same level. tail: over the second half of the phase (or \
+                settle = time until the limit first comes within max(0.05, 20%) of its resting level: for low/high the level both sides \
+                end at (not settled when they end apart); for step segments the level the segment ends at, counted only when it ends at \
+                rest (over its last 30%, the scheduling p99 on both sides of the target, or the limit pinned at floor/ceiling). The \
+                controller dithers around its resting level by design: tail peak-to-peak says how much. tail: over the second half of the phase (or \
                 last segment).</div>");
         }
         let _ = writeln!(
