@@ -203,8 +203,8 @@ Flags:
   --phases LIST        comma-separated phases [default: baseline,unthrottled,static,yield,dedicated,paced]
   --speed              append the controller-speed phases: low, high and step for each --profiles entry
   --profiles LIST      profiles for --speed [default: cockroach,default,0.02,0.1]
-  --phase-secs N       length of each phase in seconds, warm-up included [default: 12]
-  --warmup-secs N      start of each phase left out of its summary [default: 3]
+  --phase-secs N       length of each phase in seconds, warm-up included [default: 15]
+  --warmup-secs N      start of each phase left out of its summary [default: 4]
   --rounds N           run the phase list N times, interleaved, and merge each phase's rounds
                        (this machine's noise comes in bursts of seconds) [default: 3]
   --workers N          worker threads of the runtime under test [default: one per core]
@@ -215,7 +215,7 @@ Flags:
   --elastic-tasks N    concurrent scan tasks [default: 8]
   --rows N             rows in the in-memory table [default: 1000000]
   --chunk-rows N       rows per encoded chunk [default: 512]
-  --target-us N|auto   scheduling-latency p99 target of the controller; auto = 2 x the median
+  --target-us N|auto   scheduling-latency p99 target of the controller; auto = 1.5 x the median
                        window p99 the baseline phase measured (100..5000 us; the library's
                        default when no baseline runs first) [default: auto]
   --static-limit F     share for the static phase [default: 0.25]
@@ -272,8 +272,8 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         .unwrap_or(1);
     let mut a = Args {
         phases: Vec::new(),
-        phase_secs: 12.0,
-        warmup_secs: 3.0,
+        phase_secs: 15.0,
+        warmup_secs: 4.0,
         rounds: 3,
         workers: cores,
         rate: None,

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use util::{fmt_us, q_us};
 
 /// `--target-us auto`: this many times the baseline's median window p99 of scheduling latency.
-const AUTO_TARGET_FACTOR: f64 = 2.0;
+const AUTO_TARGET_FACTOR: f64 = 1.5;
 
 /// Set by Ctrl-C: end the run, write what we have.
 static STOP: AtomicBool = AtomicBool::new(false);
