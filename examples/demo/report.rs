@@ -1203,12 +1203,12 @@ impl Report {
             return String::new();
         }
         let row_h = 22.0;
-        let top = 30.0;
+        let top = 46.0;
         let label_w = 130.0;
-        let panel_w = 520.0;
+        let panel_w = 480.0;
         let gap = 60.0;
         let height = top + row_h * ran.len() as f64 + 26.0;
-        let width = label_w + 2.0 * panel_w + gap + 20.0;
+        let width = label_w + 2.0 * panel_w + gap + 150.0;
         let lat_max = ran
             .iter()
             .filter_map(|p| p.p99_us)
@@ -1231,8 +1231,8 @@ impl Report {
         let _ = write!(
             s,
             "<svg width=\"{width}\" height=\"{height}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"12\">\
-             <text x=\"{label_w}\" y=\"16\" font-weight=\"bold\">Foreground p99 (log scale; lower is better)</text>\
-             <text x=\"{x2}\" y=\"16\" font-weight=\"bold\">Elastic rows/s (higher is better)</text>"
+             <text x=\"{label_w}\" y=\"12\" font-weight=\"bold\">Foreground p99 (log scale; lower is better)</text>\
+             <text x=\"{x2}\" y=\"12\" font-weight=\"bold\">Elastic rows/s (higher is better)</text>"
         );
         // Decade grid for latency.
         let mut v = 10.0;
@@ -1290,30 +1290,41 @@ impl Report {
             }
         }
         if let Some(b) = b99 {
-            for (m, c, l) in [
+            for (i, (m, c, l)) in [
                 (1.0, "#2a7", "baseline"),
-                (1.5, "#c60", "1.5x"),
-                (3.0, "#c33", "3x"),
-            ] {
+                (1.5, "#c60", "1.5x baseline"),
+                (3.0, "#c33", "3x baseline"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 let x = lx(b * m);
+                let ly = top - 6.0 - 9.0 * i as f64;
                 let _ = write!(
                     s,
                     "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-dasharray=\"4,3\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{c}\" font-size=\"10\">{l}</text>",
                     top - 4.0,
                     height - 22.0,
-                    top - 6.0
+                    ly
                 );
             }
         }
         if let Some(u) = self.find("unthrottled").map(|u| u.rows_per_sec) {
-            for (m, c, l) in [(1.0, "#555", "unthrottled"), (0.6, "#c60", "0.6x")] {
+            for (i, (m, c, l)) in [
+                (1.0, "#555", "unthrottled"),
+                (0.6, "#c60", "0.6x unthrottled"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 let x = rx(u * m);
+                let ly = top - 6.0 - 9.0 * i as f64;
                 let _ = write!(
                     s,
                     "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{c}\" stroke-dasharray=\"4,3\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"{c}\" font-size=\"10\">{l}</text>",
                     top - 4.0,
                     height - 22.0,
-                    top - 6.0
+                    ly
                 );
             }
         }
