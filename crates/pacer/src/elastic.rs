@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use elastic_core::{
-    rate_for, ManualClock, MonotonicClock, QueueSnapshot, StepController, WorkQueue,
-};
+use elastic_core::{rate_for, MonotonicClock, QueueSnapshot, StepController, WorkQueue};
 use sched_probe::{Probe, ProbeConfig, Window};
 use tokio::runtime::{Builder, Handle};
 
@@ -226,9 +224,9 @@ impl std::fmt::Debug for Elastic {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
+/// `Elastic`, `Paced` and `Pacer` move between threads (spawned tasks, the governor).
+const _: () = {
+    const fn is<T: Send + Sync>() {}
     is::<Elastic>();
-    let _ = ManualClock::new;
-}
+    is::<crate::Pacer>();
+};
