@@ -139,7 +139,8 @@ impl Slot {
     /// Settle for good: the adapter is finished.
     pub(crate) fn finish(&mut self) {
         self.settle();
-        // A ticket dropped here cancels its queue entry (and returns a grant it was given).
+        // A finished future or stream polled again must not take a new grant it would hold
+        // until dropped.
         self.hold = Hold::Unpaced;
     }
 }
