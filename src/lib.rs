@@ -36,7 +36,8 @@
 pub use elastic_core::{ConfigError, ControllerConfig, ManualClock};
 pub use pacer::{
     BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
-    Profile, RuntimeBuilder, Snapshot, DEFAULT_QUANTUM, DEFAULT_SLICE, METRICS,
+    Profile, RuntimeBuilder, Snapshot, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
+    DEFAULT_QUANTUM, DEFAULT_SLICE, METRICS,
 };
 pub use sched_probe::{ProbeConfig, ProbeError, Summary, Window};
 

@@ -86,6 +86,10 @@ pub struct QueueSnapshot {
     pub wait_nanos: u64,
     /// Whether [`WorkQueue::close`] was called.
     pub closed: bool,
+    /// Grants are held back ([`WorkQueue::pause`]).
+    pub paused: bool,
+    /// Times the queue was paused.
+    pub pauses: u64,
 }
 
 struct Waiter {
@@ -103,6 +107,7 @@ struct State {
     next_id: u64,
     had_waiters: bool,
     closed: bool,
+    paused: bool,
     stats: QueueSnapshot,
 }
 
@@ -121,7 +126,7 @@ impl State {
     /// the caller wakes them after releasing the lock, so a waker that re-enters the queue (or is
     /// slow) never runs under it.
     fn grant_waiters(&mut self, now: Duration, wake: &mut Vec<Waker>) {
-        if self.waiters.is_empty() {
+        if self.waiters.is_empty() || self.paused {
             return;
         }
         let t = duration_nanos(now);
@@ -205,6 +210,7 @@ impl<C: Clock> WorkQueue<C> {
                     next_id: 0,
                     had_waiters: false,
                     closed: false,
+                    paused: false,
                     stats: QueueSnapshot::default(),
                 }),
             }),
@@ -223,7 +229,7 @@ impl<C: Clock> WorkQueue<C> {
         let id = st.next_id;
         st.next_id += 1;
         if !st.closed {
-            if st.waiters.is_empty() && st.bucket.try_take(n, duration_nanos(now)) {
+            if st.waiters.is_empty() && !st.paused && st.bucket.try_take(n, duration_nanos(now)) {
                 st.stats.grants += 1;
                 st.stats.acquired_nanos = st.stats.acquired_nanos.saturating_add(n);
                 return Admit::Granted(Grant { nanos: n });
@@ -300,6 +306,48 @@ impl<C: Clock> WorkQueue<C> {
         had
     }
 
+    /// Holds back every grant until [`resume`](Self::resume): admissions queue (in order) even
+    /// with tokens in the bucket, and ticks and returns grant nothing. Tokens keep accruing and
+    /// returns still refund, so a pause defers elastic work without losing its share.
+    /// Grants already handed out are unaffected; their holders decide when to give them back.
+    ///
+    /// ```
+    /// use elastic_core::{Admit, ManualClock, WorkQueue};
+    /// use std::time::Duration;
+    ///
+    /// let q = WorkQueue::new(ManualClock::new(), 1_000_000_000);
+    /// q.pause();
+    /// let Admit::Queued(ticket) = q.admit(Duration::from_millis(10)) else { panic!() };
+    /// q.tick();
+    /// assert_eq!(q.snapshot().waiters, 1); // still waiting: paused
+    /// q.resume();
+    /// assert_eq!(q.snapshot().waiters, 0); // granted on resume
+    /// # drop(ticket);
+    /// ```
+    pub fn pause(&self) {
+        let mut st = lock(&self.shared.state);
+        if !st.paused {
+            st.paused = true;
+            st.stats.pauses += 1;
+        }
+    }
+
+    /// Ends a [`pause`](Self::pause) and grants waiters, in order, as the bucket allows.
+    pub fn resume(&self) {
+        let mut wake = Vec::new();
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
+        st.paused = false;
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Whether grants are held back.
+    pub fn is_paused(&self) -> bool {
+        lock(&self.shared.state).paused
+    }
+
     /// Shut down: every queued and future admission resolves to [`Closed`] (queued ones are
     /// woken). Grants already handed out stay valid and can still be settled.
     pub fn close(&self) {
@@ -336,6 +384,7 @@ impl<C: Clock> WorkQueue<C> {
             balance_nanos: balance,
             waiters: st.waiters.len(),
             closed: st.closed,
+            paused: st.paused,
             ..st.stats.clone()
         }
     }

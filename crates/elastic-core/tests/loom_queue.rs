@@ -282,3 +282,49 @@ fn two_round_trips_conserve_tokens() {
         assert_eq!(s.balance_nanos, 40 * MS as i64);
     });
 }
+
+/// The backlog brake pauses and resumes the queue on one thread while a `done` returns tokens
+/// on another and the waiter registers its waker: whichever order, a return made while paused
+/// stays in the bucket and the resume grants it, so the waiter always ends up granted and, if it
+/// saw `Pending`, woken exactly once (no lost wake-up); no token is lost or doubled.
+#[test]
+fn pause_resume_race_with_return_and_poll() {
+    loom::model(|| {
+        let (q, g) = drained();
+        let mut t = queued(q.admit(Duration::from_millis(10)));
+        let (count, w) = waker();
+        let q1 = q.clone();
+        let brake = thread::spawn(move || {
+            q1.pause();
+            q1.resume();
+        });
+        let q2 = q.clone();
+        let ret = thread::spawn(move || q2.done(g, Duration::from_millis(50)));
+        let first = t.poll_grant(&w);
+        brake.join().unwrap();
+        ret.join().unwrap();
+        let grant = match first {
+            Poll::Ready(r) => {
+                assert_eq!(wakes(&count), 0, "woken without a registered waker");
+                r.unwrap()
+            }
+            Poll::Pending => {
+                assert_eq!(wakes(&count), 1, "lost or doubled wake-up");
+                match t.poll_grant(&w) {
+                    Poll::Ready(Ok(g)) => g,
+                    other => panic!("not granted after resume: {other:?}"),
+                }
+            }
+        };
+        assert_eq!(grant.allotted(), Duration::from_millis(10));
+        let s = q.snapshot();
+        assert!(!s.paused);
+        assert_eq!((s.grants, s.waiters, s.waits, s.pauses), (2, 0, 1, 1));
+        assert_eq!(s.balance_nanos, 40 * MS as i64);
+        assert_ledger(&s, 10 * MS);
+        q.done(grant, Duration::from_millis(4));
+        let s = q.snapshot();
+        assert_ledger(&s, 0);
+        assert_eq!(s.balance_nanos, 46 * MS as i64);
+    });
+}

@@ -390,3 +390,256 @@ fn queue_is_shareable() {
     assert_eq!(q.snapshot().used_nanos, 10 * MS);
     assert!(format!("{q:?}").contains("WorkQueue"));
 }
+
+// ---- pause / resume (the backlog brake) ----
+
+#[test]
+fn paused_queue_queues_admissions_even_with_tokens() {
+    let clock = ManualClock::new();
+    let q = WorkQueue::new(clock.clone(), 1_000 * MS); // a full second of tokens
+    assert!(!q.is_paused());
+    q.pause();
+    q.pause(); // already paused: not a second pause
+    assert!(q.is_paused());
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(20)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    let s = q.snapshot();
+    assert_eq!(
+        s,
+        QueueSnapshot {
+            rate_nanos_per_sec: 1_000 * MS,
+            balance_nanos: 1_000 * MS as i64,
+            waiters: 2,
+            paused: true,
+            pauses: 1,
+            ..QueueSnapshot::default()
+        }
+    );
+
+    // Ticks grant nothing while paused, full bucket or not, and report the waiting.
+    assert!(q.tick());
+    clock.advance(Duration::from_secs(1));
+    assert!(q.tick());
+    // Neither does a rate change.
+    q.set_rate(2_000 * MS);
+    assert_eq!((wakes(&ca), wakes(&cb)), (0, 0));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    let s = q.snapshot();
+    assert_eq!((s.grants, s.acquired_nanos, s.waiters), (0, 0, 2));
+    assert_eq!(s.balance_nanos, 2_000 * MS as i64);
+
+    // Resume grants both, in order, and wakes each once.
+    q.resume();
+    assert!(!q.is_paused());
+    assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
+    let ga = ready(&mut a, &wa);
+    let gb = ready(&mut b, &wb);
+    assert_eq!((ga.allotted(), gb.allotted()), (ms(10), ms(20)));
+    let s = q.snapshot();
+    assert!(!s.paused);
+    assert_eq!(s.pauses, 1, "resume does not count a pause");
+    assert_eq!((s.grants, s.waits, s.wait_nanos), (2, 2, 2_000 * MS));
+    assert_eq!(s.balance_nanos, 1_970 * MS as i64);
+
+    // Not paused: the fast path is back.
+    let gc = granted(q.admit(ms(10)));
+    // A second pause counts.
+    q.pause();
+    q.resume();
+    assert_eq!(q.snapshot().pauses, 2);
+    q.done(ga, ms(10));
+    q.done(gb, ms(5));
+    q.done(gc, ms(12));
+    let s = q.snapshot();
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}
+
+#[test]
+fn done_while_paused_refunds_the_bucket_but_grants_nothing() {
+    let (clock, q, g) = drained();
+    let g2 = {
+        // A second grant out before the pause, from a refill.
+        clock.advance(ms(100)); // +10 ms
+        granted(q.admit(ms(10)))
+    };
+    assert_eq!(q.snapshot().balance_nanos, 0);
+    q.pause();
+    let (ca, wa) = waker();
+    let mut a = queued(q.admit(ms(50)));
+    pending(&mut a, &wa);
+
+    // 100 allotted, 40 used: 60 come back to the bucket, and stay there.
+    q.done(g, ms(40));
+    assert_eq!(wakes(&ca), 0);
+    pending(&mut a, &wa);
+    let s = q.snapshot();
+    assert_eq!((s.returned_nanos, s.used_nanos), (60 * MS, 40 * MS));
+    assert_eq!(
+        (s.balance_nanos, s.waiters, s.grants),
+        (60 * MS as i64, 1, 2)
+    );
+
+    // An overrun while paused is still charged (and grants nothing either).
+    q.done(g2, ms(15));
+    let s = q.snapshot();
+    assert_eq!(
+        (s.over_limit_nanos, s.balance_nanos),
+        (5 * MS, 55 * MS as i64)
+    );
+    assert_eq!(wakes(&ca), 0);
+
+    // Resume: the refund grants the waiter.
+    clock.advance(ms(2));
+    q.resume();
+    assert_eq!(wakes(&ca), 1);
+    let ga = ready(&mut a, &wa);
+    let s = q.snapshot();
+    assert_eq!(
+        s.balance_nanos,
+        (55 * MS as i64) + (200_000) - 50 * MS as i64
+    );
+    assert_eq!((s.waits, s.wait_nanos), (1, 2 * MS));
+    q.done(ga, ms(50));
+    let s = q.snapshot();
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}
+
+#[test]
+fn ticket_cancelled_while_paused_refunds_but_grants_nothing() {
+    let (clock, q, _g) = drained();
+    let (_ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(30)));
+    let mut b = queued(q.admit(ms(30)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    clock.advance(ms(10)); // +1 ms: a is granted (-29 ms), not collected
+    q.tick();
+    q.pause();
+    // a's uncollected grant goes back to the bucket (+1 ms): b stays queued while paused.
+    drop(a);
+    let s = q.snapshot();
+    assert_eq!((s.returned_nanos, s.balance_nanos), (30 * MS, MS as i64));
+    assert_eq!((s.waiters, wakes(&cb)), (1, 0));
+    q.resume();
+    assert_eq!(wakes(&cb), 1);
+    let gb = ready(&mut b, &wb);
+    q.done(gb, ms(30));
+    let s = q.snapshot();
+    // The first (drained) grant is still out.
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos + 100 * MS
+    );
+}
+
+#[test]
+fn resume_grants_fifo_as_the_balance_allows_and_no_more() {
+    let (clock, q, _g) = drained();
+    q.pause();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let (cc, wc) = waker();
+    let mut a = queued(q.admit(ms(100)));
+    let mut b = queued(q.admit(ms(20)));
+    let mut c = queued(q.admit(ms(10)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    pending(&mut c, &wc);
+
+    // Balance exactly 0: resuming grants nothing.
+    q.resume();
+    assert_eq!(wakes(&ca) + wakes(&cb) + wakes(&cc), 0);
+    assert_eq!(q.snapshot().waiters, 3);
+
+    // Paused again for 10 ms: 1 ms of tokens, held back on the tick.
+    q.pause();
+    clock.advance(ms(10));
+    assert!(q.tick());
+    assert_eq!(wakes(&ca), 0);
+    // Resume: 1 ms > 0 grants the head its whole slice, into debt; b and c wait.
+    q.resume();
+    assert_eq!((wakes(&ca), wakes(&cb), wakes(&cc)), (1, 0, 0));
+    assert_eq!(q.snapshot().balance_nanos, -99 * MS as i64);
+    let ga = ready(&mut a, &wa);
+    pending(&mut b, &wb);
+
+    // A long pause refills no more than the burst (100 ms): on resume b (20) and c (10) fit,
+    // and a newcomer queued behind them while paused (80) takes the rest, to exactly -10 ms.
+    q.pause();
+    clock.advance(Duration::from_secs(10));
+    let (cd, wd) = waker();
+    let (ce, we) = waker();
+    let mut d = queued(q.admit(ms(80)));
+    let mut e = queued(q.admit(ms(10)));
+    pending(&mut d, &wd);
+    pending(&mut e, &we);
+    assert!(q.tick());
+    assert_eq!(q.snapshot().balance_nanos, 100 * MS as i64);
+    q.resume();
+    assert_eq!(
+        (wakes(&cb), wakes(&cc), wakes(&cd), wakes(&ce)),
+        (1, 1, 1, 0),
+        "granted in order while the balance is positive, then no more"
+    );
+    let s = q.snapshot();
+    assert_eq!((s.balance_nanos, s.waiters), (-10 * MS as i64, 1));
+    assert_eq!(s.pauses, 3);
+    let gb = ready(&mut b, &wb);
+    let gc = ready(&mut c, &wc);
+    let gd = ready(&mut d, &wd);
+    pending(&mut e, &we);
+    for g in [ga, gb, gc, gd] {
+        let allotted = g.allotted();
+        q.done(g, allotted);
+    }
+    drop(e);
+    let s = q.snapshot();
+    // Only the drained grant is still out.
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos + 100 * MS
+    );
+}
+
+#[test]
+fn close_while_paused_fails_the_waiters() {
+    let (clock, q, g) = drained();
+    q.pause();
+    let (ca, wa) = waker();
+    let (cb, wb) = waker();
+    let mut a = queued(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(10)));
+    pending(&mut a, &wa);
+    pending(&mut b, &wb);
+    clock.advance(ms(3));
+    q.close();
+    assert_eq!((wakes(&ca), wakes(&cb)), (1, 1));
+    assert_eq!(a.poll_grant(&wa), Poll::Ready(Err(Closed)));
+    assert_eq!(b.poll_grant(&wb), Poll::Ready(Err(Closed)));
+    let s = q.snapshot();
+    assert!(s.closed && s.paused);
+    assert_eq!((s.waiters, s.waits, s.wait_nanos), (0, 2, 6 * MS));
+    // Resuming a closed queue grants nothing and admissions still fail.
+    q.resume();
+    let mut c = queued(q.admit(ms(10)));
+    assert_eq!(c.poll_grant(&wa), Poll::Ready(Err(Closed)));
+    q.done(g, ms(100));
+    let s = q.snapshot();
+    assert_eq!((s.grants, s.acquired_nanos), (1, 100 * MS));
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}

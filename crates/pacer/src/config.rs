@@ -126,7 +126,21 @@ pub struct ElasticBuilder {
     pub(crate) running: RunningTime,
     pub(crate) manual: Option<ManualClock>,
     pub(crate) cpus: Option<f64>,
+    pub(crate) brake: BrakeSetting,
 }
+
+/// How the builder was told to set up the backlog brake.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum BrakeSetting {
+    /// At `BRAKE_FACTOR` × the target when the controller runs; off with a fixed limit.
+    Default,
+    /// At this foreground queue wait, releasing after this quiet time.
+    At(Duration, Duration),
+    Off,
+}
+
+/// The default brake threshold, in multiples of the controller's p99 target.
+pub const BRAKE_FACTOR: u32 = 4;
 
 impl Default for ElasticBuilder {
     fn default() -> Self {
@@ -149,6 +163,7 @@ impl Default for ElasticBuilder {
             running: RunningTime::Adaptive,
             manual: None,
             cpus: None,
+            brake: BrakeSetting::Default,
         }
     }
 }
@@ -204,6 +219,50 @@ impl ElasticBuilder {
     pub fn fixed_limit(mut self, share: f64) -> Self {
         self.fixed_limit = Some(share);
         self
+    }
+
+    /// The backlog brake: when a foreground task is polled after waiting at least `at` in a run
+    /// queue, elastic work gives back its grants at its next poll and gets none until no task
+    /// has waited that long for [`DEFAULT_BRAKE_HOLD`](crate::DEFAULT_BRAKE_HOLD) (at most
+    /// [`BRAKE_MAX`](crate::BRAKE_MAX) at a time). Its tokens keep accruing, so the elastic
+    /// share is deferred, not lost.
+    ///
+    /// Default: [`BRAKE_FACTOR`] × the p99 target while the controller runs; off with
+    /// [`fixed_limit`](Self::fixed_limit) unless set here. Must be ≥ 10 µs.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let elastic = pacer::Elastic::builder()
+    ///     .brake_at(Duration::from_millis(2))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(!elastic.snapshot().braked);
+    /// ```
+    pub fn brake_at(mut self, at: Duration) -> Self {
+        self.brake = BrakeSetting::At(at, crate::DEFAULT_BRAKE_HOLD);
+        self
+    }
+
+    /// No backlog brake: only the controller (or the fixed limit) sets the elastic share.
+    pub fn no_brake(mut self) -> Self {
+        self.brake = BrakeSetting::Off;
+        self
+    }
+
+    /// The brake's threshold, or `None` when it is off.
+    pub(crate) fn resolved_brake(
+        &self,
+        controller: &ControllerConfig,
+    ) -> Option<(Duration, Duration)> {
+        match self.brake {
+            BrakeSetting::Off => None,
+            BrakeSetting::At(at, hold) => Some((at, hold)),
+            BrakeSetting::Default if self.fixed_limit.is_some() => None,
+            BrakeSetting::Default => Some((
+                controller.target_p99.saturating_mul(BRAKE_FACTOR),
+                crate::DEFAULT_BRAKE_HOLD,
+            )),
+        }
     }
 
     /// CPU time one grant hands out (10 ms ..= 100 ms).
@@ -312,6 +371,11 @@ impl ElasticBuilder {
                 format!("{:?}", self.quantum),
                 "10 µs ..= the slice",
             );
+        }
+        if let BrakeSetting::At(at, _) = self.brake {
+            if at < Duration::from_micros(10) {
+                return setting("brake_at", format!("{at:?}"), "at least 10 µs");
+            }
         }
         if let Some(c) = self.cpus {
             if !(c > 0.0 && c <= 65536.0) {

@@ -60,6 +60,12 @@ pub struct Snapshot {
     pub over_limit_nanos: u64,
     /// Nanoseconds elastic work ran, as measured (`acquired − returned + over_limit` once settled).
     pub used_nanos: u64,
+    /// The backlog brake is on now.
+    pub braked: bool,
+    /// Times the backlog brake engaged.
+    pub brakes: u64,
+    /// Time spent braked (brakes that ended).
+    pub braked_time: Duration,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger.
@@ -74,9 +80,11 @@ impl Elastic {
 
     pub(crate) fn from_builder(b: ElasticBuilder) -> Result<Elastic, BuildError> {
         let controller_config = b.validate()?;
+        let brake = b.resolved_brake(&controller_config);
         let probe = Probe::new(ProbeConfig {
             tick: controller_config.tick,
             window: controller_config.window,
+            alarm_at: brake.map(|(at, _)| at),
             ..b.probe.clone()
         })?;
         let initial = b.initial_limit.unwrap_or(controller_config.min_utilization);
@@ -91,7 +99,10 @@ impl Elastic {
             None => QueueClock::Monotonic(MonotonicClock::new()),
         };
         let shared = Arc::new(Shared {
-            queue: Arc::new(WorkQueue::new(clock, rate_for(limit, cpus))),
+            queue: Arc::new(WorkQueue::new(clock.clone(), rate_for(limit, cpus))),
+            clock,
+            brake: brake.map(|(_, hold)| Mutex::new(crate::brake::Brake::new(hold))),
+            braked: AtomicBool::new(false),
             probe,
             slice: b.slice,
             quantum: b.quantum,
@@ -196,7 +207,14 @@ impl Elastic {
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
         let queue = self.shared.queue.snapshot();
+        let (brakes, braked_time) = self.shared.brake.as_ref().map_or((0, Duration::ZERO), |b| {
+            let b = b.lock().unwrap_or_else(|p| p.into_inner());
+            (b.count, b.total)
+        });
         Snapshot {
+            braked: self.shared.braked(),
+            brakes,
+            braked_time,
             limit: self.shared.limit.load(),
             cpus: self.shared.cpus.load(),
             ticks: self.shared.ticks.load(Ordering::Relaxed),

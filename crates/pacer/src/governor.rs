@@ -21,6 +21,7 @@ impl Shared {
     /// One governor tick: rotate the probe window, read its p99, step the controller, set the
     /// bucket's rate, grant waiters.
     pub(crate) fn tick(&self, period: Duration) {
+        self.brake_step();
         self.probe.rotate();
         let window = self.probe.window();
         let p99 = window.queue_latency.all.p99;
@@ -62,6 +63,8 @@ pub(crate) fn spawn(shared: &Arc<Shared>, tick: Duration) -> std::io::Result<()>
     let handle = thread::Builder::new()
         .name("elastic-cpu-governor".into())
         .spawn(move || run(weak, queue, tick))?;
+    // A backlog seen by the probe wakes the governor at once (the brake).
+    shared.probe.notify_on_alarm(handle.thread().clone());
     *shared
         .governor_thread
         .lock()
@@ -74,25 +77,33 @@ fn run(weak: Weak<Shared>, queue: Arc<Queue>, tick: Duration) {
     let mut last = Instant::now();
     let mut next = last + tick;
     loop {
-        let now = Instant::now();
-        if now < next {
-            thread::park_timeout(next - now);
-            if weak.strong_count() == 0 {
-                return;
-            }
-            continue;
-        }
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        // The real period (the OS may wake us late); capped so a long stall is not one giant step.
-        let period = (now - last).min(tick * 10);
-        shared.tick(period);
+        let now = Instant::now();
+        let braked = if now < next {
+            // Woken early: by the probe's alarm, a brake re-check, or a shutdown.
+            shared.brake_step()
+        } else {
+            // The real period (the OS may wake us late); capped so a long stall is not one
+            // giant step.
+            let period = (now - last).min(tick * 10);
+            shared.tick(period);
+            last = now;
+            next += tick;
+            if next <= now {
+                next = now + tick;
+            }
+            shared.braked()
+        };
         drop(shared);
-        last = now;
-        next += tick;
-        if next <= now {
-            next = now + tick;
+        let until = if braked {
+            next.min(now + crate::brake::BRAKE_POLL)
+        } else {
+            next
+        };
+        if let Some(wait) = until.checked_duration_since(Instant::now()) {
+            thread::park_timeout(wait);
         }
     }
 }

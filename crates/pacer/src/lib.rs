@@ -30,6 +30,7 @@
 //! `metrics` facade report it all.
 #![forbid(unsafe_code)]
 
+mod brake;
 mod config;
 mod elastic;
 mod governor;
@@ -39,7 +40,10 @@ mod pacer;
 mod runtime;
 mod shared;
 
-pub use crate::config::{BuildError, ElasticBuilder, Profile, DEFAULT_QUANTUM, DEFAULT_SLICE};
+pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+pub use crate::config::{
+    BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
+};
 pub use crate::elastic::{Elastic, Snapshot};
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedExt, PacedStream, PacedStreamExt};

@@ -70,6 +70,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "count",
         "Admissions that had to wait since start",
     ),
+    (
+        "elastic_cpu_brakes_total",
+        "count",
+        "Times the backlog brake stopped elastic work since start",
+    ),
 ];
 
 /// Described on every tick, not once: the application may install its recorder after the
@@ -114,4 +119,5 @@ pub(crate) fn emit(shared: &Shared, window: &Window, limit: f64) {
     gauge!("elastic_cpu_wait_seconds").set(secs(q.wait_nanos));
     counter!("elastic_cpu_grants_total").absolute(q.grants);
     counter!("elastic_cpu_waits_total").absolute(q.waits);
+    counter!("elastic_cpu_brakes_total").absolute(q.pauses);
 }

@@ -62,6 +62,8 @@ impl Slot {
     pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             match &mut self.hold {
+                // The backlog brake: give the grant back now, wait in line for the next one.
+                Hold::Holding(_) if self.shared.braked() => self.settle(),
                 Hold::Holding(_) | Hold::Unpaced => return Poll::Ready(()),
                 Hold::Idle => {
                     self.hold = match self.shared.queue.admit(self.shared.slice) {

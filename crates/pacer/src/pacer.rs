@@ -122,6 +122,10 @@ impl Pacer {
                     self.state = s;
                     return Poll::Ready(());
                 }
+                State::Paused(g) if self.shared.braked() => {
+                    // The backlog brake: give the grant back, wait in line for the next one.
+                    self.shared.queue.done(g, mem::take(&mut self.used));
+                }
                 State::Paused(g) => self.state = self.running(g, stretch),
                 State::Idle => {
                     self.used = Duration::ZERO;

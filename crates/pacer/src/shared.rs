@@ -141,6 +141,12 @@ impl AtomicF64 {
 /// Everything a paced adapter needs; one per [`crate::Elastic`].
 pub(crate) struct Shared {
     pub(crate) queue: Arc<Queue>,
+    /// The queue's clock (the brake times itself on it).
+    pub(crate) clock: QueueClock,
+    /// The backlog brake (`None`: off).
+    pub(crate) brake: Option<Mutex<crate::brake::Brake>>,
+    /// The brake is on: holders give back their grants at their next poll.
+    pub(crate) braked: AtomicBool,
     pub(crate) probe: Probe,
     pub(crate) slice: Duration,
     pub(crate) quantum: Duration,

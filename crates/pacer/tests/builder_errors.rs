@@ -37,6 +37,10 @@ fn every_bad_setting_is_refused_by_name() {
                 .slice(Duration::from_millis(10))
                 .quantum(Duration::from_millis(20)),
         ),
+        (
+            "brake_at",
+            Elastic::builder().brake_at(Duration::from_micros(5)),
+        ),
         ("cpus", Elastic::builder().cpus(0.0)),
         ("cpus", Elastic::builder().cpus(nan)),
         (

@@ -44,6 +44,11 @@ pub struct ProbeConfig {
     ///
     /// [`Probe::record_poll`]: crate::Probe::record_poll
     pub poll_time_every: u32,
+    /// Raise the probe's alarm when a foreground task waited at least this long in a run queue
+    /// (see [`Probe::take_alarm`](crate::Probe::take_alarm)): the sign of a backlog, seen the
+    /// moment the task is polled rather than at the next window. `None` (the default) never
+    /// raises it. Must be > 0.
+    pub alarm_at: Option<Duration>,
 }
 
 impl Default for ProbeConfig {
@@ -55,6 +60,7 @@ impl Default for ProbeConfig {
             highest: Duration::from_secs(10),
             significant_figures: 2,
             poll_time_every: 1,
+            alarm_at: None,
         }
     }
 }
@@ -107,6 +113,9 @@ impl ProbeConfig {
         }
         if self.poll_time_every == 0 {
             return Err(ProbeError::ZeroPollTimeEvery);
+        }
+        if self.alarm_at == Some(Duration::ZERO) {
+            return Err(ProbeError::ZeroAlarm);
         }
         Ok(())
     }
@@ -181,6 +190,8 @@ pub enum ProbeError {
     },
     /// `poll_time_every` is zero.
     ZeroPollTimeEvery,
+    /// `alarm_at` is `Some(0)`.
+    ZeroAlarm,
 }
 
 impl fmt::Display for ProbeError {
@@ -216,6 +227,12 @@ impl fmt::Display for ProbeError {
             ),
             ProbeError::ZeroPollTimeEvery => {
                 write!(f, "probe setting `poll_time_every` must be at least 1")
+            }
+            ProbeError::ZeroAlarm => {
+                write!(
+                    f,
+                    "probe setting `alarm_at` must be greater than zero (or None)"
+                )
             }
         }
     }

@@ -110,7 +110,9 @@ mod window;
 
 use std::cell::Cell;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -173,6 +175,16 @@ struct Shared {
     /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
     slots: Box<[OnceLock<Box<Slot>>]>,
     window: Mutex<WindowState>,
+    /// `config.alarm_at` in nanoseconds, minus one: a queue latency *above* this alarms.
+    /// `u64::MAX` (never) without `alarm_at`: even a latency that saturates to `u64::MAX` ns
+    /// must not alarm then.
+    alarm_above: u64,
+    /// Foreground polls whose queue latency reached `config.alarm_at`.
+    alarms: AtomicU64,
+    /// Raised by an alarm, lowered by [`Probe::take_alarm`].
+    raised: AtomicBool,
+    /// Unparked when the alarm is raised.
+    listener: Mutex<Option<Thread>>,
 }
 
 impl fmt::Debug for Probe {
@@ -211,12 +223,18 @@ impl Probe {
         );
         let slots = (0..=SLOTS).map(|_| OnceLock::new()).collect();
         let window = Mutex::new(WindowState::new(&template, config.intervals()));
+        // `alarm_at` > 0 (validated): `nanos(at) - 1` cannot underflow.
+        let alarm_above = config.alarm_at.map_or(u64::MAX, |at| nanos(at) - 1);
         Ok(Probe {
             shared: Arc::new(Shared {
                 config,
                 layout,
                 slots,
                 window,
+                alarm_above,
+                alarms: AtomicU64::new(0),
+                raised: AtomicBool::new(false),
+                listener: Mutex::new(None),
             }),
         })
     }
@@ -384,7 +402,57 @@ impl Probe {
     }
 }
 
+impl Probe {
+    /// Foreground polls so far whose queue latency reached
+    /// [`ProbeConfig::alarm_at`](crate::ProbeConfig::alarm_at).
+    ///
+    /// ```
+    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let config = ProbeConfig { alarm_at: Some(Duration::from_millis(1)), ..Default::default() };
+    /// let probe = Probe::new(config).unwrap();
+    /// probe.record_poll(Some(Duration::from_micros(900)), None, false); // under: no alarm
+    /// probe.record_poll(Some(Duration::from_millis(2)), None, true); // elastic: never alarms
+    /// probe.record_poll(Some(Duration::from_millis(2)), None, false);
+    /// assert_eq!(probe.alarms(), 1);
+    /// assert!(probe.take_alarm());
+    /// assert!(!probe.take_alarm()); // lowered until the next alarm
+    /// ```
+    pub fn alarms(&self) -> u64 {
+        self.shared.alarms.load(Ordering::Relaxed)
+    }
+
+    /// Whether an alarm was raised since the last call; lowers it. The next alarming poll
+    /// raises it again (and unparks the [`notify_on_alarm`](Self::notify_on_alarm) thread).
+    pub fn take_alarm(&self) -> bool {
+        self.shared.raised.swap(false, Ordering::AcqRel)
+    }
+
+    /// Unpark `thread` whenever the alarm goes from lowered to raised (at most once per
+    /// [`take_alarm`](Self::take_alarm)), so a controller can react within the poll that saw
+    /// the backlog instead of at its next tick. Replaces an earlier listener.
+    pub fn notify_on_alarm(&self, thread: Thread) {
+        *self
+            .shared
+            .listener
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(thread);
+    }
+}
+
 impl Shared {
+    /// A foreground poll waited at least `alarm_at`: count it, raise the alarm, notify.
+    #[cold]
+    #[inline(never)]
+    fn alarm(&self) {
+        self.alarms.fetch_add(1, Ordering::Relaxed);
+        if !self.raised.load(Ordering::Relaxed) && !self.raised.swap(true, Ordering::AcqRel) {
+            if let Some(t) = &*self.listener.lock().unwrap_or_else(PoisonError::into_inner) {
+                t.unpark();
+            }
+        }
+    }
+
     /// Slot `index`, allocated on first use.
     #[inline]
     fn slot(&self, index: usize) -> &Slot {

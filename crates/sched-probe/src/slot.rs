@@ -228,6 +228,9 @@ impl Shared {
         poll_ns: Option<u64>,
         elastic: bool,
     ) {
+        if !elastic && queue_ns.is_some_and(|q| q > self.alarm_above) {
+            self.alarm();
+        }
         if let Some(worker) = tokio::runtime::worker_index() {
             let index = worker % crate::SLOTS;
             let slot = self.slot(index);

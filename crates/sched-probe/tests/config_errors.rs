@@ -23,6 +23,7 @@ fn default_is_valid() {
     assert_eq!(c.highest, Duration::from_secs(10));
     assert_eq!(c.significant_figures, 2);
     assert_eq!(c.poll_time_every, 1);
+    assert_eq!(c.alarm_at, None);
     assert_eq!(c.intervals(), 25);
     let probe = Probe::new(c.clone()).unwrap();
     assert_eq!(probe.config(), &c);
@@ -173,6 +174,22 @@ fn zero_poll_time_every() {
     });
     assert_eq!(e, ProbeError::ZeroPollTimeEvery);
     assert!(e.to_string().contains("`poll_time_every`"), "{e}");
+}
+
+#[test]
+fn zero_alarm() {
+    let e = err(ProbeConfig {
+        alarm_at: Some(Duration::ZERO),
+        ..base()
+    });
+    assert_eq!(e, ProbeError::ZeroAlarm);
+    assert!(e.to_string().contains("`alarm_at`"), "{e}");
+    // The smallest positive threshold is valid.
+    assert!(Probe::new(ProbeConfig {
+        alarm_at: Some(Duration::from_nanos(1)),
+        ..base()
+    })
+    .is_ok());
 }
 
 #[test]
