@@ -84,6 +84,8 @@ struct Hists {
     second: Histogram<u64>,
     /// The phase's measurement window.
     phase: Histogram<u64>,
+    /// The same requests as `(intended send time, latency)` in ns, to leave out machine pauses.
+    samples: Vec<(u64, u64)>,
 }
 
 impl FgStats {
@@ -98,6 +100,7 @@ impl FgStats {
                 sample: new_hist(),
                 second: new_hist(),
                 phase: new_hist(),
+                samples: Vec::new(),
             }),
         })
     }
@@ -125,6 +128,7 @@ impl FgStats {
         record(&mut h.second, lat);
         if in_window {
             record(&mut h.phase, lat);
+            h.samples.push((intended_ns, lat));
         }
         drop(h);
         self.received.fetch_add(1, Ordering::Relaxed);
@@ -144,6 +148,24 @@ impl FgStats {
 
     pub fn phase_hist(&self) -> Histogram<u64> {
         self.hists.lock().unwrap().phase.clone()
+    }
+
+    /// The phase's latencies without the requests that were in flight during one of `pauses`
+    /// (machine pauses, see `pauses.rs`), and how many were left out.
+    pub fn phase_hist_without(&self, pauses: &[(Instant, Instant)]) -> (Histogram<u64>, u64) {
+        let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
+        let h = self.hists.lock().unwrap();
+        let mut clean = new_hist();
+        let mut left_out = 0;
+        for &(sent, lat) in &h.samples {
+            if pauses.iter().any(|&(a, b)| sent <= b && sent + lat >= a) {
+                left_out += 1;
+            } else {
+                record(&mut clean, lat);
+            }
+        }
+        (clean, left_out)
     }
 }
 

@@ -14,6 +14,7 @@
 mod args;
 mod ctl;
 mod fg;
+mod pauses;
 mod report;
 mod scan;
 mod util;
@@ -77,6 +78,8 @@ struct Ctx {
     target_source: String,
     /// Where each paced phase (by name) ended (the start of its next round).
     rest_by_name: std::collections::HashMap<String, f64>,
+    /// Machine pauses (the whole VM descheduled), to leave out of the latency figures.
+    pauses: pauses::Pauses,
 }
 
 fn main() {
@@ -125,8 +128,12 @@ fn main() {
         target_us: None,
         target_source: String::new(),
         rest_by_name: Default::default(),
+        pauses: pauses::Pauses::start(),
         args,
     };
+    if !ctx.pauses.realtime {
+        eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
+    }
     let mut per_request_cpu_us = None;
     ctx.rate = match ctx.args.rate {
         Some(r) => r,
@@ -385,6 +392,7 @@ struct Mark {
     cpu: Option<Duration>,
     busy: Option<(Duration, Duration)>,
     used_ns: u64,
+    brakes: u64,
 }
 
 fn run_phase_inner(
@@ -476,6 +484,7 @@ fn run_phase_inner(
                 cpu: util::process_cpu(),
                 busy: util::machine_busy(),
                 used_ns: ctl.full_snapshot().used_nanos,
+                brakes: ctl.full_snapshot().brakes,
             });
         }
         if spec.kind == Kind::Step {
@@ -542,6 +551,7 @@ fn run_phase_inner(
     let cpu_end = util::process_cpu();
     let busy_end = util::machine_busy();
     let used_end = ctl.full_snapshot().used_nanos;
+    let brakes_end = ctl.full_snapshot().brakes;
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
     stop_scan.store(true, Ordering::SeqCst);
@@ -556,11 +566,25 @@ fn run_phase_inner(
         cpu: cpu0,
         busy: busy0,
         used_ns: used0,
+        brakes: brakes0,
     }) = measuring
     {
         let secs = (end - m0).as_secs_f64().max(1e-9);
-        let h = stats.phase_hist();
+        let raw = stats.phase_hist();
+        let pz = ctx.pauses.between(m0, Instant::now());
+        res.pauses = pz.len();
+        res.paused_ms = pz.iter().map(|&(a, b)| (b - a).as_secs_f64() * 1e3).sum();
+        let h = if ctx.pauses.realtime {
+            let (clean, left_out) = stats.phase_hist_without(&pz);
+            res.left_out = left_out;
+            clean
+        } else {
+            raw.clone()
+        };
+        res.raw_p99_us = q_us(&raw, 0.99);
+        res.raw_hist = Some(raw);
         res.rows = rows_end - rows0;
+        res.brakes = brakes_end - brakes0;
         res.limits = limits.clone();
         res.scheds = scheds.clone();
         res.measured_secs = secs;

@@ -112,6 +112,16 @@ pub struct PhaseResult {
     /// Aggregates: each round's fg p99, and their median.
     pub p99_rounds: Vec<f64>,
     pub p99_median: Option<f64>,
+    /// Machine pauses during the measurement window, their total length, and the requests in
+    /// flight across them (left out of `hist` and its percentiles).
+    pub pauses: usize,
+    pub paused_ms: f64,
+    /// Times the pacer's backlog brake engaged in the window.
+    pub brakes: u64,
+    pub left_out: u64,
+    /// Every request of the window, pauses included, and its p99.
+    pub raw_hist: Option<Histogram<u64>>,
+    pub raw_p99_us: Option<f64>,
 }
 
 impl PhaseResult {
@@ -148,6 +158,12 @@ impl PhaseResult {
             p99_rounds: Vec::new(),
             p99_median: None,
             cpu_share_from_rows: None,
+            pauses: 0,
+            paused_ms: 0.0,
+            brakes: 0,
+            left_out: 0,
+            raw_hist: None,
+            raw_p99_us: None,
         }
     }
 
@@ -224,6 +240,18 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             r.p99_rounds = group.iter().filter_map(|g| g.p99_us).collect();
             r.p99_median = median(&r.p99_rounds);
             r.hist = Some(h);
+            r.pauses = group.iter().map(|g| g.pauses).sum();
+            r.brakes = group.iter().map(|g| g.brakes).sum();
+            r.paused_ms = group.iter().map(|g| g.paused_ms).sum();
+            r.left_out = group.iter().map(|g| g.left_out).sum();
+            let mut raw = new_hist();
+            for g in &group {
+                if let Some(gh) = &g.raw_hist {
+                    let _ = raw.add(gh);
+                }
+            }
+            r.raw_p99_us = q_us(&raw, 0.99);
+            r.raw_hist = Some(raw);
             r
         })
         .collect()
@@ -376,6 +404,10 @@ impl Report {
             "limit mean",
             "proc cpu"
         );
+        let _ = writeln!(
+            s,
+            "(fg latency leaves out requests in flight across a machine pause; see 'pauses' below)"
+        );
         for p in &self.phases {
             if let Some(why) = &p.skipped {
                 let _ = writeln!(s, "{:<16} skipped: {why}", p.name);
@@ -400,6 +432,26 @@ impl Report {
                     .map(|c| format!("{:.0}%", c * 100.0))
                     .unwrap_or_else(|| "-".into()),
                 if p.interrupted { " (interrupted)" } else { "" }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\npauses (whole machine descheduled, seen by a real-time watchdog thread):"
+        );
+        for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
+            let _ = writeln!(
+                s,
+                "  {:<16} {:>3} pauses, {:>6.0} ms in all, {:>6} requests left out; fg p99 with them: {}{}",
+                p.name,
+                p.pauses,
+                p.paused_ms,
+                p.left_out,
+                crate::util::fmt_us(p.raw_p99_us),
+                if p.kind.controlled() {
+                    format!("; {} brakes", p.brakes)
+                } else {
+                    String::new()
+                }
             );
         }
         let rounds = self.rounds();
@@ -855,7 +907,8 @@ impl Report {
             let _ = write!(
                 s,
                 "{}\n    {{\"name\": {}, \"skipped\": {}, \"rounds_fg_p99_us\": [{}], \"fg_p99_median_of_rounds_us\": {}, \
-                 \"cpu_share_from_rows\": {}, \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
+                 \"cpu_share_from_rows\": {}, \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}, \
+                 \"pauses\": {}, \"paused_ms\": {}, \"requests_left_out\": {}, \"fg_p99_with_pauses_us\": {}, \"brakes\": {}}}",
                 if i == 0 { "" } else { "," },
                 jstr(&p.name),
                 p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
@@ -866,7 +919,12 @@ impl Report {
                 p.unanswered,
                 jopt(p.process_cpu_share),
                 jopt(p.machine_busy_share),
-                jopt(p.used_share)
+                jopt(p.used_share),
+                p.pauses,
+                jnum(p.paused_ms),
+                p.left_out,
+                jopt(p.raw_p99_us),
+                p.brakes
             );
         }
         s.push_str("\n  ],\n  \"segments\": [");

@@ -1,0 +1,78 @@
+//! Machine-pause watchdog. On a shared VM the whole guest is sometimes descheduled by its host
+//! for tens of milliseconds: every thread stops, whatever the process does. A request in flight
+//! across such a pause is late by the pause, in every phase alike, and a few pauses decide a
+//! phase's p99. The watchdog finds them so the report can leave those requests out (and says
+//! how many it left out).
+//!
+//! A thread at real-time priority (SCHED_FIFO, when the OS allows it) sleeps 1 ms at a time.
+//! No ordinary thread can keep it from running, so a wake-up later than [`PAUSE_MIN`] means the
+//! machine itself was not running. Without real-time priority the watchdog reports nothing:
+//! under load an ordinary thread is late for ordinary reasons.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A gap this long between 1 ms sleeps of a real-time thread is a machine pause.
+pub const PAUSE_MIN: Duration = Duration::from_millis(4);
+
+/// Pauses seen so far, as `[last wake-up before, first wake-up after]`.
+#[derive(Clone)]
+pub struct Pauses {
+    seen: Arc<Mutex<Vec<(Instant, Instant)>>>,
+    /// The watchdog runs at real-time priority (otherwise it records nothing).
+    pub realtime: bool,
+}
+
+impl Pauses {
+    /// Start the watchdog thread (it runs until the process exits).
+    pub fn start() -> Pauses {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = seen.clone();
+        let spawned = std::thread::Builder::new()
+            .name("demo-pause-watch".into())
+            .spawn(move || {
+                let rt = set_realtime();
+                let _ = tx.send(rt);
+                if !rt {
+                    return;
+                }
+                let mut last = Instant::now();
+                loop {
+                    std::thread::sleep(Duration::from_millis(1));
+                    let now = Instant::now();
+                    if now - last >= PAUSE_MIN {
+                        s.lock().unwrap().push((last, now));
+                    }
+                    last = now;
+                }
+            });
+        let realtime = spawned.is_ok() && rx.recv().unwrap_or(false);
+        Pauses { seen, realtime }
+    }
+
+    /// Pauses that overlap `[from, to]`.
+    pub fn between(&self, from: Instant, to: Instant) -> Vec<(Instant, Instant)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|&(a, b)| b >= from && a <= to)
+            .collect()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn set_realtime() -> bool {
+    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
+    unsafe {
+        let param = libc::sched_param { sched_priority: 50 };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_realtime() -> bool {
+    false
+}
