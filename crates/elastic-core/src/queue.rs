@@ -88,6 +88,8 @@ pub struct QueueSnapshot {
     pub closed: bool,
     /// Grants are held back ([`WorkQueue::pause`]).
     pub paused: bool,
+    /// Grants handed out and not yet settled.
+    pub holders: usize,
     /// Times the queue was paused.
     pub pauses: u64,
 }
@@ -108,6 +110,10 @@ struct State {
     had_waiters: bool,
     closed: bool,
     paused: bool,
+    /// Grants handed out and not yet settled (collected or not).
+    holders: usize,
+    /// At most this many `holders` (`usize::MAX`: no cap).
+    max_holders: usize,
     stats: QueueSnapshot,
 }
 
@@ -130,11 +136,15 @@ impl State {
             return;
         }
         let t = duration_nanos(now);
-        while !self.waiters.is_empty() && self.bucket.balance(t) > 0 {
+        while !self.waiters.is_empty()
+            && self.holders < self.max_holders
+            && self.bucket.balance(t) > 0
+        {
             let Some(w) = self.waiters.pop_front() else {
                 break;
             };
             self.bucket.take_unchecked(w.slice, t);
+            self.holders += 1;
             self.granted.push((w.id, w.slice));
             self.stats.grants += 1;
             self.stats.acquired_nanos = self.stats.acquired_nanos.saturating_add(w.slice);
@@ -211,6 +221,8 @@ impl<C: Clock> WorkQueue<C> {
                     had_waiters: false,
                     closed: false,
                     paused: false,
+                    holders: 0,
+                    max_holders: usize::MAX,
                     stats: QueueSnapshot::default(),
                 }),
             }),
@@ -229,7 +241,12 @@ impl<C: Clock> WorkQueue<C> {
         let id = st.next_id;
         st.next_id += 1;
         if !st.closed {
-            if st.waiters.is_empty() && !st.paused && st.bucket.try_take(n, duration_nanos(now)) {
+            if st.waiters.is_empty()
+                && !st.paused
+                && st.holders < st.max_holders
+                && st.bucket.try_take(n, duration_nanos(now))
+            {
+                st.holders += 1;
                 st.stats.grants += 1;
                 st.stats.acquired_nanos = st.stats.acquired_nanos.saturating_add(n);
                 return Admit::Granted(Grant { nanos: n });
@@ -259,6 +276,7 @@ impl<C: Clock> WorkQueue<C> {
         // Returning needs no clock read (see `Core::give_back`); charging and granting do.
         let mut now = (used > allotted).then(|| self.shared.clock.now());
         let mut st = lock(&self.shared.state);
+        st.holders = st.holders.saturating_sub(1);
         st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
         if used > allotted {
             let over = used - allotted;
@@ -343,6 +361,32 @@ impl<C: Clock> WorkQueue<C> {
         wake_all(wake);
     }
 
+    /// Hand out at most `max` grants at a time (`None`: no cap, the default). Grants beyond it
+    /// wait in line, as for tokens, until a holder settles. A cap at the CPUs the rate pays
+    /// for keeps elastic work from occupying more workers at once than its share needs.
+    ///
+    /// ```
+    /// use elastic_core::{Admit, ManualClock, WorkQueue};
+    /// use std::time::Duration;
+    ///
+    /// let q = WorkQueue::new(ManualClock::new(), 4_000_000_000); // 4 CPUs' worth
+    /// q.set_max_holders(Some(1));
+    /// let Admit::Granted(g) = q.admit(Duration::from_millis(10)) else { panic!() };
+    /// let Admit::Queued(t) = q.admit(Duration::from_millis(10)) else { panic!() };
+    /// q.done(g, Duration::from_millis(10)); // the holder settles: the next one is granted
+    /// assert_eq!(q.snapshot().waiters, 0);
+    /// # drop(t);
+    /// ```
+    pub fn set_max_holders(&self, max: Option<usize>) {
+        let mut wake = Vec::new();
+        let now = self.shared.clock.now();
+        let mut st = lock(&self.shared.state);
+        st.max_holders = max.unwrap_or(usize::MAX).max(1);
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
     /// Whether grants are held back.
     pub fn is_paused(&self) -> bool {
         lock(&self.shared.state).paused
@@ -385,6 +429,7 @@ impl<C: Clock> WorkQueue<C> {
             waiters: st.waiters.len(),
             closed: st.closed,
             paused: st.paused,
+            holders: st.holders,
             ..st.stats.clone()
         }
     }
@@ -455,6 +500,7 @@ impl<C: Clock> Drop for Ticket<C> {
             }
         } else if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
             let (_, nanos) = st.granted.swap_remove(pos);
+            st.holders = st.holders.saturating_sub(1);
             st.bucket.give_back(nanos);
             st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
             st.grant_waiters(now, &mut wake);

@@ -81,6 +81,7 @@ fn fast_path_when_nobody_waits() {
             balance_nanos: 950 * MS as i64,
             grants: 1,
             acquired_nanos: 50 * MS,
+            holders: 1,
             ..QueueSnapshot::default()
         }
     );
@@ -638,6 +639,76 @@ fn close_while_paused_fails_the_waiters() {
     q.done(g, ms(100));
     let s = q.snapshot();
     assert_eq!((s.grants, s.acquired_nanos), (1, 100 * MS));
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}
+
+#[test]
+fn holder_cap_queues_admissions_beyond_it_even_with_tokens() {
+    let q = WorkQueue::new(ManualClock::new(), 4_000 * MS); // 4 CPUs' worth
+    q.set_max_holders(Some(2));
+    let a = granted(q.admit(ms(10)));
+    let b = granted(q.admit(ms(10)));
+    let mut c = queued(q.admit(ms(10)));
+    let (woken, w) = waker();
+    pending(&mut c, &w);
+    assert_eq!(q.snapshot().holders, 2);
+    assert!(q.tick(), "c waits");
+    pending(&mut c, &w);
+    // A settle frees a place: the next in line is granted and woken.
+    q.done(a, ms(10));
+    assert_eq!(wakes(&woken), 1);
+    let c = ready(&mut c, &w);
+    assert_eq!(q.snapshot().holders, 2);
+    q.done(b, ms(10));
+    q.done(c, ms(10));
+    let s = q.snapshot();
+    assert_eq!(s.holders, 0);
+    assert_eq!(
+        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
+        s.used_nanos
+    );
+}
+
+#[test]
+fn raising_the_holder_cap_grants_waiters_at_once() {
+    let q = WorkQueue::new(ManualClock::new(), 4_000 * MS);
+    q.set_max_holders(Some(1));
+    let a = granted(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(10)));
+    let (woken, w) = waker();
+    pending(&mut b, &w);
+    q.set_max_holders(Some(2));
+    assert_eq!(wakes(&woken), 1);
+    let b = ready(&mut b, &w);
+    // No cap at all (None) and a zero cap (treated as 1) are both accepted.
+    q.set_max_holders(None);
+    q.set_max_holders(Some(0));
+    q.done(a, ms(10));
+    q.done(b, ms(10));
+    assert_eq!(q.snapshot().holders, 0);
+}
+
+#[test]
+fn an_uncollected_grant_holds_a_place_until_its_ticket_drops() {
+    let q = WorkQueue::new(ManualClock::new(), 4_000 * MS);
+    q.set_max_holders(Some(1));
+    let a = granted(q.admit(ms(10)));
+    let mut b = queued(q.admit(ms(10)));
+    let mut c = queued(q.admit(ms(10)));
+    let (_woken, w) = waker();
+    pending(&mut b, &w);
+    pending(&mut c, &w);
+    q.done(a, ms(10)); // b is granted but never collects it
+    assert_eq!(q.snapshot().holders, 1);
+    pending(&mut c, &w);
+    drop(b); // its grant goes back, and its place to c
+    let c = ready(&mut c, &w);
+    q.done(c, ms(10));
+    let s = q.snapshot();
+    assert_eq!(s.holders, 0);
     assert_eq!(
         s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
         s.used_nanos

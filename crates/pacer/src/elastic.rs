@@ -103,6 +103,7 @@ impl Elastic {
             clock,
             brake: brake.map(|(_, hold)| Mutex::new(crate::brake::Brake::new(hold))),
             braked: AtomicBool::new(false),
+            cap_concurrency: b.cap_concurrency,
             probe,
             slice: b.slice,
             quantum: b.quantum,
@@ -118,6 +119,7 @@ impl Elastic {
             governor_thread: Mutex::new(None),
             samplers: Mutex::new(Vec::new()),
         });
+        shared.cap_holders(limit);
         if b.manual.is_none() {
             crate::governor::spawn(&shared, controller_config.tick).map_err(|e| {
                 BuildError::Setting {

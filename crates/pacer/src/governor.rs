@@ -39,9 +39,31 @@ impl Shared {
         };
         self.limit.store(limit);
         self.queue.set_rate(rate_for(limit, self.cpus.load()));
+        self.cap_holders(limit);
         self.ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::metrics::emit(self, &window, limit);
+    }
+}
+
+impl Shared {
+    /// With the concurrency cap on: at most `ceil(limit × cpus)` grants at a time.
+    pub(crate) fn cap_holders(&self, limit: f64) {
+        if self.cap_concurrency {
+            self.queue
+                .set_max_holders(Some(holder_cap(limit, self.cpus.load())));
+        }
+    }
+}
+
+/// The CPUs `limit` of `cpus` pays for, rounded up: the most elastic tasks that need to run at
+/// once to use the share.
+pub(crate) fn holder_cap(limit: f64, cpus: f64) -> usize {
+    let c = (limit * cpus).ceil();
+    if c.is_finite() && c >= 1.0 {
+        c.min(usize::MAX as f64) as usize
+    } else {
+        1
     }
 }
 

@@ -147,6 +147,8 @@ pub(crate) struct Shared {
     pub(crate) brake: Option<Mutex<crate::brake::Brake>>,
     /// The brake is on: holders give back their grants at their next poll.
     pub(crate) braked: AtomicBool,
+    /// Grants at a time are capped at the CPUs the limit pays for.
+    pub(crate) cap_concurrency: bool,
     pub(crate) probe: Probe,
     pub(crate) slice: Duration,
     pub(crate) quantum: Duration,

@@ -83,7 +83,16 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
 #[test]
 fn fifo_between_paced_futures() {
     let clock = ManualClock::new();
-    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    // Grants here are never used up by polls, so they would hold the single place the
+    // concurrency cap leaves at this limit: this test is about order alone.
+    let elastic = pacer::Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .fixed_limit(0.1)
+        .cpus(1.0)
+        .cap_concurrency(false)
+        .build()
+        .unwrap();
     let mk = |polls| {
         Box::pin(
             Burn {
@@ -271,4 +280,40 @@ fn pacer_yields_every_quantum_and_settles_once_per_slice() {
     let s = elastic.snapshot();
     assert_eq!(s.used_nanos, 150 * MS);
     assert_ledger_balanced(&s);
+}
+
+#[test]
+fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
+    let burn = |clock: &ManualClock| Burn {
+        clock: clock.clone(),
+        per_poll: Duration::from_millis(1),
+        polls: 1000,
+    };
+    for (cap, limit, expect_holding) in [(true, 0.4, 1), (true, 0.6, 2), (false, 0.4, 3)] {
+        let clock = ManualClock::new();
+        let elastic = pacer::Elastic::builder()
+            .manual(clock.clone())
+            .fixed_limit(limit)
+            .cpus(2.0)
+            .cap_concurrency(cap)
+            .build()
+            .unwrap();
+        // The bucket holds a second of tokens (0.8 s or more): enough for three slices.
+        let mut futs: Vec<_> = (0..3)
+            .map(|_| Box::pin(burn(&clock).paced(&elastic)))
+            .collect();
+        let (_counter, waker) = CountingWaker::new();
+        let mut cx = Context::from_waker(&waker);
+        for f in &mut futs {
+            assert!(poll(f, &mut cx).is_pending());
+        }
+        let s = elastic.snapshot();
+        assert_eq!(
+            (s.queue.holders, s.waiters),
+            (expect_holding, 3 - expect_holding),
+            "cap {cap}, limit {limit}"
+        );
+        drop(futs);
+        assert_ledger_balanced(&elastic.snapshot());
+    }
 }
