@@ -171,6 +171,8 @@ pub struct Args {
     pub target_us: Option<u64>,
     pub slice_ms: Option<u64>,
     pub quantum_us: Option<u64>,
+    /// Backlog brake threshold: None = the library's default, Some(None) = off.
+    pub brake_us: Option<Option<u64>>,
     pub static_limit: f64,
     pub sample: Duration,
     pub json: Option<PathBuf>,
@@ -215,9 +217,11 @@ Flags:
   --elastic-tasks N    concurrent scan tasks [default: 8]
   --rows N             rows in the in-memory table [default: 1000000]
   --chunk-rows N       rows per encoded chunk [default: 512]
-  --target-us N|auto   scheduling-latency p99 target of the controller; auto = 1.5 x the median
-                       window p99 the baseline phase measured (100..5000 us; the library's
-                       default when no baseline runs first) [default: auto]
+  --target-us N|auto   scheduling-latency p99 target of the controller; auto = the median
+                       window p99 the baseline phase measured + the poll quantum (100..5000 us;
+                       the library's default when no baseline runs first) [default: auto]
+  --brake-us N|off     foreground run-queue wait at which the paced phases' backlog brake
+                       stops elastic work [default: the library's, 4 x the target]
   --static-limit F     share for the static phase [default: 0.25]
   --slice-ms N         CPU time per grant, 10..=100 [default: the library's]
   --quantum-us N       poll quantum of paced streams [default: the library's]
@@ -286,6 +290,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         target_us: None,
         slice_ms: None,
         quantum_us: None,
+        brake_us: None,
         static_limit: 0.25,
         sample: Duration::from_millis(250),
         json: None,
@@ -327,6 +332,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             "--seed",
             "--slice-ms",
             "--quantum-us",
+            "--brake-us",
             "--rounds",
         ];
         if !KNOWN.contains(&flag.as_str()) {
@@ -388,6 +394,14 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
                     return Err(format!("{flag} must be in 10..=100000, got {v:?}"));
                 }
                 a.quantum_us = Some(x);
+            }
+            "--brake-us" if v == "off" => a.brake_us = Some(None),
+            "--brake-us" => {
+                let x: u64 = num(&flag, v)?;
+                if !(10..=1_000_000).contains(&x) {
+                    return Err(format!("{flag} must be in 10..=1000000 or off, got {v:?}"));
+                }
+                a.brake_us = Some(Some(x));
             }
             "--static-limit" => a.static_limit = share(&flag, v)?,
             "--sample-ms" => {

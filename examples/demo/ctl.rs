@@ -30,6 +30,7 @@ pub struct Tuning {
     pub target_us: Option<u64>,
     pub slice_ms: Option<u64>,
     pub quantum_us: Option<u64>,
+    pub brake_us: Option<Option<u64>>,
 }
 
 /// What the monitor reads every sample.
@@ -73,6 +74,11 @@ impl Control {
         }
         if let Some(s) = tune.slice_ms {
             b = b.slice(Duration::from_millis(s));
+        }
+        match tune.brake_us {
+            Some(Some(us)) => b = b.brake_at(Duration::from_micros(us)),
+            Some(None) => b = b.no_brake(),
+            None => {}
         }
         if let Some(q) = tune.quantum_us {
             b = b.quantum(Duration::from_micros(q));

@@ -29,8 +29,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use util::{fmt_us, q_us};
 
-/// `--target-us auto`: this many times the baseline's median window p99 of scheduling latency.
-const AUTO_TARGET_FACTOR: f64 = 1.5;
+/// `--target-us auto`: the baseline's median window p99 of scheduling latency plus one poll
+/// quantum: at the p99, a foreground task may wait behind about one elastic poll.
+fn auto_target_us(baseline_sched_p99_us: f64, quantum_us: u64) -> u64 {
+    (baseline_sched_p99_us + quantum_us as f64).clamp(100.0, 5000.0) as u64
+}
 
 /// Set by Ctrl-C: end the run, write what we have.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -220,13 +223,14 @@ fn main() {
         r.round = round;
         if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
             let t = match report::median(&r.scheds) {
-                Some(m) => (AUTO_TARGET_FACTOR * m).clamp(100.0, 5000.0) as u64,
+                Some(m) => auto_target_us(m, quantum_us(&ctx)),
                 None => lib_target,
             };
             ctx.target_us = Some(t);
             ctx.target_source = format!(
-                "auto: {AUTO_TARGET_FACTOR} x the baseline's median window p99 ({})",
-                fmt_us(report::median(&r.scheds))
+                "auto: the baseline's median window p99 ({}) + the quantum ({})",
+                fmt_us(report::median(&r.scheds)),
+                fmt_us(Some(quantum_us(&ctx) as f64))
             );
             eprintln!(
                 "controller target p99: {} ({})",
@@ -329,12 +333,19 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
     Ok((rate, per_req * 1e6))
 }
 
+fn quantum_us(ctx: &Ctx) -> u64 {
+    ctx.args
+        .quantum_us
+        .unwrap_or(elastic_cpu::DEFAULT_QUANTUM.as_micros() as u64)
+}
+
 fn tuning(ctx: &Ctx) -> Tuning {
     let a = &ctx.args;
     Tuning {
         target_us: ctx.target_us,
         slice_ms: a.slice_ms,
         quantum_us: a.quantum_us,
+        brake_us: a.brake_us,
     }
 }
 
