@@ -4,10 +4,11 @@
 //! phase's p99. The watchdog finds them so the report can leave those requests out (and says
 //! how many it left out).
 //!
-//! A thread at real-time priority (SCHED_FIFO, when the OS allows it) sleeps 1 ms at a time.
-//! No ordinary thread can keep it from running, so a wake-up later than [`PAUSE_MIN`] means the
-//! machine itself was not running. Without real-time priority the watchdog reports nothing:
-//! under load an ordinary thread is late for ordinary reasons.
+//! One thread per CPU, pinned to it, at real-time priority (SCHED_FIFO, when the OS allows it),
+//! sleeps 1 ms at a time. No ordinary thread can keep it from running, so a wake-up later than
+//! [`PAUSE_MIN`] means that CPU itself was not running (the host may take one vCPU or all).
+//! Without real-time priority the watchdog reports nothing: under load an ordinary thread is
+//! late for ordinary reasons.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,27 +28,31 @@ impl Pauses {
     /// Start the watchdog thread (it runs until the process exits).
     pub fn start() -> Pauses {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let s = seen.clone();
-        let spawned = std::thread::Builder::new()
-            .name("demo-pause-watch".into())
-            .spawn(move || {
-                let rt = set_realtime();
-                let _ = tx.send(rt);
-                if !rt {
-                    return;
-                }
-                let mut last = Instant::now();
-                loop {
-                    std::thread::sleep(Duration::from_millis(1));
-                    let now = Instant::now();
-                    if now - last >= PAUSE_MIN {
-                        s.lock().unwrap().push((last, now));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut realtime = true;
+        for cpu in 0..cpus {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let s = seen.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("demo-pause-watch-{cpu}"))
+                .spawn(move || {
+                    let rt = pin_realtime(cpu);
+                    let _ = tx.send(rt);
+                    if !rt {
+                        return;
                     }
-                    last = now;
-                }
-            });
-        let realtime = spawned.is_ok() && rx.recv().unwrap_or(false);
+                    let mut last = Instant::now();
+                    loop {
+                        std::thread::sleep(Duration::from_millis(1));
+                        let now = Instant::now();
+                        if now - last >= PAUSE_MIN {
+                            s.lock().unwrap().push((last, now));
+                        }
+                        last = now;
+                    }
+                });
+            realtime &= spawned.is_ok() && rx.recv().unwrap_or(false);
+        }
         Pauses { seen, realtime }
     }
 
@@ -63,16 +68,20 @@ impl Pauses {
     }
 }
 
+/// Pin the calling thread to `cpu` and give it real-time priority.
 #[cfg(target_os = "linux")]
-fn set_realtime() -> bool {
-    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
+fn pin_realtime(cpu: usize) -> bool {
+    // SAFETY: plain syscalls on the calling thread with valid, initialised parameters.
     unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
         let param = libc::sched_param { sched_priority: 50 };
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+            && libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set_realtime() -> bool {
+fn pin_realtime(_cpu: usize) -> bool {
     false
 }
