@@ -26,8 +26,10 @@
 //! The pieces: [`Paced`] / [`PacedStream`] (`.paced(&elastic)`) hold a grant of CPU time
 //! before each poll and measure what each poll used; [`Pacer`] does the same for one long
 //! loop; the governor thread turns the probe's scheduling latency into an elastic share
-//! (the step controller) and the share into a token rate; [`Elastic::snapshot`] and the
-//! `metrics` facade report it all.
+//! (the step controller) and the share into a token rate, hands out at most
+//! `ceil(limit × cpus)` grants at a time, and stops all grants (the backlog brake) the moment
+//! a foreground task is seen waiting 4× the target; [`Elastic::snapshot`] and the `metrics`
+//! facade report it all.
 #![forbid(unsafe_code)]
 
 mod brake;
