@@ -68,6 +68,23 @@ impl Pauses {
     }
 }
 
+/// Give the calling thread real-time priority `prio` (1..=99); false where refused.
+#[cfg(target_os = "linux")]
+pub fn realtime(prio: i32) -> bool {
+    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
+    unsafe {
+        let param = libc::sched_param {
+            sched_priority: prio,
+        };
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn realtime(_prio: i32) -> bool {
+    false
+}
+
 /// Pin the calling thread to `cpu` and give it real-time priority.
 #[cfg(target_os = "linux")]
 fn pin_realtime(cpu: usize) -> bool {
