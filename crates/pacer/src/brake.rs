@@ -62,7 +62,8 @@ impl Brake {
 
 impl Shared {
     /// Engage or release the brake. Returns whether it is on (the governor then re-checks
-    /// every [`BRAKE_POLL`]). Cheap when there is nothing to do: two atomic loads.
+    /// every [`BRAKE_POLL`]). Runs on the governor thread (each tick and each wake-up), never
+    /// on a worker: a lock, a clock read and an atomic swap.
     pub(crate) fn brake_step(&self) -> bool {
         let Some(lock) = &self.brake else {
             return false;
