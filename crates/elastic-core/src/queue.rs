@@ -387,11 +387,6 @@ impl<C: Clock> WorkQueue<C> {
         wake_all(wake);
     }
 
-    /// Whether grants are held back.
-    pub fn is_paused(&self) -> bool {
-        lock(&self.shared.state).paused
-    }
-
     /// Shut down: every queued and future admission resolves to [`Closed`] (queued ones are
     /// woken). Grants already handed out stay valid and can still be settled.
     pub fn close(&self) {

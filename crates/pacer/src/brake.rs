@@ -29,9 +29,9 @@ const COOLDOWN_FACTOR: u32 = 4;
 /// How often the governor re-checks while the brake is on.
 pub(crate) const BRAKE_POLL: Duration = Duration::from_millis(1);
 
-/// Brake settings and state (behind the governor's lock).
+/// Brake state (behind its own lock, taken by the governor and the snapshot).
+#[derive(Default)]
 pub(crate) struct Brake {
-    hold: Duration,
     /// When the current brake started (queue clock).
     engaged_at: Option<Duration>,
     /// Last time the alarm count moved while braked.
@@ -40,24 +40,8 @@ pub(crate) struct Brake {
     seen: u64,
     /// No new brake before this time.
     disarmed_until: Duration,
-    /// Brakes so far.
-    pub(crate) count: u64,
     /// Time spent braked, completed brakes only.
     pub(crate) total: Duration,
-}
-
-impl Brake {
-    pub(crate) fn new(hold: Duration) -> Self {
-        Brake {
-            hold,
-            engaged_at: None,
-            quiet_since: Duration::ZERO,
-            seen: 0,
-            disarmed_until: Duration::ZERO,
-            count: 0,
-            total: Duration::ZERO,
-        }
-    }
 }
 
 impl Shared {
@@ -89,7 +73,6 @@ impl Shared {
                 b.engaged_at = Some(now);
                 b.quiet_since = now;
                 b.seen = alarms;
-                b.count += 1;
                 self.queue.pause();
                 self.braked.store(true, Ordering::Relaxed);
                 true
@@ -100,7 +83,7 @@ impl Shared {
                     b.seen = alarms;
                     b.quiet_since = now;
                 }
-                let quiet = now.saturating_sub(b.quiet_since) >= b.hold;
+                let quiet = now.saturating_sub(b.quiet_since) >= DEFAULT_BRAKE_HOLD;
                 let spent = now.saturating_sub(at) >= BRAKE_MAX;
                 if !quiet && !spent {
                     return true;

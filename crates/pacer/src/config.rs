@@ -135,8 +135,8 @@ pub struct ElasticBuilder {
 pub(crate) enum BrakeSetting {
     /// At `BRAKE_FACTOR` × the target when the controller runs; off with a fixed limit.
     Default,
-    /// At this foreground queue wait, releasing after this quiet time.
-    At(Duration, Duration),
+    /// At this foreground queue wait.
+    At(Duration),
     Off,
 }
 
@@ -241,7 +241,7 @@ impl ElasticBuilder {
     /// assert!(!elastic.snapshot().braked);
     /// ```
     pub fn brake_at(mut self, at: Duration) -> Self {
-        self.brake = BrakeSetting::At(at, crate::DEFAULT_BRAKE_HOLD);
+        self.brake = BrakeSetting::At(at);
         self
     }
 
@@ -267,18 +267,12 @@ impl ElasticBuilder {
     }
 
     /// The brake's threshold, or `None` when it is off.
-    pub(crate) fn resolved_brake(
-        &self,
-        controller: &ControllerConfig,
-    ) -> Option<(Duration, Duration)> {
+    pub(crate) fn resolved_brake(&self, controller: &ControllerConfig) -> Option<Duration> {
         match self.brake {
             BrakeSetting::Off => None,
-            BrakeSetting::At(at, hold) => Some((at, hold)),
+            BrakeSetting::At(at) => Some(at),
             BrakeSetting::Default if self.fixed_limit.is_some() => None,
-            BrakeSetting::Default => Some((
-                controller.target_p99.saturating_mul(BRAKE_FACTOR),
-                crate::DEFAULT_BRAKE_HOLD,
-            )),
+            BrakeSetting::Default => Some(controller.target_p99.saturating_mul(BRAKE_FACTOR)),
         }
     }
 
@@ -389,7 +383,7 @@ impl ElasticBuilder {
                 "10 µs ..= the slice",
             );
         }
-        if let BrakeSetting::At(at, _) = self.brake {
+        if let BrakeSetting::At(at) = self.brake {
             if at < Duration::from_micros(10) {
                 return setting("brake_at", format!("{at:?}"), "at least 10 µs");
             }

@@ -84,7 +84,7 @@ impl Elastic {
         let probe = Probe::new(ProbeConfig {
             tick: controller_config.tick,
             window: controller_config.window,
-            alarm_at: brake.map(|(at, _)| at),
+            alarm_at: brake,
             ..b.probe.clone()
         })?;
         let initial = b.initial_limit.unwrap_or(controller_config.min_utilization);
@@ -101,7 +101,7 @@ impl Elastic {
         let shared = Arc::new(Shared {
             queue: Arc::new(WorkQueue::new(clock.clone(), rate_for(limit, cpus))),
             clock,
-            brake: brake.map(|(_, hold)| Mutex::new(crate::brake::Brake::new(hold))),
+            brake: brake.map(|_| Mutex::new(crate::brake::Brake::default())),
             braked: AtomicBool::new(false),
             cap_concurrency: b.cap_concurrency,
             probe,
@@ -209,13 +209,13 @@ impl Elastic {
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
         let queue = self.shared.queue.snapshot();
-        let (brakes, braked_time) = self.shared.brake.as_ref().map_or((0, Duration::ZERO), |b| {
-            let b = b.lock().unwrap_or_else(|p| p.into_inner());
-            (b.count, b.total)
+        let braked_time = self.shared.brake.as_ref().map_or(Duration::ZERO, |b| {
+            b.lock().unwrap_or_else(|p| p.into_inner()).total
         });
         Snapshot {
             braked: self.shared.braked(),
-            brakes,
+            // Only the brake pauses the queue.
+            brakes: queue.pauses,
             braked_time,
             limit: self.shared.limit.load(),
             cpus: self.shared.cpus.load(),
