@@ -178,6 +178,8 @@ pub struct Args {
     pub json: Option<PathBuf>,
     pub html: Option<PathBuf>,
     pub seed: u64,
+    /// Print where each phase's foreground latency goes, hop by hop.
+    pub hops: bool,
     pub help: bool,
 }
 
@@ -229,6 +231,9 @@ Flags:
   --json PATH          write the JSON report here [default: target/demo/report.json]
   --html PATH          write the HTML report here [default: target/demo/report.html]
   --seed N             RNG seed [default: 1]
+  --hops               print, per phase, the mean time each request spent in each hop (client
+                       send lag, to the reader task, to the handler, work, to the writer, back),
+                       over all requests and over the slowest 1 %
   -h, --help           this text
 
 Ctrl-C ends the run early and still writes the (partial) report.";
@@ -296,6 +301,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         json: None,
         html: None,
         seed: 1,
+        hops: false,
         help: false,
     };
     let mut phases = DEFAULT_PHASES.to_string();
@@ -334,11 +340,12 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
             "--quantum-us",
             "--brake-us",
             "--rounds",
+            "--hops",
         ];
         if !KNOWN.contains(&flag.as_str()) {
             return Err(format!("unknown flag {flag:?}"));
         }
-        let takes_value = !matches!(flag.as_str(), "-h" | "--help" | "--speed");
+        let takes_value = !matches!(flag.as_str(), "-h" | "--help" | "--speed" | "--hops");
         let val = if takes_value {
             match inline {
                 Some(v) => v,
@@ -354,6 +361,7 @@ pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
         match flag.as_str() {
             "-h" | "--help" => a.help = true,
             "--speed" => speed = true,
+            "--hops" => a.hops = true,
             "--phases" => phases = v.to_string(),
             "--profiles" => profiles = v.to_string(),
             "--phase-secs" => a.phase_secs = positive_f64(&flag, v)?,

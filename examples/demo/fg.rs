@@ -1,10 +1,11 @@
 //! Foreground: a loopback TCP request/response service on the runtime under test, and an
 //! open-loop Poisson load generator on its own OS threads (it never shares that runtime).
 //!
-//! Wire format, both ways: 16-byte frames `[intended send time in ns since the generator's
-//! epoch: u64 LE][sequence number: u64 LE]`. The server echoes the frame; the client takes the
-//! latency from the *intended* send time, so a stalled server cannot hide its stall by slowing
-//! the sender down (no coordinated omission).
+//! Wire format, both ways: 56-byte frames of seven u64 LE, in ns since one process-wide epoch:
+//! the intended send time, a sequence number, then stamps taken on the way (sent, read by the
+//! reader task, handler started, handler done, taken by the writer task) for `--hops`. The
+//! client takes the latency from the *intended* send time, so a stalled server cannot hide its
+//! stall by slowing the sender down (no coordinated omission).
 //!
 //! Per request on the server: the connection's reader task reads the frame, spawns a handler
 //! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
@@ -22,7 +23,22 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-const FRAME: usize = 16;
+const FRAME: usize = 56;
+
+/// Process-wide epoch for the per-hop stamps (client and server share the process).
+pub static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn stamp() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn put(f: &mut [u8; FRAME], i: usize, v: u64) {
+    f[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get(f: &[u8; FRAME], i: usize) -> u64 {
+    u64::from_le_bytes(f[i * 8..i * 8 + 8].try_into().unwrap())
+}
 
 /// The server's accept loop: one reader task and one writer task per connection, one handler
 /// task per request.
@@ -41,11 +57,15 @@ async fn connection(sock: tokio::net::TcpStream, work_us: f64) {
     let (tx, mut rx) = mpsc::unbounded_channel::<[u8; FRAME]>();
     tokio::spawn(async move {
         let mut buf = Vec::with_capacity(4096);
-        while let Some(f) = rx.recv().await {
+        while let Some(mut f) = rx.recv().await {
+            put(&mut f, 6, stamp());
             buf.extend_from_slice(&f);
             while buf.len() < 64 * 1024 {
                 match rx.try_recv() {
-                    Ok(f) => buf.extend_from_slice(&f),
+                    Ok(mut f) => {
+                        put(&mut f, 6, stamp());
+                        buf.extend_from_slice(&f)
+                    }
                     Err(_) => break,
                 }
             }
@@ -58,9 +78,13 @@ async fn connection(sock: tokio::net::TcpStream, work_us: f64) {
     let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
     let mut f = [0u8; FRAME];
     while rd.read_exact(&mut f).await.is_ok() {
+        put(&mut f, 3, stamp());
         let tx = tx.clone();
+        let mut f = f;
         tokio::spawn(async move {
+            put(&mut f, 4, stamp());
             spin_us(work_us);
+            put(&mut f, 5, stamp());
             let _ = tx.send(f);
         });
     }
@@ -86,12 +110,15 @@ struct Hists {
     phase: Histogram<u64>,
     /// The same requests as `(intended send time, latency)` in ns, to leave out machine pauses.
     samples: Vec<(u64, u64)>,
+    /// Per request in `samples` (same order): its latency and its hops in ns (client send
+    /// lag, to the reader task, to the handler task, work, to the writer task, back).
+    hops: Vec<(u64, [u64; 6])>,
 }
 
 impl FgStats {
     pub fn new() -> Arc<FgStats> {
         Arc::new(FgStats {
-            epoch: Instant::now(),
+            epoch: *EPOCH.get_or_init(Instant::now),
             from: AtomicU64::new(u64::MAX),
             to: AtomicU64::new(u64::MAX),
             sent: AtomicU64::new(0),
@@ -101,6 +128,7 @@ impl FgStats {
                 second: new_hist(),
                 phase: new_hist(),
                 samples: Vec::new(),
+                hops: Vec::new(),
             }),
         })
     }
@@ -119,8 +147,23 @@ impl FgStats {
         self.to.store(self.now_ns(), Ordering::SeqCst);
     }
 
-    fn record(&self, intended_ns: u64) {
-        let lat = self.now_ns().saturating_sub(intended_ns);
+    fn record(&self, f: &[u8; FRAME]) {
+        let intended_ns = get(f, 0);
+        let now = self.now_ns();
+        let lat = now.saturating_sub(intended_ns);
+        let t = [
+            get(f, 0),
+            get(f, 2),
+            get(f, 3),
+            get(f, 4),
+            get(f, 5),
+            get(f, 6),
+            now,
+        ];
+        let mut hop = [0u64; 6];
+        for i in 0..6 {
+            hop[i] = t[i + 1].saturating_sub(t[i]);
+        }
         let in_window = intended_ns >= self.from.load(Ordering::Relaxed)
             && intended_ns < self.to.load(Ordering::Relaxed);
         let mut h = self.hists.lock().unwrap();
@@ -129,6 +172,7 @@ impl FgStats {
         if in_window {
             record(&mut h.phase, lat);
             h.samples.push((intended_ns, lat));
+            h.hops.push((lat, hop));
         }
         drop(h);
         self.received.fetch_add(1, Ordering::Relaxed);
@@ -148,6 +192,42 @@ impl FgStats {
 
     pub fn phase_hist(&self) -> Histogram<u64> {
         self.hists.lock().unwrap().phase.clone()
+    }
+
+    /// Where the phase's requests spent their time: the mean of each hop in µs, over all
+    /// requests and over the slowest 1 %, leaving out requests in flight during `pauses`.
+    pub fn hop_report(&self, pauses: &[(Instant, Instant)]) -> String {
+        let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
+        let h = self.hists.lock().unwrap();
+        let mut v: Vec<(u64, [u64; 6])> = h
+            .samples
+            .iter()
+            .zip(&h.hops)
+            .filter(|((sent, lat), _)| !pauses.iter().any(|&(a, b)| *sent <= b && sent + lat >= a))
+            .map(|(_, hop)| *hop)
+            .collect();
+        drop(h);
+        if v.is_empty() {
+            return "no requests".into();
+        }
+        v.sort_unstable_by_key(|x| x.0);
+        let mean = |s: &[(u64, [u64; 6])]| {
+            let mut m = [0f64; 6];
+            for (_, hop) in s {
+                for (m, &h) in m.iter_mut().zip(hop) {
+                    *m += h as f64 / 1e3;
+                }
+            }
+            m.map(|x| format!("{:.0}", x / s.len() as f64)).join(" / ")
+        };
+        let tail = &v[v.len() - v.len() / 100 - 1..];
+        format!(
+            "lag / to reader / to handler / work / to writer / back, us: all {}; slowest 1 % (>= {:.0} us) {}",
+            mean(&v),
+            tail[0].0 as f64 / 1e3,
+            mean(tail)
+        )
     }
 
     /// The phase's latencies without the requests that were in flight during one of `pauses`
@@ -225,8 +305,7 @@ impl LoadGen {
                         let mut rd = BufReader::with_capacity(64 * 1024, rd);
                         let mut f = [0u8; FRAME];
                         while rd.read_exact(&mut f).is_ok() {
-                            let intended = u64::from_le_bytes(f[..8].try_into().unwrap());
-                            st.record(intended);
+                            st.record(&f);
                         }
                     })?,
             );
@@ -252,8 +331,9 @@ impl LoadGen {
                         std::thread::sleep(Duration::from_nanos((next - now) as u64));
                     }
                     let mut f = [0u8; FRAME];
-                    f[..8].copy_from_slice(&(next as u64).to_le_bytes());
-                    f[8..].copy_from_slice(&seq.to_le_bytes());
+                    put(&mut f, 0, next as u64);
+                    put(&mut f, 1, seq);
+                    put(&mut f, 2, st.now_ns());
                     let n = writers.len();
                     if writers[(seq % n as u64) as usize].write_all(&f).is_err() {
                         break;

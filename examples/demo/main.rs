@@ -592,6 +592,9 @@ fn run_phase_inner(
         } else {
             raw.clone()
         };
+        if a.hops {
+            eprintln!("[{name}] hops: {}", stats.hop_report(&pz));
+        }
         res.raw_p99_us = q_us(&raw, 0.99);
         res.raw_hist = Some(raw);
         res.rows = rows_end - rows0;
