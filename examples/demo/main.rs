@@ -584,7 +584,11 @@ fn run_phase_inner(
         let raw = stats.phase_hist();
         let pz = ctx.pauses.between(m0, Instant::now());
         res.pauses = pz.len();
-        res.paused_ms = pz.iter().map(|&(a, b)| (b - a).as_secs_f64() * 1e3).sum::<f64>() + 0.0; // an empty f64 sum is -0.0
+        res.paused_ms = pz
+            .iter()
+            .map(|&(a, b)| (b - a).as_secs_f64() * 1e3)
+            .sum::<f64>()
+            + 0.0; // an empty f64 sum is -0.0
         let h = if ctx.pauses.realtime {
             let (clean, left_out) = stats.phase_hist_without(&pz);
             res.left_out = left_out;
