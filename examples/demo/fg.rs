@@ -108,11 +108,16 @@ struct Hists {
     second: Histogram<u64>,
     /// The phase's measurement window.
     phase: Histogram<u64>,
-    /// The same requests as `(intended send time, latency)` in ns, to leave out machine pauses.
-    samples: Vec<(u64, u64)>,
-    /// Per request in `samples` (same order): its latency and its hops in ns (client send
-    /// lag, to the reader task, to the handler task, work, to the writer task, back).
-    hops: Vec<(u64, [u64; 6])>,
+    /// The same requests one by one, to leave out machine pauses and for `--hops`.
+    samples: Vec<Sample>,
+}
+
+/// One request of the measurement window, in ns.
+struct Sample {
+    intended: u64,
+    latency: u64,
+    /// Client send lag, to the reader task, to the handler task, work, to the writer task, back.
+    hops: [u64; 6],
 }
 
 impl FgStats {
@@ -128,7 +133,6 @@ impl FgStats {
                 second: new_hist(),
                 phase: new_hist(),
                 samples: Vec::new(),
-                hops: Vec::new(),
             }),
         })
     }
@@ -171,8 +175,11 @@ impl FgStats {
         record(&mut h.second, lat);
         if in_window {
             record(&mut h.phase, lat);
-            h.samples.push((intended_ns, lat));
-            h.hops.push((lat, hop));
+            h.samples.push(Sample {
+                intended: intended_ns,
+                latency: lat,
+                hops: hop,
+            });
         }
         drop(h);
         self.received.fetch_add(1, Ordering::Relaxed);
@@ -194,20 +201,29 @@ impl FgStats {
         self.hists.lock().unwrap().phase.clone()
     }
 
-    /// Where the phase's requests spent their time: the mean of each hop in µs, over all
-    /// requests and over the slowest 1 %, leaving out requests in flight during `pauses`.
-    pub fn hop_report(&self, pauses: &[(Instant, Instant)]) -> String {
+    /// The window's requests that were not in flight during one of `pauses` (machine pauses,
+    /// see `pauses.rs`), passed to `f` under the lock; returns how many were left out.
+    fn samples_without(&self, pauses: &[(Instant, Instant)], mut f: impl FnMut(&Sample)) -> u64 {
         let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
         let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
         let h = self.hists.lock().unwrap();
-        let mut v: Vec<(u64, [u64; 6])> = h
-            .samples
-            .iter()
-            .zip(&h.hops)
-            .filter(|((sent, lat), _)| !pauses.iter().any(|&(a, b)| *sent <= b && sent + lat >= a))
-            .map(|(_, hop)| *hop)
-            .collect();
-        drop(h);
+        let mut left_out = 0;
+        for x in &h.samples {
+            let (sent, done) = (x.intended, x.intended + x.latency);
+            if pauses.iter().any(|&(a, b)| sent <= b && done >= a) {
+                left_out += 1;
+            } else {
+                f(x);
+            }
+        }
+        left_out
+    }
+
+    /// Where the phase's requests spent their time: the mean of each hop in µs, over all
+    /// requests and over the slowest 1 %, leaving out requests in flight during `pauses`.
+    pub fn hop_report(&self, pauses: &[(Instant, Instant)]) -> String {
+        let mut v: Vec<(u64, [u64; 6])> = Vec::new();
+        self.samples_without(pauses, |x| v.push((x.latency, x.hops)));
         if v.is_empty() {
             return "no requests".into();
         }
@@ -230,21 +246,11 @@ impl FgStats {
         )
     }
 
-    /// The phase's latencies without the requests that were in flight during one of `pauses`
-    /// (machine pauses, see `pauses.rs`), and how many were left out.
+    /// The phase's latencies without the requests that were in flight during one of `pauses`,
+    /// and how many were left out.
     pub fn phase_hist_without(&self, pauses: &[(Instant, Instant)]) -> (Histogram<u64>, u64) {
-        let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
-        let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
-        let h = self.hists.lock().unwrap();
         let mut clean = new_hist();
-        let mut left_out = 0;
-        for &(sent, lat) in &h.samples {
-            if pauses.iter().any(|&(a, b)| sent <= b && sent + lat >= a) {
-                left_out += 1;
-            } else {
-                record(&mut clean, lat);
-            }
-        }
+        let left_out = self.samples_without(pauses, |x| record(&mut clean, x.latency));
         (clean, left_out)
     }
 }
