@@ -160,6 +160,11 @@ impl Pacer {
 
     /// The stretch is over: pause the grant, or settle it if the slice is spent.
     fn end_stretch(&mut self) {
+        // Only a running stretch ends here: taking any other state out would drop a paused
+        // grant (or a ticket) on the floor.
+        if !matches!(self.state, State::Running(_)) {
+            return;
+        }
         if let State::Running(h) = mem::replace(&mut self.state, State::Idle) {
             let (grant, wall) = h.into_grant();
             let used = match self.stretch_cpu.take() {

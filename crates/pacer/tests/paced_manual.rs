@@ -323,3 +323,27 @@ fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
         assert_ledger_balanced(&elastic.snapshot());
     }
 }
+
+#[test]
+fn pacer_dropped_while_paused_at_the_quantum_gives_its_grant_back() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.5, 1.0);
+    let mut pacer = elastic.pacer();
+    let (_counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    // Run until the first yield at the quantum: the grant is paused, not settled.
+    while let Poll::Ready(()) = Pin::new(&mut pacer.pace()).poll(&mut cx) {
+        clock.advance(Duration::from_micros(10));
+    }
+    assert_eq!(format!("{pacer:?}"), r#"Pacer { state: "paused" }"#);
+    let used = elastic.snapshot().used_nanos;
+    assert_eq!(used, 0, "a pause settles nothing");
+    assert_eq!(elastic.snapshot().queue.holders, 1);
+    // An aborted task drops its pacer exactly here.
+    drop(pacer);
+    let s = elastic.snapshot();
+    assert_eq!(s.queue.holders, 0, "the paused grant leaked: {s:#?}");
+    assert!(s.used_nanos > 0 && s.used_nanos < 100 * MS, "{s:#?}");
+    assert_eq!(s.returned_nanos, 100 * MS - s.used_nanos);
+    assert_ledger_balanced(&s);
+}

@@ -1,0 +1,132 @@
+//! Aborting paced tasks at random points (waiting, holding, yielding) never leaks a grant:
+//! once every aborted task is gone, no grant is held and the ledger balances. Nothing here
+//! asserts on wall-clock durations; the random abort points come from a seeded RNG.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::assert_ledger_balanced;
+use futures_util::StreamExt;
+use pacer::{Elastic, PacedExt, PacedStreamExt};
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Run `f` on a thread; fail (instead of hanging the suite) if it has not finished in 120 s.
+fn must_finish<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// xorshift64*: a deterministic source of abort points.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// One kind of paced task, looping until aborted.
+fn spawn_task(
+    rt: &tokio::runtime::Runtime,
+    elastic: &Elastic,
+    kind: u64,
+) -> tokio::task::JoinHandle<()> {
+    match kind {
+        0 => {
+            let mut pacer = elastic.pacer();
+            rt.spawn(async move {
+                loop {
+                    pacer.pace().await;
+                    spin(Duration::from_micros(3));
+                }
+            })
+        }
+        1 => rt.spawn(
+            futures_util::stream::repeat(())
+                .map(|()| spin(Duration::from_micros(20)))
+                .paced(elastic)
+                .for_each(|()| async {}),
+        ),
+        _ => rt.spawn(
+            async {
+                loop {
+                    spin(Duration::from_micros(30));
+                    tokio::task::yield_now().await;
+                }
+            }
+            .paced(elastic),
+        ),
+    }
+}
+
+fn abort_cycles(elastic: Elastic, cycles: usize, seed: u64) {
+    let rt = elastic
+        .runtime(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all(),
+        )
+        .build()
+        .unwrap();
+    let mut rng = Rng(seed | 1);
+    for cycle in 0..cycles {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| spawn_task(&rt, &elastic, rng.below(3)))
+            .collect();
+        // Let them run into every state: holding, yielding, waiting for a grant.
+        std::thread::sleep(Duration::from_micros(200 + rng.below(3_000)));
+        for t in &tasks {
+            t.abort();
+        }
+        rt.block_on(async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        });
+        let s = elastic.snapshot();
+        assert_eq!(
+            s.queue.holders, 0,
+            "cycle {cycle}: a grant outlived its task: {s:#?}"
+        );
+        assert_eq!(
+            s.queue.waiters, 0,
+            "cycle {cycle}: a waiter outlived its task: {s:#?}"
+        );
+        assert_ledger_balanced(&s);
+    }
+}
+
+#[test]
+fn aborted_paced_tasks_leave_no_grant_behind() {
+    must_finish("abort stress", || {
+        let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+        abort_cycles(elastic, 1_000, 0x9e37_79b9);
+    });
+}
+
+#[test]
+fn aborted_paced_tasks_leave_no_grant_behind_with_the_controller_and_brake() {
+    must_finish("abort stress (controller)", || {
+        let elastic = Elastic::builder()
+            .target_p99(Duration::from_micros(100))
+            .brake_at(Duration::from_micros(50))
+            .build()
+            .unwrap();
+        abort_cycles(elastic, 1_000, 0x51_7cc1);
+    });
+}
