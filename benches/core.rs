@@ -5,9 +5,9 @@
 //!   settles it and takes a new one, as real work would (that cost is in the figure too).
 //!   `over_limit/clock_read` is the naive alternative for scale: one `MonotonicClock::now()` per
 //!   iteration.
-//! * `admit_done/{elastic_core,governor,leaky_bucket}/{1,8,32}` — one acquire round trip per
+//! * `admit_done/{elastic_cpu_core,governor,leaky_bucket}/{1,8,32}` — one acquire round trip per
 //!   iteration on each of N OS threads at once, tokens always available (huge rates), so this is
-//!   the cost of the bookkeeping and of contention, not of waiting. `elastic_core`: `admit` (fast
+//!   the cost of the bookkeeping and of contention, not of waiting. `elastic_cpu_core`: `admit` (fast
 //!   path) + `done` on a shared `WorkQueue`; `governor`: `RateLimiter::check()`; `leaky_bucket`:
 //!   `RateLimiter::try_acquire(1)`. The N threads start together at a barrier; the figure is the
 //!   wall time until all N have finished `iters` round trips, over `iters`: the time per round
@@ -24,7 +24,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use elastic_core::{Admit, Clock, ElasticHandle, MonotonicClock, WorkQueue, MAX_RATE, MAX_SLICE};
+use elastic_cpu_core::{
+    Admit, Clock, ElasticHandle, MonotonicClock, WorkQueue, MAX_RATE, MAX_SLICE,
+};
 
 const THREADS: [usize; 3] = [1, 8, 32];
 
@@ -95,7 +97,7 @@ fn admit_done(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .sample_size(20);
     for n in THREADS {
-        g.bench_with_input(BenchmarkId::new("elastic_core", n), &n, |b, &n| {
+        g.bench_with_input(BenchmarkId::new("elastic_cpu_core", n), &n, |b, &n| {
             // MAX_RATE: a bucket of ~4.6e9 CPU-seconds; every slice is returned whole anyway.
             let queue = WorkQueue::new(MonotonicClock::new(), MAX_RATE);
             b.iter_custom(|iters| {

@@ -32,7 +32,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use elastic_cpu::elastic_core::{Clock, ThreadCpuClock};
+use elastic_cpu::elastic_cpu_core::{Clock, ThreadCpuClock};
 use elastic_cpu::prelude::*;
 use elastic_cpu::{Elastic, DEFAULT_QUANTUM};
 use tokio::runtime::{Builder, Runtime};

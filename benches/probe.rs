@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use sched_probe::{Probe, ProbeConfig};
+use elastic_cpu_probe::{Probe, ProbeConfig};
 use tokio::runtime::Runtime;
 
 const TASKS: u64 = 64;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use sched_probe::{mark_elastic_poll, Probe, ProbeConfig, Source, Summary, Window};
+use elastic_cpu_probe::{mark_elastic_poll, Probe, ProbeConfig, Source, Summary, Window};
 
 const WORKERS: usize = 8;
 const PHASE: Duration = Duration::from_secs(4);
@@ -110,7 +110,7 @@ fn main() {
         (Source::Hooks, None) => None,
     };
     println!(
-        "sched-probe example: {WORKERS} workers, source {:?}, tick {:?}, window {:?}; \
+        "elastic-cpu-probe example: {WORKERS} workers, source {:?}, tick {:?}, window {:?}; \
          {:?} idle, then {:?} with {SPINNERS} tasks spinning {:?} per poll",
         Probe::source(),
         config.tick,

@@ -1,9 +1,9 @@
 //! elastic-cpu: keep a tokio service's foreground latency flat while background ("elastic")
 //! CPU work — backups, scans, exports, compactions — uses the CPU that is really spare.
 //!
-//! It measures the runtime's scheduling latency ([`sched_probe`]), decides with a step
-//! controller how much CPU elastic work may take ([`elastic_core`]), and enforces that with a
-//! no-burst token bucket of CPU time ([`pacer`]).
+//! It measures the runtime's scheduling latency ([`elastic_cpu_probe`]), decides with a step
+//! controller how much CPU elastic work may take ([`elastic_cpu_core`]), and enforces that with a
+//! no-burst token bucket of CPU time ([`elastic_cpu_pacer`]).
 //!
 //! ```
 //! use elastic_cpu::prelude::*;
@@ -33,20 +33,22 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub use elastic_core::{ConfigError, ControllerConfig, ManualClock};
-pub use pacer::{
+pub use elastic_cpu_core::{ConfigError, ControllerConfig, ManualClock};
+#[cfg(feature = "metrics")]
+pub use elastic_cpu_pacer::METRICS;
+pub use elastic_cpu_pacer::{
     BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
     Profile, RuntimeBuilder, Snapshot, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
-    DEFAULT_QUANTUM, DEFAULT_SLICE, METRICS,
+    DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use sched_probe::{ProbeConfig, ProbeError, Summary, Window};
+pub use elastic_cpu_probe::{ProbeConfig, ProbeError, Summary, Window};
 
 /// The three crates, for what the facade does not re-export.
-pub use {elastic_core, pacer, sched_probe};
+pub use {elastic_cpu_core, elastic_cpu_pacer, elastic_cpu_probe};
 
 /// `use elastic_cpu::prelude::*;` brings `.paced(&elastic)` for futures and streams.
 pub mod prelude {
-    pub use pacer::{PacedExt, PacedStreamExt};
+    pub use elastic_cpu_pacer::{PacedExt, PacedStreamExt};
 }
 
 /// The README's code blocks, compiled as doc tests so the quick start cannot rot.

@@ -12,7 +12,7 @@ const NANOS_PER_SEC: u128 = 1_000_000_000;
 /// second, in nanoseconds. NaN and negative inputs give 0; the result saturates at [`MAX_RATE`].
 ///
 /// ```
-/// assert_eq!(elastic_core::rate_for(0.25, 2.0), 500_000_000);
+/// assert_eq!(elastic_cpu_core::rate_for(0.25, 2.0), 500_000_000);
 /// ```
 pub fn rate_for(limit: f64, cpus: f64) -> u64 {
     let r = limit * cpus * 1e9;
@@ -29,7 +29,7 @@ pub fn rate_for(limit: f64, cpus: f64) -> u64 {
 /// balance may go negative: overshoot and whole-slice grants are paid back by later refill.
 ///
 /// ```
-/// use elastic_core::{ManualClock, TokenBucket};
+/// use elastic_cpu_core::{ManualClock, TokenBucket};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

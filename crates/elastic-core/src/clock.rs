@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// A monotonic time source, read as the time elapsed since an arbitrary origin.
 ///
 /// ```
-/// use elastic_core::{Clock, ManualClock};
+/// use elastic_cpu_core::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
@@ -29,7 +29,7 @@ impl<C: Clock> Clock for Arc<C> {
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```
-/// use elastic_core::{Clock, ManualClock};
+/// use elastic_cpu_core::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
 /// let a = ManualClock::new();
@@ -78,7 +78,7 @@ impl Clock for ManualClock {
 /// The production wall clock: [`Instant`] elapsed since construction.
 ///
 /// ```
-/// use elastic_core::{Clock, MonotonicClock};
+/// use elastic_cpu_core::{Clock, MonotonicClock};
 ///
 /// let clock = MonotonicClock::new();
 /// let a = clock.now();
@@ -119,7 +119,7 @@ impl Clock for MonotonicClock {
 /// work (for example within a single poll), never across an `.await` that may resume elsewhere.
 ///
 /// ```
-/// use elastic_core::{Clock, ThreadCpuClock};
+/// use elastic_cpu_core::{Clock, ThreadCpuClock};
 ///
 /// let clock = ThreadCpuClock;
 /// let a = clock.now();

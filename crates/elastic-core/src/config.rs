@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Settings of the [`StepController`](crate::StepController); the defaults are CockroachDB's.
 ///
 /// ```
-/// use elastic_core::ControllerConfig;
+/// use elastic_cpu_core::ControllerConfig;
 /// use std::time::Duration;
 ///
 /// let config = ControllerConfig {
@@ -49,7 +49,7 @@ impl ControllerConfig {
     /// 0.001/s, decrease factor 2, inactive factor 0.25, 100 ms ticks, 2.5 s window.
     ///
     /// ```
-    /// use elastic_core::ControllerConfig;
+    /// use elastic_cpu_core::ControllerConfig;
     /// assert_eq!(ControllerConfig::cockroach().max_utilization, 0.75);
     /// ```
     pub fn cockroach() -> Self {
@@ -69,7 +69,7 @@ impl ControllerConfig {
     /// Check every setting against its valid range; the error names the first bad setting.
     ///
     /// ```
-    /// use elastic_core::ControllerConfig;
+    /// use elastic_cpu_core::ControllerConfig;
     ///
     /// let bad = ControllerConfig { min_utilization: f64::NAN, ..Default::default() };
     /// assert_eq!(bad.validate().unwrap_err().setting(), "min_utilization");
@@ -170,7 +170,7 @@ fn positive(setting: &'static str, v: f64) -> Result<(), ConfigError> {
 /// An invalid setting, named.
 ///
 /// ```
-/// use elastic_core::{ConfigError, ControllerConfig};
+/// use elastic_cpu_core::{ConfigError, ControllerConfig};
 /// use std::time::Duration;
 ///
 /// let bad = ControllerConfig { tick: Duration::ZERO, ..Default::default() };

@@ -8,7 +8,7 @@ use crate::config::{ConfigError, ControllerConfig};
 /// from the p99 scheduling latency.
 ///
 /// ```
-/// use elastic_core::{ControllerConfig, StepController};
+/// use elastic_cpu_core::{ControllerConfig, StepController};
 /// use std::time::Duration;
 ///
 /// let mut c = StepController::new(ControllerConfig::default()).unwrap();
@@ -35,7 +35,7 @@ impl StepController {
     /// fails if the config is invalid or `limit` is NaN.
     ///
     /// ```
-    /// use elastic_core::{ControllerConfig, StepController};
+    /// use elastic_cpu_core::{ControllerConfig, StepController};
     /// let c = StepController::with_initial_limit(ControllerConfig::default(), 2.0).unwrap();
     /// assert_eq!(c.limit(), 0.75);
     /// ```

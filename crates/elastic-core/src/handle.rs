@@ -21,7 +21,7 @@ const DEADLINE_FRACTION: u64 = 8;
 /// CPU time ([`ThreadCpuClock`]).
 ///
 /// ```
-/// use elastic_core::{Admit, ElasticHandle, ManualClock, WorkQueue};
+/// use elastic_cpu_core::{Admit, ElasticHandle, ManualClock, WorkQueue};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

@@ -5,7 +5,7 @@
 //! testable to the nanosecond on a [`ManualClock`].
 //!
 //! ```
-//! use elastic_core::{
+//! use elastic_cpu_core::{
 //!     rate_for, Admit, ControllerConfig, ElasticHandle, ManualClock, StepController, WorkQueue,
 //! };
 //! use std::task::{Poll, Waker};

@@ -175,7 +175,7 @@ fn wake_all(wake: Vec<Waker>) {
 /// The thread-safe granter: admits elastic work against a [`TokenBucket`](crate::TokenBucket), FIFO.
 ///
 /// ```
-/// use elastic_core::{Admit, ManualClock, WorkQueue};
+/// use elastic_cpu_core::{Admit, ManualClock, WorkQueue};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
@@ -330,7 +330,7 @@ impl<C: Clock> WorkQueue<C> {
     /// Grants already handed out are unaffected; their holders decide when to give them back.
     ///
     /// ```
-    /// use elastic_core::{Admit, ManualClock, WorkQueue};
+    /// use elastic_cpu_core::{Admit, ManualClock, WorkQueue};
     /// use std::time::Duration;
     ///
     /// let q = WorkQueue::new(ManualClock::new(), 1_000_000_000);
@@ -366,7 +366,7 @@ impl<C: Clock> WorkQueue<C> {
     /// for keeps elastic work from occupying more workers at once than its share needs.
     ///
     /// ```
-    /// use elastic_core::{Admit, ManualClock, WorkQueue};
+    /// use elastic_cpu_core::{Admit, ManualClock, WorkQueue};
     /// use std::time::Duration;
     ///
     /// let q = WorkQueue::new(ManualClock::new(), 4_000_000_000); // 4 CPUs' worth

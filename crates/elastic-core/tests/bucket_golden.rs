@@ -1,6 +1,6 @@
 //! Token bucket scenarios from DESIGN.md §4 on a manual clock, to the nanosecond.
 
-use elastic_core::{rate_for, Clock, ManualClock, TokenBucket, MAX_RATE};
+use elastic_cpu_core::{rate_for, Clock, ManualClock, TokenBucket, MAX_RATE};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;

@@ -1,6 +1,6 @@
 //! Every invalid setting is a typed error naming the setting (DESIGN.md §4 table, §6).
 
-use elastic_core::{ConfigError, ControllerConfig, StepController};
+use elastic_cpu_core::{ConfigError, ControllerConfig, StepController};
 use std::time::Duration;
 
 type Edit = fn(&mut ControllerConfig);

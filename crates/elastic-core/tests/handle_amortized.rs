@@ -1,7 +1,7 @@
 //! The amortized over-limit check (DESIGN.md §4): clock reads get rarer while checks come fast,
 //! the interval never shrinks, the cached answer holds between reads, backwards clocks clamp.
 
-use elastic_core::{
+use elastic_cpu_core::{
     Admit, Clock, ElasticHandle, Grant, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue,
 };
 use std::sync::atomic::{AtomicU64, Ordering};

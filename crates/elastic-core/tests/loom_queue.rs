@@ -1,12 +1,12 @@
 //! loom models of the work queue's races (issue 7): grants from one thread while another polls,
 //! cancels, admits or closes. Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p elastic-core --release --test loom_queue`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p elastic-cpu-core --release --test loom_queue`.
 //!
 //! Each model starts from a drained bucket on a frozen `ManualClock` (no refill), so every token
 //! movement comes from the operations under test.
 #![cfg(loom)]
 
-use elastic_core::{Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue};
+use elastic_cpu_core::{Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use std::sync::Arc;

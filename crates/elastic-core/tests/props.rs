@@ -11,7 +11,7 @@
 //! * liveness: once tokens keep arriving, every waiter is granted within the time the debt and
 //!   the slices ahead of it need.
 
-use elastic_core::{
+use elastic_cpu_core::{
     rate_for, Admit, Closed, ControllerConfig, Grant, ManualClock, StepController, Ticket,
     WorkQueue, MAX_SLICE, MIN_SLICE,
 };

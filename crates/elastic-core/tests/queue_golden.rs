@@ -1,6 +1,6 @@
 //! Work queue scenarios from DESIGN.md §4 on a manual clock, with counting wakers.
 
-use elastic_core::{
+use elastic_cpu_core::{
     Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -76,14 +76,14 @@
 //! debug build. The full soak, 100 seeds × 1 simulated hour per profile:
 //!
 //! ```text
-//! SOAK_FULL=1 cargo test -p elastic-core --release --test soak_plant -- --nocapture
+//! SOAK_FULL=1 cargo test -p elastic-cpu-core --release --test soak_plant -- --nocapture
 //! ```
 //!
 //! `SOAK_SEEDS=n`, `SOAK_MINUTES=m` and `SOAK_FIRST_SEED=k` override the number of seeds, the
 //! simulated minutes per seed and the first seed (to replay one failing seed: `SOAK_SEEDS=1
 //! SOAK_FIRST_SEED=k`). `--nocapture` shows the figures.
 
-use elastic_core::{
+use elastic_cpu_core::{
     rate_for, Admit, Clock, ControllerConfig, Grant, ManualClock, StepController, Ticket,
     WorkQueue, MAX_SLICE,
 };

@@ -16,7 +16,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use elastic_core::Clock;
+use elastic_cpu_core::Clock;
 
 use crate::shared::Shared;
 

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use elastic_core::{Clock, ConfigError, ControllerConfig, ManualClock, MAX_SLICE, MIN_SLICE};
-use sched_probe::{ProbeConfig, ProbeError};
+use elastic_cpu_core::{Clock, ConfigError, ControllerConfig, ManualClock, MAX_SLICE, MIN_SLICE};
+use elastic_cpu_probe::{ProbeConfig, ProbeError};
 
 use crate::shared::RunningTime;
 use crate::Elastic;
@@ -109,7 +109,7 @@ pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(50);
 ///
 /// ```
 /// use std::time::Duration;
-/// let elastic = pacer::Elastic::builder()
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
 ///     .target_p99(Duration::from_micros(500))
 ///     .build()
 ///     .unwrap();
@@ -238,7 +238,7 @@ impl ElasticBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let elastic = pacer::Elastic::builder()
+    /// let elastic = elastic_cpu_pacer::Elastic::builder()
     ///     .brake_at(Duration::from_millis(2))
     ///     .build()
     ///     .unwrap();
@@ -256,7 +256,7 @@ impl ElasticBuilder {
     /// work spends much of its grant waiting on I/O: a holder waiting on I/O keeps its place.
     ///
     /// ```
-    /// let elastic = pacer::Elastic::builder().cap_concurrency(false).build().unwrap();
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().cap_concurrency(false).build().unwrap();
     /// # drop(elastic);
     /// ```
     pub fn cap_concurrency(mut self, on: bool) -> Self {

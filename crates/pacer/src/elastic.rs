@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use elastic_core::{rate_for, MonotonicClock, QueueSnapshot, StepController, WorkQueue};
-use sched_probe::{Probe, ProbeConfig, Window};
+use elastic_cpu_core::{rate_for, MonotonicClock, QueueSnapshot, StepController, WorkQueue};
+use elastic_cpu_probe::{Probe, ProbeConfig, Window};
 use tokio::runtime::{Builder, Handle};
 
 use crate::config::{BuildError, ElasticBuilder};
@@ -19,7 +19,7 @@ use crate::{PacedExt, Pacer, RuntimeBuilder};
 /// that decides the elastic share, and the token bucket that enforces it. Cheap to clone.
 ///
 /// ```
-/// use pacer::{Elastic, PacedExt};
+/// use elastic_cpu_pacer::{Elastic, PacedExt};
 /// let elastic = Elastic::builder().build()?;
 /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
 /// let scan = rt.spawn(async { (0..1_000_000u64).map(|x| x % 7).sum::<u64>() }.paced(&elastic));
@@ -158,7 +158,7 @@ impl Elastic {
                 .unwrap_or(workers);
             self.set_cpus(workers.min(cores));
         }
-        if matches!(Probe::source(), sched_probe::Source::Sampler) {
+        if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
             let sampler = self.shared.probe.start_sampler(handle);
             self.shared
                 .samplers

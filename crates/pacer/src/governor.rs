@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use elastic_core::{rate_for, StepController};
+use elastic_cpu_core::{rate_for, StepController};
 
 use crate::shared::{Queue, Shared};
 
@@ -42,6 +42,7 @@ impl Shared {
         self.cap_holders(limit);
         self.ticks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
         crate::metrics::emit(self, &window, limit);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use futures_util::StreamExt;
-//! use pacer::{Elastic, PacedExt, PacedStreamExt};
+//! use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 //!
 //! let elastic = Elastic::builder().build()?;
 //! let rt = elastic
@@ -36,6 +36,7 @@ mod brake;
 mod config;
 mod elastic;
 mod governor;
+#[cfg(feature = "metrics")]
 mod metrics;
 mod paced;
 mod pacer;
@@ -47,6 +48,7 @@ pub use crate::config::{
     BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
 pub use crate::elastic::{Elastic, Snapshot};
+#[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedExt, PacedStream, PacedStreamExt};
 pub use crate::pacer::{Pace, Pacer};

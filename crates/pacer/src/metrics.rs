@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use elastic_cpu_probe::Window;
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
-use sched_probe::Window;
 
 use crate::shared::Shared;
 

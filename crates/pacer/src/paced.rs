@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use elastic_core::{Admit, Grant, Ticket};
+use elastic_cpu_core::{Admit, Grant, Ticket};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
@@ -84,7 +84,7 @@ impl Slot {
     /// Run one inner poll, timed and attributed to elastic work.
     #[inline]
     pub(crate) fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
-        sched_probe::mark_elastic_poll();
+        elastic_cpu_probe::mark_elastic_poll();
         let mark = self.shared.running.mark(self.long);
         self.polling = Some(mark);
         let out = poll();
@@ -261,7 +261,7 @@ pub trait PacedExt: Future + Sized {
     /// Run this future as elastic work paced by `elastic`.
     ///
     /// ```
-    /// use pacer::{Elastic, PacedExt};
+    /// use elastic_cpu_pacer::{Elastic, PacedExt};
     /// let elastic = Elastic::builder().build().unwrap();
     /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
     /// let sum = rt.block_on(async { (0..1000u64).sum::<u64>() }.paced(&elastic));
@@ -283,7 +283,7 @@ pub trait PacedStreamExt: Stream + Sized {
     ///
     /// ```
     /// use futures_util::StreamExt;
-    /// use pacer::{Elastic, PacedStreamExt};
+    /// use elastic_cpu_pacer::{Elastic, PacedStreamExt};
     /// let elastic = Elastic::builder().build().unwrap();
     /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
     /// let chunks = futures_util::stream::iter(0..100u32).paced(&elastic);

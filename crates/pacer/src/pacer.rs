@@ -9,7 +9,7 @@ use std::thread::{self, Thread, ThreadId};
 
 use std::time::Duration;
 
-use elastic_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
+use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
 use crate::paced::yield_to_scheduler;
 use crate::shared::{QueueClock, RunningClock, RunningTime, Shared, LONG_RUN};
@@ -38,7 +38,7 @@ enum State {
 /// inside the loop may count as used.
 ///
 /// ```
-/// let elastic = pacer::Elastic::builder().build().unwrap();
+/// let elastic = elastic_cpu_pacer::Elastic::builder().build().unwrap();
 /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
 /// let mut pacer = elastic.pacer();
 /// let sum = rt.block_on(async move {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use elastic_core::{Clock, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue};
-use sched_probe::Probe;
+use elastic_cpu_core::{Clock, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue};
+use elastic_cpu_probe::Probe;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests.
@@ -100,7 +100,7 @@ impl RunningTime {
         }
     }
 
-    /// A [`Clock`] for [`elastic_core::ElasticHandle`]'s amortized checks: the wall clock
+    /// A [`Clock`] for [`elastic_cpu_core::ElasticHandle`]'s amortized checks: the wall clock
     /// unless the thread CPU clock or a custom clock was asked for.
     pub(crate) fn clock(&self) -> RunningClock {
         RunningClock(self.clone(), Instant::now())
@@ -163,7 +163,7 @@ pub(crate) struct Shared {
     pub(crate) governor: Mutex<crate::governor::GovernorState>,
     pub(crate) governor_thread: Mutex<Option<std::thread::Thread>>,
     /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
-    pub(crate) samplers: Mutex<Vec<sched_probe::Sampler>>,
+    pub(crate) samplers: Mutex<Vec<elastic_cpu_probe::Sampler>>,
 }
 
 impl Drop for Shared {

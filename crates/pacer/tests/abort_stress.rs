@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::assert_ledger_balanced;
+use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
-use pacer::{Elastic, PacedExt, PacedStreamExt};
 
 fn spin(d: Duration) {
     let t = Instant::now();

@@ -12,11 +12,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use common::*;
-use elastic_core::{ControllerConfig, ManualClock};
-use futures_core::Stream;
-use pacer::{
+use elastic_cpu_core::{ControllerConfig, ManualClock};
+use elastic_cpu_pacer::{
     BuildError, Elastic, ElasticBuilder, PacedExt, PacedStreamExt, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
 };
+use futures_core::Stream;
 
 const AT: Duration = Duration::from_millis(1);
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pacer::{BuildError, Elastic, ElasticBuilder};
+use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder};
 
 fn err(b: ElasticBuilder) -> BuildError {
     b.build().expect_err("must be refused")
@@ -45,14 +45,14 @@ fn every_bad_setting_is_refused_by_name() {
         ("cpus", Elastic::builder().cpus(nan)),
         (
             "tick",
-            Elastic::builder().controller(elastic_core::ControllerConfig {
+            Elastic::builder().controller(elastic_cpu_core::ControllerConfig {
                 tick: Duration::ZERO,
                 ..Default::default()
             }),
         ),
         (
             "window",
-            Elastic::builder().controller(elastic_core::ControllerConfig {
+            Elastic::builder().controller(elastic_cpu_core::ControllerConfig {
                 window: Duration::from_millis(50),
                 ..Default::default()
             }),

@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::*;
-use elastic_core::ManualClock;
-use pacer::{Elastic, PacedExt};
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::{Elastic, PacedExt};
 
 /// Burns 40 ms of manual-clock CPU between each of its `awaits` await points.
 async fn stages(clock: ManualClock, awaits: usize) {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use pacer::{Elastic, PacedExt};
+use elastic_cpu_pacer::{Elastic, PacedExt};
 
 /// Threads alive in this process (Linux). Thread names are not reliable in every sandbox,
 /// so the test counts threads: everything it started must be gone at the end.

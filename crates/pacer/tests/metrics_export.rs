@@ -1,10 +1,11 @@
 //! Every governor tick emits the documented metrics through the `metrics` facade.
+#![cfg(feature = "metrics")]
 
 use std::time::Duration;
 
-use elastic_core::ManualClock;
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::{Elastic, METRICS};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use pacer::{Elastic, METRICS};
 
 #[test]
 fn a_tick_emits_every_documented_metric_with_a_description() {

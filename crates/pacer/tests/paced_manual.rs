@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::*;
-use elastic_core::ManualClock;
-use pacer::PacedExt;
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::PacedExt;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(f).poll(cx)
@@ -85,7 +85,7 @@ fn fifo_between_paced_futures() {
     let clock = ManualClock::new();
     // Grants here are never used up by polls, so they would hold the single place the
     // concurrency cap leaves at this limit: this test is about order alone.
-    let elastic = pacer::Elastic::builder()
+    let elastic = elastic_cpu_pacer::Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
         .fixed_limit(0.1)
@@ -264,11 +264,11 @@ fn pacer_yields_every_quantum_and_settles_once_per_slice() {
     // The amortized check may let a stretch run up to twice the quantum: 150 ms of running
     // makes between 150 ms / 2q and 150 ms / q yields; each yield woke the task (outside a
     // runtime).
-    let per_quantum = (150 * MS / pacer::DEFAULT_QUANTUM.as_nanos() as u64) as usize;
+    let per_quantum = (150 * MS / elastic_cpu_pacer::DEFAULT_QUANTUM.as_nanos() as u64) as usize;
     assert!(
         (per_quantum / 2..=per_quantum).contains(&yields),
         "{yields} yields, quantum {:?}",
-        pacer::DEFAULT_QUANTUM
+        elastic_cpu_pacer::DEFAULT_QUANTUM
     );
     assert_eq!(counter.count(), yields);
     let s = elastic.snapshot();
@@ -297,7 +297,7 @@ fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
     };
     for (cap, limit, expect_holding) in [(true, 0.4, 1), (true, 0.6, 2), (false, 0.4, 3)] {
         let clock = ManualClock::new();
-        let elastic = pacer::Elastic::builder()
+        let elastic = elastic_cpu_pacer::Elastic::builder()
             .manual(clock.clone())
             .fixed_limit(limit)
             .cpus(2.0)

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// fixed width just under `lowest`). Percentiles report the upper end of their bucket.
 ///
 /// ```
-/// use sched_probe::ProbeConfig;
+/// use elastic_cpu_probe::ProbeConfig;
 /// use std::time::Duration;
 ///
 /// let config = ProbeConfig { tick: Duration::from_millis(50), ..ProbeConfig::default() };
@@ -69,7 +69,7 @@ impl ProbeConfig {
     /// Checks every setting; the first bad one is returned as its [`ProbeError`].
     ///
     /// ```
-    /// use sched_probe::{ProbeConfig, ProbeError};
+    /// use elastic_cpu_probe::{ProbeConfig, ProbeError};
     /// use std::time::Duration;
     ///
     /// let bad = ProbeConfig { tick: Duration::ZERO, ..ProbeConfig::default() };
@@ -123,7 +123,7 @@ impl ProbeConfig {
     /// Number of intervals the window holds: `ceil(window / tick)` (at least 1).
     ///
     /// ```
-    /// assert_eq!(sched_probe::ProbeConfig::default().intervals(), 25);
+    /// assert_eq!(elastic_cpu_probe::ProbeConfig::default().intervals(), 25);
     /// ```
     pub fn intervals(&self) -> usize {
         let tick = self.tick.as_nanos().max(1);
@@ -144,7 +144,7 @@ impl ProbeConfig {
 /// [`ProbeConfig::validate`].
 ///
 /// ```
-/// use sched_probe::{Probe, ProbeConfig, ProbeError};
+/// use elastic_cpu_probe::{Probe, ProbeConfig, ProbeError};
 /// use std::time::Duration;
 ///
 /// let err = Probe::new(ProbeConfig { significant_figures: 9, ..ProbeConfig::default() })

@@ -1,7 +1,7 @@
 //! MEASURE: scheduling (queue) latency and poll time of tokio tasks, as windowed percentiles.
 //!
 //! ```
-//! use sched_probe::{Probe, ProbeConfig, Source};
+//! use elastic_cpu_probe::{Probe, ProbeConfig, Source};
 //! use std::time::Duration;
 //!
 //! let probe = Probe::new(ProbeConfig::default()).unwrap();
@@ -131,7 +131,7 @@ const OVERFLOW: usize = SLOTS;
 /// Where the probe's queue latency comes from in this build.
 ///
 /// ```
-/// use sched_probe::{Probe, Source};
+/// use elastic_cpu_probe::{Probe, Source};
 /// match Probe::source() {
 ///     Source::Hooks => println!("every poll is measured by tokio task hooks"),
 ///     Source::Sampler => println!("call Probe::start_sampler for a sampled signal"),
@@ -153,7 +153,7 @@ pub enum Source {
 /// See the [crate docs](crate) for an end-to-end example.
 ///
 /// ```
-/// use sched_probe::{Probe, ProbeConfig};
+/// use elastic_cpu_probe::{Probe, ProbeConfig};
 /// use std::time::Duration;
 ///
 /// let probe = Probe::new(ProbeConfig::default()).unwrap();
@@ -200,7 +200,7 @@ impl Probe {
     /// Creates a probe; fails with the first bad setting.
     ///
     /// ```
-    /// use sched_probe::{Probe, ProbeConfig, ProbeError};
+    /// use elastic_cpu_probe::{Probe, ProbeConfig, ProbeError};
     /// use std::time::Duration;
     ///
     /// assert!(Probe::new(ProbeConfig::default()).is_ok());
@@ -242,7 +242,7 @@ impl Probe {
     /// The settings this probe was built with.
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// assert_eq!(probe.config(), &ProbeConfig::default());
     /// ```
@@ -255,7 +255,7 @@ impl Probe {
     /// the precision of each.
     ///
     /// ```
-    /// # use sched_probe::{Probe, Source};
+    /// # use elastic_cpu_probe::{Probe, Source};
     /// if Probe::source() == Source::Sampler {
     ///     println!("no task hooks in this build: use Probe::start_sampler");
     /// }
@@ -276,7 +276,7 @@ impl Probe {
     /// [`Probe::start_sampler`] on the built runtime instead.
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// let rt = probe
     ///     .instrument(&mut tokio::runtime::Builder::new_current_thread())
@@ -315,7 +315,7 @@ impl Probe {
     /// extra signal; its tasks' polls are then also seen by the hooks, as tiny foreground polls).
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// let sampler = probe.start_sampler(rt.handle());
@@ -334,7 +334,7 @@ impl Probe {
     /// directly.
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// # use std::time::Duration;
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// probe.record_poll(None, Some(Duration::from_micros(300)), true); // poll time only
@@ -359,7 +359,7 @@ impl Probe {
     /// blocks a worker: it only reads the slots' counters. Concurrent calls are serialised.
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// # use std::time::Duration;
     /// let probe = Probe::new(ProbeConfig::default()).unwrap(); // 25 intervals
     /// probe.record_poll(Some(Duration::from_micros(10)), None, false);
@@ -386,7 +386,7 @@ impl Probe {
     /// recorded since the last rotation are not in it yet).
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// let w = probe.window();
     /// assert_eq!(w.intervals, 0);
@@ -407,7 +407,7 @@ impl Probe {
     /// [`ProbeConfig::alarm_at`](crate::ProbeConfig::alarm_at).
     ///
     /// ```
-    /// # use sched_probe::{Probe, ProbeConfig};
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
     /// # use std::time::Duration;
     /// let config = ProbeConfig { alarm_at: Some(Duration::from_millis(1)), ..Default::default() };
     /// let probe = Probe::new(config).unwrap();
@@ -497,7 +497,7 @@ thread_local! {
 /// # rt.block_on(async {
 /// // What an elastic wrapper does in each poll of the work it wraps:
 /// poll_fn(|_cx| {
-///     sched_probe::mark_elastic_poll();
+///     elastic_cpu_probe::mark_elastic_poll();
 ///     Poll::Ready(())
 /// })
 /// .await;

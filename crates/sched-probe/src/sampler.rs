@@ -28,7 +28,7 @@ const MAX_IN_FLIGHT: usize = 1024;
 /// The thread also ends by itself when the runtime it samples has shut down.
 ///
 /// ```
-/// use sched_probe::{Probe, ProbeConfig};
+/// use elastic_cpu_probe::{Probe, ProbeConfig};
 ///
 /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
 /// let probe = Probe::new(ProbeConfig::default()).unwrap();
@@ -67,7 +67,7 @@ impl Sampler {
             thread::Builder::new()
                 .name("sched-probe-sampler".into())
                 .spawn(move || run(&probe, &handle, &ctl))
-                .expect("spawn sched-probe sampler thread")
+                .expect("spawn elastic-cpu-probe sampler thread")
         };
         Sampler {
             ctl,

@@ -71,7 +71,7 @@ impl Hists {
 /// healthy 0.
 ///
 /// ```
-/// let s = sched_probe::Summary::default();
+/// let s = elastic_cpu_probe::Summary::default();
 /// assert_eq!(s.count, 0);
 /// assert_eq!(s.p99, None);
 /// ```
@@ -108,7 +108,7 @@ impl Summary {
 /// One measure split by kind of work.
 ///
 /// ```
-/// let split = sched_probe::Split::default();
+/// let split = elastic_cpu_probe::Split::default();
 /// assert_eq!(split.all.count, split.foreground.count + split.elastic.count);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -124,7 +124,7 @@ pub struct Split {
 /// The window's statistics, as returned by [`Probe::window`](crate::Probe::window).
 ///
 /// ```
-/// use sched_probe::{Probe, ProbeConfig};
+/// use elastic_cpu_probe::{Probe, ProbeConfig};
 /// use std::time::Duration;
 ///
 /// let probe = Probe::new(ProbeConfig::default()).unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use sched_probe::{Probe, ProbeConfig};
+use elastic_cpu_probe::{Probe, ProbeConfig};
 
 const AT: Duration = Duration::from_millis(1);
 
@@ -225,7 +225,7 @@ mod hooks {
     use std::thread;
     use std::time::Duration;
 
-    use sched_probe::{mark_elastic_poll, Probe, ProbeConfig};
+    use elastic_cpu_probe::{mark_elastic_poll, Probe, ProbeConfig};
 
     const AT: Duration = Duration::from_millis(2);
     /// At least this long (`thread::sleep` never returns early): the waiter's queue latency.

@@ -1,6 +1,6 @@
 //! Every bad setting is a typed error naming the setting, never a panic.
 
-use sched_probe::{Probe, ProbeConfig, ProbeError};
+use elastic_cpu_probe::{Probe, ProbeConfig, ProbeError};
 use std::time::Duration;
 
 fn err(config: ProbeConfig) -> ProbeError {

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use sched_probe::{mark_elastic_poll, Probe, ProbeConfig, Source};
+use elastic_cpu_probe::{mark_elastic_poll, Probe, ProbeConfig, Source};
 
 /// What an elastic wrapper does: mark every poll of the inner future.
 struct Elastic<F>(Pin<Box<F>>);
@@ -49,7 +49,10 @@ fn run(builder: tokio::runtime::Builder) {
 }
 
 /// Runs the workload to completion and returns the window over it.
-fn run_with(mut builder: tokio::runtime::Builder, config: ProbeConfig) -> sched_probe::Window {
+fn run_with(
+    mut builder: tokio::runtime::Builder,
+    config: ProbeConfig,
+) -> elastic_cpu_probe::Window {
     assert_eq!(Probe::source(), Source::Hooks);
     let probe = Probe::new(config).unwrap();
     let rt = probe.instrument(&mut builder).build().unwrap();

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use sched_probe::{Probe, ProbeConfig};
+use elastic_cpu_probe::{Probe, ProbeConfig};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -97,7 +97,7 @@ fn samples_are_foreground_queue_latency_only() {
     assert!(w.queue_latency.foreground.p99.is_some());
     assert_eq!(w.queue_latency.elastic.count, 0);
     assert_eq!(w.poll_time.elastic.count, 0);
-    if sched_probe::Probe::source() == sched_probe::Source::Sampler {
+    if elastic_cpu_probe::Probe::source() == elastic_cpu_probe::Source::Sampler {
         // The sampler itself measures no poll time.
         assert_eq!(w.poll_time.all.count, 0);
     }

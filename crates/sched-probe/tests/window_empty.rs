@@ -1,6 +1,6 @@
 //! An empty window answers "no data": count 0 and `None` percentiles, never 0 or NaN.
 
-use sched_probe::{Probe, ProbeConfig, Split, Summary, Window};
+use elastic_cpu_probe::{Probe, ProbeConfig, Split, Summary, Window};
 use std::time::Duration;
 
 fn assert_no_data(w: &Window) {

@@ -1,6 +1,6 @@
 //! Window rotation, merge and percentiles on manually driven ticks (no wall-clock assertions).
 
-use sched_probe::{Probe, ProbeConfig, Summary};
+use elastic_cpu_probe::{Probe, ProbeConfig, Summary};
 use std::time::Duration;
 
 fn us(n: u64) -> Duration {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use elastic_core::ManualClock;
-use pacer::{Elastic, Snapshot};
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::{Elastic, Snapshot};
 
 /// A waker that counts its wake-ups.
 #[derive(Default)]
