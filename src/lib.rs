@@ -33,7 +33,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub use elastic_cpu_core::{ConfigError, ControllerConfig, ManualClock};
+pub use elastic_cpu_core::{ControllerConfig, ManualClock, SettingError};
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
@@ -41,7 +41,7 @@ pub use elastic_cpu_pacer::{
     Profile, RuntimeBuilder, Snapshot, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
     DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use elastic_cpu_probe::{ProbeConfig, ProbeError, Summary, Window};
+pub use elastic_cpu_probe::{ProbeConfig, Summary, Window};
 
 /// The three crates, for what the facade does not re-export.
 pub use {elastic_cpu_core, elastic_cpu_pacer, elastic_cpu_probe};

@@ -1,6 +1,6 @@
 //! Controller settings (DESIGN.md §4) and their validation.
 
-use std::fmt;
+use crate::error::SettingError;
 use std::time::Duration;
 
 /// Settings of the [`StepController`](crate::StepController); the defaults are CockroachDB's.
@@ -20,9 +20,9 @@ pub struct ControllerConfig {
     /// p99 scheduling latency above which the limit steps down. Valid: 50 µs ..= 1 s.
     pub target_p99: Duration,
     /// Floor of the limit, and the initial limit. Valid: 0.01 ..= 1.0.
-    pub min_utilization: f64,
-    /// Ceiling of the limit. Valid: 0.05 ..= 1.0 and ≥ `min_utilization`.
-    pub max_utilization: f64,
+    pub min_limit: f64,
+    /// Ceiling of the limit. Valid: 0.05 ..= 1.0 and ≥ `min_limit`.
+    pub max_limit: f64,
     /// Where idle decay stops, as a fraction of the way from min to max. Valid: 0 ..= 1.
     pub inactive_point: f64,
     /// Step size per second of tick period. Valid: 0.0001 ..= 1.0.
@@ -50,13 +50,13 @@ impl ControllerConfig {
     ///
     /// ```
     /// use elastic_cpu_core::ControllerConfig;
-    /// assert_eq!(ControllerConfig::cockroach().max_utilization, 0.75);
+    /// assert_eq!(ControllerConfig::cockroach().max_limit, 0.75);
     /// ```
     pub fn cockroach() -> Self {
         Self {
             target_p99: Duration::from_millis(1),
-            min_utilization: 0.05,
-            max_utilization: 0.75,
+            min_limit: 0.05,
+            max_limit: 0.75,
             inactive_point: 0.10,
             delta_per_sec: 0.001,
             decrease_factor: 2.0,
@@ -71,42 +71,30 @@ impl ControllerConfig {
     /// ```
     /// use elastic_cpu_core::ControllerConfig;
     ///
-    /// let bad = ControllerConfig { min_utilization: f64::NAN, ..Default::default() };
-    /// assert_eq!(bad.validate().unwrap_err().setting(), "min_utilization");
+    /// let bad = ControllerConfig { min_limit: f64::NAN, ..Default::default() };
+    /// assert_eq!(bad.validate().unwrap_err().setting, "min_limit");
     /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), SettingError> {
         let dur = |setting, d: Duration, ok: bool, reason| {
             if ok {
                 Ok(())
             } else {
-                Err(ConfigError::invalid(setting, format!("{d:?}"), reason))
+                Err(SettingError::new(setting, format!("{d:?}"), reason))
             }
         };
         dur(
             "target_p99",
             self.target_p99,
             (Duration::from_micros(50)..=Duration::from_secs(1)).contains(&self.target_p99),
-            "must be between 50µs and 1s",
+            "50 µs ..= 1 s",
         )?;
-        range(
-            "min_utilization",
-            self.min_utilization,
-            0.01,
-            1.0,
-            "must be between 0.01 and 1.0",
-        )?;
-        range(
-            "max_utilization",
-            self.max_utilization,
-            0.05,
-            1.0,
-            "must be between 0.05 and 1.0",
-        )?;
-        if self.max_utilization < self.min_utilization {
-            return Err(ConfigError::invalid(
-                "max_utilization",
-                self.max_utilization.to_string(),
-                "must not be below min_utilization",
+        range("min_limit", self.min_limit, 0.01, 1.0, "0.01 ..= 1.0")?;
+        range("max_limit", self.max_limit, 0.05, 1.0, "0.05 ..= 1.0")?;
+        if self.max_limit < self.min_limit {
+            return Err(SettingError::new(
+                "max_limit",
+                self.max_limit.to_string(),
+                "at least min_limit",
             ));
         }
         range(
@@ -114,28 +102,23 @@ impl ControllerConfig {
             self.inactive_point,
             0.0,
             1.0,
-            "must be between 0 and 1",
+            "0.0 ..= 1.0",
         )?;
         range(
             "delta_per_sec",
             self.delta_per_sec,
             0.0001,
             1.0,
-            "must be between 0.0001 and 1.0",
+            "0.0001 ..= 1.0",
         )?;
         positive("decrease_factor", self.decrease_factor)?;
         positive("inactive_decrease_factor", self.inactive_decrease_factor)?;
-        dur(
-            "tick",
-            self.tick,
-            !self.tick.is_zero(),
-            "must be above zero",
-        )?;
+        dur("tick", self.tick, !self.tick.is_zero(), "above zero")?;
         dur(
             "window",
             self.window,
             self.window >= self.tick,
-            "must not be shorter than tick",
+            "at least tick",
         )?;
         Ok(())
     }
@@ -147,82 +130,22 @@ fn range(
     lo: f64,
     hi: f64,
     reason: &'static str,
-) -> Result<(), ConfigError> {
+) -> Result<(), SettingError> {
     if v.is_finite() && (lo..=hi).contains(&v) {
         Ok(())
     } else {
-        Err(ConfigError::invalid(setting, v.to_string(), reason))
+        Err(SettingError::new(setting, v.to_string(), reason))
     }
 }
 
-fn positive(setting: &'static str, v: f64) -> Result<(), ConfigError> {
+fn positive(setting: &'static str, v: f64) -> Result<(), SettingError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(ConfigError::invalid(
+        Err(SettingError::new(
             setting,
             v.to_string(),
-            "must be a finite number above zero",
+            "a finite number above zero",
         ))
     }
 }
-
-/// An invalid setting, named.
-///
-/// ```
-/// use elastic_cpu_core::{ConfigError, ControllerConfig};
-/// use std::time::Duration;
-///
-/// let bad = ControllerConfig { tick: Duration::ZERO, ..Default::default() };
-/// let err = bad.validate().unwrap_err();
-/// assert_eq!(err.setting(), "tick");
-/// assert!(err.to_string().contains("tick"));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// `setting` has `value`, which breaks the rule in `reason`.
-    Invalid {
-        /// The field name, as spelled in the config struct.
-        setting: &'static str,
-        /// The rejected value, formatted.
-        value: String,
-        /// The rule it breaks.
-        reason: &'static str,
-    },
-}
-
-impl ConfigError {
-    /// An invalid-setting error (for layers that validate their own settings the same way).
-    pub fn invalid(setting: &'static str, value: impl Into<String>, reason: &'static str) -> Self {
-        Self::Invalid {
-            setting,
-            value: value.into(),
-            reason,
-        }
-    }
-
-    /// The name of the offending setting.
-    pub fn setting(&self) -> &'static str {
-        match self {
-            Self::Invalid { setting, .. } => setting,
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Invalid {
-                setting,
-                value,
-                reason,
-            } => write!(
-                f,
-                "invalid elastic CPU setting `{setting}` = {value}: {reason}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use crate::config::{ConfigError, ControllerConfig};
+use crate::config::ControllerConfig;
+use crate::error::SettingError;
 
-/// Decides the elastic CPU limit (a share of the CPUs, in `[min_utilization, max_utilization]`)
+/// Decides the elastic CPU limit (a share of the CPUs, in `[min_limit, max_limit]`)
 /// from the p99 scheduling latency.
 ///
 /// ```
@@ -24,14 +25,14 @@ pub struct StepController {
 }
 
 impl StepController {
-    /// A controller starting at `min_utilization`; fails if the config is invalid.
-    pub fn new(config: ControllerConfig) -> Result<Self, ConfigError> {
+    /// A controller starting at `min_limit`; fails if the config is invalid.
+    pub fn new(config: ControllerConfig) -> Result<Self, SettingError> {
         config.validate()?;
-        let limit = config.min_utilization;
+        let limit = config.min_limit;
         Ok(Self { config, limit })
     }
 
-    /// A controller starting at `limit`, clamped into `[min_utilization, max_utilization]`;
+    /// A controller starting at `limit`, clamped into `[min_limit, max_limit]`;
     /// fails if the config is invalid or `limit` is NaN.
     ///
     /// ```
@@ -39,16 +40,16 @@ impl StepController {
     /// let c = StepController::with_initial_limit(ControllerConfig::default(), 2.0).unwrap();
     /// assert_eq!(c.limit(), 0.75);
     /// ```
-    pub fn with_initial_limit(config: ControllerConfig, limit: f64) -> Result<Self, ConfigError> {
+    pub fn with_initial_limit(config: ControllerConfig, limit: f64) -> Result<Self, SettingError> {
         config.validate()?;
         if limit.is_nan() {
-            return Err(ConfigError::invalid(
+            return Err(SettingError::new(
                 "initial_limit",
                 limit.to_string(),
-                "must be a number",
+                "a number",
             ));
         }
-        let limit = limit.clamp(config.min_utilization, config.max_utilization);
+        let limit = limit.clamp(config.min_limit, config.max_limit);
         Ok(Self { config, limit })
     }
 
@@ -63,7 +64,7 @@ impl StepController {
     /// so the limit never rises on it. With waiters it holds; without, only the idle decay applies.
     pub fn tick(&mut self, p99: Option<Duration>, period: Duration, had_waiters: bool) -> f64 {
         let c = &self.config;
-        let (min, max) = (c.min_utilization, c.max_utilization);
+        let (min, max) = (c.min_limit, c.max_limit);
         let delta = c.delta_per_sec * period.as_secs_f64();
         let old = self.limit;
         let new = match p99 {

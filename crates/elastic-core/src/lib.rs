@@ -46,13 +46,15 @@ mod bucket;
 mod clock;
 mod config;
 mod controller;
+mod error;
 mod handle;
 mod queue;
 mod sync;
 
 pub use bucket::{rate_for, TokenBucket, MAX_RATE};
 pub use clock::{Clock, ManualClock, MonotonicClock, ThreadCpuClock};
-pub use config::{ConfigError, ControllerConfig};
+pub use config::ControllerConfig;
 pub use controller::StepController;
+pub use error::SettingError;
 pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};

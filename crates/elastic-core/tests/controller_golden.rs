@@ -142,8 +142,8 @@ fn mixed_trajectory() {
 fn custom_profile() {
     // A faster profile: delta 0.01/s, min 0.1, max 0.5, inactive point 0.5 -> 0.3.
     let config = ControllerConfig {
-        min_utilization: 0.1,
-        max_utilization: 0.5,
+        min_limit: 0.1,
+        max_limit: 0.5,
         inactive_point: 0.5,
         delta_per_sec: 0.01,
         decrease_factor: 4.0,
@@ -170,5 +170,5 @@ fn initial_limit_is_clamped_or_rejected() {
     assert_eq!(at(0.4).limit(), 0.4);
     let err =
         StepController::with_initial_limit(ControllerConfig::default(), f64::NAN).unwrap_err();
-    assert_eq!(err.setting(), "initial_limit");
+    assert_eq!(err.setting, "initial_limit");
 }

@@ -80,8 +80,8 @@ fn config() -> impl Strategy<Value = ControllerConfig> {
         .prop_map(
             |(min, max, target, ip, delta, df, idf, tick)| ControllerConfig {
                 target_p99: Duration::from_micros(target),
-                min_utilization: min,
-                max_utilization: max,
+                min_limit: min,
+                max_limit: max,
                 inactive_point: ip,
                 delta_per_sec: delta,
                 decrease_factor: df,
@@ -281,13 +281,12 @@ impl Sim {
                 let old = self.ctrl.limit();
                 let new = self.ctrl.tick(p99, c.tick, had);
                 assert!(
-                    (c.min_utilization..=c.max_utilization).contains(&new),
+                    (c.min_limit..=c.max_limit).contains(&new),
                     "limit {new} outside [{}, {}]",
-                    c.min_utilization,
-                    c.max_utilization
+                    c.min_limit,
+                    c.max_limit
                 );
-                let inactive =
-                    c.min_utilization + c.inactive_point * (c.max_utilization - c.min_utilization);
+                let inactive = c.min_limit + c.inactive_point * (c.max_limit - c.min_limit);
                 match p99 {
                     Some(p) if p > c.target_p99 => assert!(new <= old),
                     Some(_) if had => assert!(new >= old),

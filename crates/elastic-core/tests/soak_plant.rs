@@ -212,7 +212,7 @@ impl Plant {
         let workers = cpus as usize + rng.below(cpus as u64 + 3) as usize;
         // Utilisation at which `base / (1 − ρ)` reaches the target.
         let rho_star = 1.0 - base / config.target_p99.as_secs_f64();
-        let min = config.min_utilization;
+        let min = config.min_limit;
         let feasible_hi = rho_star - min - 0.08;
         let per_min = 60.0 / tick.as_secs_f64();
         let mut segments = Vec::new();
@@ -346,7 +346,7 @@ fn run_seed(seed: u64, minutes: u64, config: &ControllerConfig) -> SeedStats {
     let mut work_rng = Rng::new(seed, 4);
 
     let cpus = plant.cpus as f64;
-    let (min, max) = (config.min_utilization, config.max_utilization);
+    let (min, max) = (config.min_limit, config.max_limit);
     let target = config.target_p99.as_secs_f64();
     let window_ticks = (config.window.as_nanos() / tick.as_nanos()).max(1) as usize;
     let steps_per_tick = (tick.as_nanos() / STEP.as_nanos()) as u64;
@@ -796,7 +796,7 @@ fn soak(name: &str, config: ControllerConfig, run: Run) {
          overshoot charged {:.1} CPU-s",
         FLOOR_WINDOW.as_secs(),
         min_floor,
-        config.min_utilization,
+        config.min_limit,
         max_of(&|s| s.max_use_over_rate),
         stats.iter().map(|s| s.over_limit_nanos as f64).sum::<f64>() / NS
     );

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ConfigError, ControllerConfig, ManualClock, MAX_SLICE, MIN_SLICE};
-use elastic_cpu_probe::{ProbeConfig, ProbeError};
+use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, SettingError, MAX_SLICE, MIN_SLICE};
+use elastic_cpu_probe::ProbeConfig;
 
 use crate::shared::RunningTime;
 use crate::Elastic;
@@ -38,35 +38,30 @@ impl Profile {
     }
 }
 
-/// Why [`ElasticBuilder::build`] refused its settings.
-#[derive(Clone, Debug, PartialEq)]
+/// Why [`ElasticBuilder::build`] failed.
+///
+/// ```
+/// use elastic_cpu_pacer::{BuildError, Elastic};
+///
+/// let Err(BuildError::Setting(e)) = Elastic::builder().min_limit(2.0).build() else { panic!() };
+/// assert_eq!(e.setting, "min_limit");
+/// assert_eq!(e.to_string(), "invalid `min_limit` = 2: expected 0.01 ..= 1.0");
+/// ```
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// A controller setting is out of range.
-    Controller(ConfigError),
-    /// A probe setting is out of range.
-    Probe(ProbeError),
-    /// A pacing setting is out of range.
-    Setting {
-        /// The builder method that took the value.
-        setting: &'static str,
-        /// The value, printed.
-        value: String,
-        /// What a valid value looks like.
-        expected: &'static str,
-    },
+    /// A setting is out of range: it names the builder method (or the field of
+    /// [`ControllerConfig`] / [`ProbeConfig`]), the value, and what it accepts.
+    Setting(SettingError),
+    /// The OS refused to start the governor thread.
+    GovernorThread(std::io::Error),
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::Controller(e) => write!(f, "invalid controller setting: {e}"),
-            BuildError::Probe(e) => write!(f, "invalid probe setting: {e}"),
-            BuildError::Setting {
-                setting,
-                value,
-                expected,
-            } => write!(f, "invalid `{setting}` = {value}: expected {expected}"),
+            BuildError::Setting(e) => e.fmt(f),
+            BuildError::GovernorThread(e) => write!(f, "cannot start the governor thread: {e}"),
         }
     }
 }
@@ -74,22 +69,15 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BuildError::Controller(e) => Some(e),
-            BuildError::Probe(e) => Some(e),
-            BuildError::Setting { .. } => None,
+            BuildError::Setting(e) => Some(e),
+            BuildError::GovernorThread(e) => Some(e),
         }
     }
 }
 
-impl From<ConfigError> for BuildError {
-    fn from(e: ConfigError) -> Self {
-        BuildError::Controller(e)
-    }
-}
-
-impl From<ProbeError> for BuildError {
-    fn from(e: ProbeError) -> Self {
-        BuildError::Probe(e)
+impl From<SettingError> for BuildError {
+    fn from(e: SettingError) -> Self {
+        BuildError::Setting(e)
     }
 }
 
@@ -345,10 +333,10 @@ impl ElasticBuilder {
             c.delta_per_sec = d;
         }
         if let Some(m) = self.min_limit {
-            c.min_utilization = m;
+            c.min_limit = m;
         }
         if let Some(m) = self.max_limit {
-            c.max_utilization = m;
+            c.max_limit = m;
         }
         c
     }
@@ -357,35 +345,25 @@ impl ElasticBuilder {
         let controller = self.resolved_controller();
         controller.validate()?;
         let setting = |setting, value: String, expected| {
-            Err(BuildError::Setting {
-                setting,
-                value,
-                expected,
-            })
+            Err(BuildError::Setting(SettingError::new(
+                setting, value, expected,
+            )))
         };
         if let Some(l) = self.initial_limit {
-            if !(l >= controller.min_utilization && l <= controller.max_utilization) {
-                return setting(
-                    "initial_limit",
-                    l.to_string(),
-                    "a share within min_limit ..= max_limit",
-                );
+            if !(l >= controller.min_limit && l <= controller.max_limit) {
+                return setting("initial_limit", l.to_string(), "min_limit ..= max_limit");
             }
         }
         if let Some(l) = self.fixed_limit {
             if !(l > 0.0 && l <= 1.0) {
-                return setting("fixed_limit", l.to_string(), "a share in (0, 1]");
+                return setting("fixed_limit", l.to_string(), "above 0.0, at most 1.0");
             }
         }
         if self.slice < MIN_SLICE || self.slice > MAX_SLICE {
             return setting("slice", format!("{:?}", self.slice), "10 ms ..= 100 ms");
         }
         if self.quantum < Duration::from_micros(10) || self.quantum > self.slice {
-            return setting(
-                "quantum",
-                format!("{:?}", self.quantum),
-                "10 µs ..= the slice",
-            );
+            return setting("quantum", format!("{:?}", self.quantum), "10 µs ..= slice");
         }
         if let BrakeSetting::At(at) = self.brake {
             if at < Duration::from_micros(10) {
@@ -394,7 +372,7 @@ impl ElasticBuilder {
         }
         if let Some(c) = self.cpus {
             if !(c > 0.0 && c <= 65536.0) {
-                return setting("cpus", c.to_string(), "a CPU count in (0, 65536]");
+                return setting("cpus", c.to_string(), "above 0.0, at most 65536.0");
             }
         }
         Ok(controller)

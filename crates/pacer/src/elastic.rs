@@ -87,7 +87,7 @@ impl Elastic {
             alarm_at: brake,
             ..b.probe.clone()
         })?;
-        let initial = b.initial_limit.unwrap_or(controller_config.min_utilization);
+        let initial = b.initial_limit.unwrap_or(controller_config.min_limit);
         let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
         let limit = b.fixed_limit.unwrap_or(initial);
         let default_cpus = std::thread::available_parallelism()
@@ -121,13 +121,8 @@ impl Elastic {
         });
         shared.cap_holders(limit);
         if b.manual.is_none() {
-            crate::governor::spawn(&shared, controller_config.tick).map_err(|e| {
-                BuildError::Setting {
-                    setting: "governor thread",
-                    value: e.to_string(),
-                    expected: "a thread the OS lets us start",
-                }
-            })?;
+            crate::governor::spawn(&shared, controller_config.tick)
+                .map_err(BuildError::GovernorThread)?;
         }
         Ok(Elastic { shared })
     }

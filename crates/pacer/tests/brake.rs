@@ -442,9 +442,9 @@ fn no_brake_never_brakes() {
 fn brake_at_below_10_us_is_refused() {
     let clock = ManualClock::new();
     match builder(&clock).brake_at(Duration::from_micros(5)).build() {
-        Err(BuildError::Setting { setting, value, .. }) => {
-            assert_eq!(setting, "brake_at");
-            assert_eq!(value, "5µs");
+        Err(BuildError::Setting(e)) => {
+            assert_eq!(e.setting, "brake_at");
+            assert_eq!(e.value, "5µs");
         }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("5 µs accepted"),

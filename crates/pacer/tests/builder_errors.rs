@@ -12,17 +12,20 @@ fn err(b: ElasticBuilder) -> BuildError {
 fn every_bad_setting_is_refused_by_name() {
     let nan = f64::NAN;
     let cases: Vec<(&str, ElasticBuilder)> = vec![
-        ("target", Elastic::builder().target_p99(Duration::ZERO)),
+        ("target_p99", Elastic::builder().target_p99(Duration::ZERO)),
         (
-            "target",
+            "target_p99",
             Elastic::builder().target_p99(Duration::from_secs(5)),
         ),
-        ("delta", Elastic::builder().delta_per_sec(nan)),
-        ("delta", Elastic::builder().delta_per_sec(0.0)),
-        ("min", Elastic::builder().min_limit(nan)),
-        ("min", Elastic::builder().min_limit(0.0)),
-        ("max", Elastic::builder().max_limit(1.5)),
-        ("min", Elastic::builder().min_limit(0.6).max_limit(0.5)),
+        ("delta_per_sec", Elastic::builder().delta_per_sec(nan)),
+        ("delta_per_sec", Elastic::builder().delta_per_sec(0.0)),
+        ("min_limit", Elastic::builder().min_limit(nan)),
+        ("min_limit", Elastic::builder().min_limit(0.0)),
+        ("max_limit", Elastic::builder().max_limit(1.5)),
+        (
+            "max_limit",
+            Elastic::builder().min_limit(0.6).max_limit(0.5),
+        ),
         ("initial_limit", Elastic::builder().initial_limit(0.9)),
         ("initial_limit", Elastic::builder().initial_limit(nan)),
         ("fixed_limit", Elastic::builder().fixed_limit(0.0)),
@@ -59,13 +62,33 @@ fn every_bad_setting_is_refused_by_name() {
         ),
     ];
     for (setting, builder) in cases {
-        let e = err(builder);
-        let msg = e.to_string();
-        assert!(
-            msg.contains(setting),
-            "error for {setting} does not name it: {msg}"
+        let BuildError::Setting(e) = err(builder) else {
+            panic!("{setting}: not a setting error")
+        };
+        // The builder method's own name, the value, and what it accepts.
+        assert_eq!(e.setting, setting, "{e}");
+        assert!(!e.value.is_empty() && !e.expected.is_empty(), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("invalid `{setting}` = {}: expected {}", e.value, e.expected)
         );
     }
+}
+
+#[test]
+fn errors_say_the_valid_range() {
+    let BuildError::Setting(e) = err(Elastic::builder().min_limit(0.0)) else {
+        panic!()
+    };
+    assert_eq!((e.value.as_str(), e.expected), ("0", "0.01 ..= 1.0"));
+    let BuildError::Setting(e) = err(Elastic::builder().max_limit(1.5)) else {
+        panic!()
+    };
+    assert_eq!((e.value.as_str(), e.expected), ("1.5", "0.05 ..= 1.0"));
+    let BuildError::Setting(e) = err(Elastic::builder().slice(Duration::from_secs(1))) else {
+        panic!()
+    };
+    assert_eq!((e.value.as_str(), e.expected), ("1s", "10 ms ..= 100 ms"));
 }
 
 #[test]

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use elastic_cpu_core::SettingError;
+
 /// Settings of a [`Probe`](crate::Probe).
 ///
 /// The defaults follow the design: 100 ms ticks, a 2.5 s window (25 intervals), histograms that
@@ -66,56 +68,52 @@ impl Default for ProbeConfig {
 }
 
 impl ProbeConfig {
-    /// Checks every setting; the first bad one is returned as its [`ProbeError`].
+    /// Checks every setting; the first bad one is returned as a [`SettingError`] naming it.
     ///
     /// ```
-    /// use elastic_cpu_probe::{ProbeConfig, ProbeError};
+    /// use elastic_cpu_probe::ProbeConfig;
     /// use std::time::Duration;
     ///
     /// let bad = ProbeConfig { tick: Duration::ZERO, ..ProbeConfig::default() };
-    /// assert_eq!(bad.validate(), Err(ProbeError::ZeroTick));
+    /// assert_eq!(bad.validate().unwrap_err().setting, "tick");
     /// ```
-    pub fn validate(&self) -> Result<(), ProbeError> {
+    pub fn validate(&self) -> Result<(), SettingError> {
+        let refuse = |setting, value: &dyn fmt::Debug, expected| {
+            Err(SettingError::new(setting, format!("{value:?}"), expected))
+        };
         if self.tick.is_zero() {
-            return Err(ProbeError::ZeroTick);
+            return refuse("tick", &self.tick, "above zero");
         }
         if self.window < self.tick {
-            return Err(ProbeError::WindowShorterThanTick {
-                window: self.window,
-                tick: self.tick,
-            });
+            return refuse("window", &self.window, "at least one tick");
         }
         if self.lowest.is_zero() {
-            return Err(ProbeError::ZeroLowest);
+            return refuse("lowest", &self.lowest, "above zero");
         }
         if self.highest.as_nanos() < 2 * self.lowest.as_nanos() {
-            return Err(ProbeError::BoundsOutOfOrder {
-                lowest: self.lowest,
-                highest: self.highest,
-            });
+            return refuse("highest", &self.highest, "at least twice lowest");
         }
         if self.highest.as_nanos() > u128::from(u64::MAX / 2) {
-            return Err(ProbeError::HighestTooLarge {
-                highest: self.highest,
-            });
+            return refuse("highest", &self.highest, "at most u64::MAX / 2 nanoseconds");
         }
         if !(1..=5).contains(&self.significant_figures) {
-            return Err(ProbeError::SignificantFigures(self.significant_figures));
+            return refuse("significant_figures", &self.significant_figures, "1 ..= 5");
         }
         // hdrhistogram needs `lowest`'s magnitude plus the sub-bucket magnitude within 63 bits.
         let unit_magnitude = 63 - self.lowest_ns().leading_zeros();
         let largest = 2 * 10u64.pow(u32::from(self.significant_figures));
         if unit_magnitude + (64 - (largest - 1).leading_zeros()) > 63 {
-            return Err(ProbeError::LowestTooLarge {
-                lowest: self.lowest,
-                significant_figures: self.significant_figures,
-            });
+            return refuse(
+                "lowest",
+                &self.lowest,
+                "small enough to keep significant_figures digits in a 64-bit histogram",
+            );
         }
         if self.poll_time_every == 0 {
-            return Err(ProbeError::ZeroPollTimeEvery);
+            return refuse("poll_time_every", &self.poll_time_every, "at least 1");
         }
         if self.alarm_at == Some(Duration::ZERO) {
-            return Err(ProbeError::ZeroAlarm);
+            return refuse("alarm_at", &self.alarm_at, "above zero, or None");
         }
         Ok(())
     }
@@ -139,103 +137,3 @@ impl ProbeConfig {
         u64::try_from(self.highest.as_nanos()).unwrap_or(u64::MAX)
     }
 }
-
-/// A bad [`ProbeConfig`] setting, returned by [`Probe::new`](crate::Probe::new) and
-/// [`ProbeConfig::validate`].
-///
-/// ```
-/// use elastic_cpu_probe::{Probe, ProbeConfig, ProbeError};
-/// use std::time::Duration;
-///
-/// let err = Probe::new(ProbeConfig { significant_figures: 9, ..ProbeConfig::default() })
-///     .unwrap_err();
-/// assert_eq!(err, ProbeError::SignificantFigures(9));
-/// assert!(err.to_string().contains("significant_figures"));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ProbeError {
-    /// `tick` is zero.
-    ZeroTick,
-    /// `window` is shorter than one `tick`.
-    WindowShorterThanTick {
-        /// The configured window.
-        window: Duration,
-        /// The configured tick.
-        tick: Duration,
-    },
-    /// `lowest` is zero.
-    ZeroLowest,
-    /// `highest` is not at least twice `lowest`.
-    BoundsOutOfOrder {
-        /// The configured lowest value.
-        lowest: Duration,
-        /// The configured highest value.
-        highest: Duration,
-    },
-    /// `highest` exceeds `u64::MAX / 2` nanoseconds (about 292 years).
-    HighestTooLarge {
-        /// The configured highest value.
-        highest: Duration,
-    },
-    /// `significant_figures` is outside 1 ..= 5.
-    SignificantFigures(u8),
-    /// `lowest` is too large to keep `significant_figures` digits in a 64-bit histogram
-    /// (only for `lowest` of hours or more).
-    LowestTooLarge {
-        /// The configured lowest value.
-        lowest: Duration,
-        /// The configured significant figures.
-        significant_figures: u8,
-    },
-    /// `poll_time_every` is zero.
-    ZeroPollTimeEvery,
-    /// `alarm_at` is `Some(0)`.
-    ZeroAlarm,
-}
-
-impl fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProbeError::ZeroTick => write!(f, "probe setting `tick` must be greater than zero"),
-            ProbeError::WindowShorterThanTick { window, tick } => write!(
-                f,
-                "probe setting `window` ({window:?}) must be at least one `tick` ({tick:?})"
-            ),
-            ProbeError::ZeroLowest => {
-                write!(f, "probe setting `lowest` must be greater than zero")
-            }
-            ProbeError::BoundsOutOfOrder { lowest, highest } => write!(
-                f,
-                "probe setting `highest` ({highest:?}) must be at least twice `lowest` ({lowest:?})"
-            ),
-            ProbeError::HighestTooLarge { highest } => write!(
-                f,
-                "probe setting `highest` ({highest:?}) must be at most u64::MAX / 2 nanoseconds"
-            ),
-            ProbeError::SignificantFigures(n) => write!(
-                f,
-                "probe setting `significant_figures` ({n}) must be within 1..=5"
-            ),
-            ProbeError::LowestTooLarge {
-                lowest,
-                significant_figures,
-            } => write!(
-                f,
-                "probe setting `lowest` ({lowest:?}) is too large to keep \
-                 {significant_figures} significant figures"
-            ),
-            ProbeError::ZeroPollTimeEvery => {
-                write!(f, "probe setting `poll_time_every` must be at least 1")
-            }
-            ProbeError::ZeroAlarm => {
-                write!(
-                    f,
-                    "probe setting `alarm_at` must be greater than zero (or None)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for ProbeError {}

@@ -117,7 +117,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-pub use config::{ProbeConfig, ProbeError};
+pub use config::ProbeConfig;
+pub use elastic_cpu_core::SettingError;
 pub use sampler::Sampler;
 pub use window::{Split, Summary, Window};
 
@@ -200,14 +201,14 @@ impl Probe {
     /// Creates a probe; fails with the first bad setting.
     ///
     /// ```
-    /// use elastic_cpu_probe::{Probe, ProbeConfig, ProbeError};
+    /// use elastic_cpu_probe::{Probe, ProbeConfig};
     /// use std::time::Duration;
     ///
     /// assert!(Probe::new(ProbeConfig::default()).is_ok());
     /// let short = ProbeConfig { window: Duration::from_millis(10), ..ProbeConfig::default() };
-    /// assert!(matches!(Probe::new(short), Err(ProbeError::WindowShorterThanTick { .. })));
+    /// assert_eq!(Probe::new(short).unwrap_err().setting, "window");
     /// ```
-    pub fn new(config: ProbeConfig) -> Result<Probe, ProbeError> {
+    pub fn new(config: ProbeConfig) -> Result<Probe, SettingError> {
         config.validate()?;
         let template = Histogram::<u64>::new_with_bounds(
             config.lowest_ns(),
