@@ -1,4 +1,4 @@
-//! Token bucket scenarios from DESIGN.md §4 on a manual clock, to the nanosecond.
+//! Token bucket scenarios from docs/design.md §4 on a manual clock, to the nanosecond.
 
 use elastic_cpu_core::{rate_for, Clock, ManualClock, TokenBucket, MAX_RATE};
 use std::time::Duration;

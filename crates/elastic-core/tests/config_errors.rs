@@ -1,4 +1,4 @@
-//! Every invalid setting is a typed error naming the setting (DESIGN.md §4 table, §6).
+//! Every invalid setting is a typed error naming the setting (docs/design.md §4 table, §6).
 
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Controller trajectories from DESIGN.md §4 on exact numbers (defaults: delta = 0.001/s, so
+//! Controller trajectories from docs/design.md §4 on exact numbers (defaults: delta = 0.001/s, so
 //! 0.0001 per 100 ms tick; down ×2; idle decay ×0.25 toward 0.05 + 0.10 × 0.70 = 0.12).
 
 use elastic_cpu_core::{ControllerConfig, StepController};

@@ -1,5 +1,5 @@
 //! Property tests: random operation sequences over queue + bucket + controller against a small
-//! reference model (DESIGN.md §6, issue 7). Invariants after every step:
+//! reference model (docs/design.md §6, issue 7). Invariants after every step:
 //!
 //! * the limit stays in `[min, max]` and moves in the direction the rule says;
 //! * the ledger balances: `acquired − returned + over_limit == used + outstanding grants`;

@@ -1,4 +1,4 @@
-//! Work queue scenarios from DESIGN.md §4 on a manual clock, with counting wakers.
+//! Work queue scenarios from docs/design.md §4 on a manual clock, with counting wakers.
 
 use elastic_cpu_core::{
     Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE,
