@@ -1,0 +1,137 @@
+//! No module of any crate in the workspace imports a module that imports it back: the modules
+//! of each crate form a graph without cycles, so each can be read (and tested) from the bottom
+//! up. A module "imports" another when its source names `crate::other` (in a `use`, a path, or a
+//! grouped `use crate::{other, ..}`); the crate root's re-exports are not edges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const CRATES: &[&str] = &[
+    "crates/sched-probe/src",
+    "crates/elastic-core/src",
+    "crates/pacer/src",
+    "src",
+];
+
+/// Module name → source, for the flat `src/*.rs` modules of one crate (`lib.rs` left out).
+fn modules(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for entry in fs::read_dir(dir).expect("crate source folder") {
+        let path: PathBuf = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.extension().is_some_and(|e| e == "rs") && name != "lib" {
+            out.insert(name, fs::read_to_string(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// Code without `//` comments (doc links name items, not imports).
+fn code(src: &str) -> String {
+    src.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first path segments after every `crate::` in `src`.
+fn crate_paths(src: &str) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for (i, _) in src.match_indices("crate::") {
+        let rest = &src[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                out.insert(ident(item));
+            }
+        } else {
+            out.insert(ident(rest));
+        }
+    }
+    out
+}
+
+fn edges(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(dir);
+    mods.iter()
+        .map(|(name, src)| {
+            let deps = crate_paths(&code(src))
+                .into_iter()
+                .filter(|d| d != name && mods.contains_key(d))
+                .collect();
+            (name.clone(), deps)
+        })
+        .collect()
+}
+
+/// A cycle in `graph`, if there is one, as the list of modules around it.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(next, graph, done, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut done, &mut Vec::new()))
+}
+
+#[test]
+fn no_crate_has_a_module_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in CRATES {
+        let graph = edges(&root.join(dir));
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{dir}: modules import each other in a circle: {}", cycle.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn the_checker_finds_a_planted_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", &["b"][..]),
+        ("b", &["c"][..]),
+        ("c", &["a"][..]),
+        ("d", &[][..]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+    .collect();
+    assert_eq!(
+        find_cycle(&graph).unwrap(),
+        ["a", "b", "c", "a"].map(String::from)
+    );
+    let src = "use crate::{alpha, beta::X};\nfn f() { crate::gamma::g(); }";
+    assert_eq!(
+        crate_paths(src),
+        ["alpha", "beta", "gamma"].map(String::from).into()
+    );
+}
