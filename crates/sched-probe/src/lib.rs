@@ -103,6 +103,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cgroup;
 mod config;
 mod sampler;
 mod slot;
@@ -117,6 +118,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+pub use cgroup::{
+    cpu_quota, cpu_quota_at, CgroupVersion, CpuQuota, CpuThrottling, NoQuota, QuotaReading,
+    QuotaSource,
+};
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;
 pub use sampler::Sampler;
