@@ -10,8 +10,8 @@ use crate::queue::Grant;
 const CHECK_SPACING: u64 = 1_000_000;
 
 /// With a deadline shorter than the slice, checks stay within this fraction of it apart, so
-/// the deadline is overrun by at most about an eighth (DESIGN.md's 1 ms spacing alone would
-/// let a 250 µs quantum run to 500 µs).
+/// the deadline is overrun by at most about an eighth (the 1 ms spacing of docs/design.md §4
+/// alone would let a 250 µs quantum run to 500 µs).
 const DEADLINE_FRACTION: u64 = 8;
 
 /// Tracks the running time of one [`Grant`] and answers [`over_limit`](Self::over_limit) cheaply

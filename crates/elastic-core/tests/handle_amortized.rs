@@ -1,5 +1,6 @@
-//! The amortized over-limit check (DESIGN.md §4): clock reads get rarer while checks come fast,
-//! the interval never shrinks, the cached answer holds between reads, backwards clocks clamp.
+//! The amortized over-limit check (docs/design.md §4): clock reads get rarer while checks come
+//! fast, the interval never shrinks, the cached answer holds between reads, backwards clocks
+//! clamp.
 
 use elastic_cpu_core::{
     Admit, Clock, ElasticHandle, Grant, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue,
