@@ -1,4 +1,4 @@
-//! The no-burst CPU token bucket (DESIGN.md §4): tokens are CPU nanoseconds, signed (debt).
+//! The no-burst CPU token bucket (docs/design.md §4): tokens are CPU nanoseconds, signed (debt).
 
 use crate::clock::{duration_nanos, Clock};
 

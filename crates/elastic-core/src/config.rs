@@ -1,4 +1,4 @@
-//! Controller settings (DESIGN.md §4) and their validation.
+//! Controller settings (docs/design.md §4) and their validation.
 
 use crate::error::SettingError;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The step controller (DESIGN.md §4): one tick per probe tick, limit as a share of the CPUs.
+//! The step controller (docs/design.md §4): one tick per probe tick, limit as a share of the CPUs.
 
 use std::time::Duration;
 

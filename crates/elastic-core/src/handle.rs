@@ -10,12 +10,18 @@ use crate::queue::Grant;
 const CHECK_SPACING: u64 = 1_000_000;
 
 /// With a deadline shorter than the slice, checks stay within this fraction of it apart, so
-/// the deadline is overrun by at most about an eighth (DESIGN.md's 1 ms spacing alone would
-/// let a 250 µs quantum run to 500 µs).
+/// the deadline is overrun by at most about an eighth (the 1 ms spacing of docs/design.md §4
+/// alone would let a 250 µs quantum run to 500 µs).
 const DEADLINE_FRACTION: u64 = 8;
 
 /// Tracks the running time of one [`Grant`] and answers [`over_limit`](Self::over_limit) cheaply
 /// enough to call on every iteration of a tight loop.
+///
+/// The clock is read on the first call and then on every `interval`-th call after the previous
+/// read, as CockroachDB's handle does: the interval starts at 1 and doubles each time a read
+/// comes less than the spacing (1 ms of running time, less for a short deadline) after the
+/// previous one; it never shrinks. While checks come fast, the clock is read at calls
+/// 1, 2, 4, 8, 16, ...; once the interval stops growing at N, at every N-th call.
 ///
 /// The running-time source `R` is injected: a wall clock ([`MonotonicClock`]) or the thread's
 /// CPU time ([`ThreadCpuClock`]).
@@ -46,9 +52,11 @@ pub struct ElasticHandle<R: Clock> {
     deadline: u64,
     /// Checks closer than this double the interval: 1 ms, or less for a short deadline.
     spacing: u64,
-    /// Calls left that return the cached answer without reading the clock.
+    /// Calls left that return the cached answer before the next clock read: `interval - 1`
+    /// after a read, so the read falls on exactly the `interval`-th call.
     remaining: u64,
-    /// Iterations between clock reads: 0, then 1, doubling while checks are close; never shrinks.
+    /// Calls from one clock read to the next: 0 before the first read, then 1, doubling while
+    /// reads are closer than `spacing`; never shrinks.
     interval: u64,
     checked_once: bool,
     /// Running time (nanos since start) at the last check.
@@ -95,8 +103,9 @@ impl<R: Clock> ElasticHandle<R> {
     }
 
     /// `(over, diff)`: whether the running time reached the allotted slice, and
-    /// `used − allotted` in nanoseconds, as of the last clock read. The clock is read only every
-    /// `interval` calls (see the type docs); in between, the cached answer is returned.
+    /// `used − allotted` in nanoseconds, as of the last clock read. The clock is read on every
+    /// [`check_interval`](Self::check_interval)-th call (see the type docs); in between, the
+    /// cached answer is returned.
     #[inline]
     pub fn over_limit(&mut self) -> (bool, i64) {
         if self.remaining > 0 {
@@ -117,7 +126,9 @@ impl<R: Clock> ElasticHandle<R> {
             self.interval = self.interval.saturating_mul(2);
         }
         self.last_used = used;
-        self.remaining = self.interval;
+        // This call is the first of the next `interval` calls: `interval - 1` cached answers,
+        // then the next read.
+        self.remaining = self.interval - 1;
         self.cached = (
             used >= self.deadline,
             sat_i64(used as i128 - allotted as i128),
@@ -142,7 +153,8 @@ impl<R: Clock> ElasticHandle<R> {
         self.grant.allotted()
     }
 
-    /// Iterations between clock reads now (0 before the first check).
+    /// Calls from one clock read to the next now: the clock is read again on the
+    /// `check_interval()`-th call after the last read (0 before the first check).
     pub fn check_interval(&self) -> u64 {
         self.interval
     }

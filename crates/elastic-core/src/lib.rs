@@ -1,5 +1,5 @@
 //! Decide: the step controller, the no-burst CPU token bucket, the work queue and the handle of
-//! elastic CPU admission control (DESIGN.md §4, after CockroachDB's elastic CPU limiter).
+//! elastic CPU admission control (docs/design.md §4, after CockroachDB's elastic CPU limiter).
 //!
 //! No tokio, no threads, no sleeping: every clock is injected ([`Clock`]), so every behaviour is
 //! testable to the nanosecond on a [`ManualClock`].

@@ -127,10 +127,10 @@ impl State {
             .saturating_add(duration_nanos(now.saturating_sub(since)));
     }
 
-    /// The granting rule of DESIGN.md §4: while someone waits and the balance is positive, grant
-    /// the head its whole slice (the balance may dip negative). Wakers are collected, not called:
-    /// the caller wakes them after releasing the lock, so a waker that re-enters the queue (or is
-    /// slow) never runs under it.
+    /// The granting rule of docs/design.md §4: while someone waits and the balance is positive,
+    /// grant the head its whole slice (the balance may dip negative). Wakers are collected, not
+    /// called: the caller wakes them after releasing the lock, so a waker that re-enters the queue
+    /// (or is slow) never runs under it.
     fn grant_waiters(&mut self, now: Duration, wake: &mut Vec<Waker>) {
         if self.waiters.is_empty() || self.paused {
             return;

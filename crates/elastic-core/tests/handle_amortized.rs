@@ -1,5 +1,6 @@
-//! The amortized over-limit check (DESIGN.md §4): clock reads get rarer while checks come fast,
-//! the interval never shrinks, the cached answer holds between reads, backwards clocks clamp.
+//! The amortized over-limit check (docs/design.md §4): clock reads get rarer while checks come
+//! fast, the interval never shrinks, the cached answer holds between reads, backwards clocks
+//! clamp.
 
 use elastic_cpu_core::{
     Admit, Clock, ElasticHandle, Grant, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue,
@@ -65,22 +66,92 @@ fn reads_double_apart_while_checks_are_fast() {
     assert_eq!(clock.reads(), 1, "start time");
     assert_eq!(h.check_interval(), 0);
     let at = read_positions(&mut h, &clock, 200, Duration::ZERO);
-    // Interval 0 (check now), then 1, 2, 4, ...: reads at 1, 3, 6, 11, 20, 37, 70, 135.
-    assert_eq!(at, vec![1, 3, 6, 11, 20, 37, 70, 135]);
+    // Interval 0 (check now), then 1, 2, 4, ...: each read on the interval-th call after the
+    // previous one, at 1, 2, 4, 8, 16, 32, 64, 128.
+    assert_eq!(at, vec![1, 2, 4, 8, 16, 32, 64, 128]);
     assert_eq!(h.check_interval(), 128);
     assert_eq!(clock.reads(), 1 + 8);
+}
+
+/// Calls (1-based) at which `over_limit` read the clock over `calls` calls, with the running time
+/// a script of the call number: `step(n)` elapses after call `n`.
+fn scripted_reads(
+    h: &mut ElasticHandle<Counting>,
+    clock: &Counting,
+    calls: u64,
+    step: impl Fn(u64) -> Duration,
+) -> Vec<u64> {
+    let mut at = Vec::new();
+    for n in 1..=calls {
+        let before = clock.reads();
+        h.over_limit();
+        match clock.reads() - before {
+            0 => {}
+            1 => at.push(n),
+            r => panic!("call {n} read the clock {r} times"),
+        }
+        clock.clock.advance(step(n));
+    }
+    at
+}
+
+/// The golden read sequence (CockroachDB's rule): with interval N the clock is read on exactly
+/// every N-th call; N starts at 1 and doubles while reads are less than 1 ms of running time
+/// apart, and never shrinks.
+#[test]
+fn golden_reads_fall_on_every_nth_call() {
+    let clock = Counting::default();
+    let mut h = ElasticHandle::new(grant(10_000), clock.clone());
+    let us = Duration::from_micros;
+    let at = scripted_reads(&mut h, &clock, 1_600, |n| match n {
+        // 20 µs per call: reads 20, 40, ... 640 µs apart double the interval; 64 calls apart
+        // (1.28 ms) they no longer do: a steady 64.
+        1..=512 => us(20),
+        // Fast: doubles again at each read (the first gap still holds the 20 µs of call 512).
+        513..=704 => Duration::ZERO,
+        // Slow: 1 ms per call, the interval holds at 256 and never shrinks.
+        _ => us(1_000),
+    });
+    let mut want = vec![1, 2, 4, 8, 16, 32, 64];
+    want.extend((128..=512).step_by(64)); // 128, 192, ... 512: every 64th call
+    want.extend([576, 704]); // intervals 128, 256
+    want.extend((960..=1600).step_by(256)); // 960, 1216, 1472: every 256th call
+    assert_eq!(at, want);
+    assert_eq!(h.check_interval(), 256);
+    assert_eq!(clock.reads(), 1 + want.len() as u64, "plus the start time");
+
+    // A 400 µs deadline makes the spacing 50 µs: at 20 µs per call the interval stops at 4
+    // (reads 80 µs apart), and the read on call 24 sees 460 µs: over.
+    let clock = Counting::default();
+    let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), us(400));
+    let mut over_at = None;
+    let mut at = Vec::new();
+    for n in 1..=40u64 {
+        let before = clock.reads();
+        if h.over_limit().0 && over_at.is_none() {
+            over_at = Some(n);
+        }
+        if clock.reads() != before {
+            at.push(n);
+        }
+        clock.clock.advance(us(20));
+    }
+    assert_eq!(at, vec![1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40]);
+    assert_eq!(over_at, Some(24));
+    assert_eq!(h.check_interval(), 4);
 }
 
 #[test]
 fn interval_stops_growing_when_checks_are_far_apart_and_never_shrinks() {
     let clock = Counting::default();
     let mut h = ElasticHandle::new(grant(100), clock.clone());
-    // Fast start: reads at 1, 3, 6, 11 leave the interval at 8.
-    read_positions(&mut h, &clock, 11, Duration::ZERO);
+    // Fast start: reads at 1, 2, 4, 8 leave the interval at 8.
+    read_positions(&mut h, &clock, 8, Duration::ZERO);
     assert_eq!(h.check_interval(), 8);
-    // Now every call takes 200 µs: 9 calls between reads = 1.8 ms apart: the interval holds.
-    let at = read_positions(&mut h, &clock, 45, Duration::from_micros(200));
-    assert_eq!(at, vec![9, 18, 27, 36, 45]);
+    // Now every call takes 200 µs: 8 calls between reads = 1.6 ms apart (the first gap 1.4 ms):
+    // the interval holds.
+    let at = read_positions(&mut h, &clock, 40, Duration::from_micros(200));
+    assert_eq!(at, vec![8, 16, 24, 32, 40]);
     assert_eq!(h.check_interval(), 8);
     // Slower still (checks 45 ms apart): never shrinks.
     read_positions(&mut h, &clock, 20, Duration::from_millis(5));
@@ -95,8 +166,9 @@ fn slow_first_checks_keep_the_interval_at_one() {
     let clock = Counting::default();
     let mut h = ElasticHandle::new(grant(100), clock.clone());
     let at = read_positions(&mut h, &clock, 10, Duration::from_millis(1));
-    // Interval 0 -> 1 on the first check; 2 ms apart after that: stays 1.
-    assert_eq!(at, vec![1, 3, 5, 7, 9]);
+    // Interval 0 -> 1 on the first check: every call reads, 1 ms apart, which is not closer
+    // than the spacing: stays 1.
+    assert_eq!(at, (1..=10).collect::<Vec<_>>());
     assert_eq!(h.check_interval(), 1);
 }
 
@@ -105,9 +177,10 @@ fn answer_is_cached_between_reads() {
     let clock = Counting::default();
     let mut h = ElasticHandle::new(grant(10), clock.clone());
     assert_eq!(h.over_limit(), (false, -10 * MS)); // read, interval 1
+    assert_eq!(h.over_limit(), (false, -10 * MS)); // read at once: interval 2
     clock.clock.advance(Duration::from_millis(4));
     assert_eq!(h.over_limit(), (false, -10 * MS)); // cached: the 4 ms are not seen
-    assert_eq!(h.over_limit(), (false, -6 * MS)); // read (4 ms apart: interval stays 1)
+    assert_eq!(h.over_limit(), (false, -6 * MS)); // read (4 ms apart: interval stays 2)
     clock.clock.advance(Duration::from_millis(20));
     assert_eq!(h.over_limit(), (false, -6 * MS)); // cached
     assert_eq!(h.over_limit(), (true, 14 * MS)); // read: spent, 14 ms over
@@ -144,10 +217,7 @@ fn clock_going_backwards_clamps() {
             cached => assert_eq!(cached, (false, -10 * MS)),
         }
     };
-    assert!(
-        calls <= interval + 1,
-        "{calls} calls at interval {interval}"
-    );
+    assert!(calls <= interval, "{calls} calls at interval {interval}");
     assert_eq!(diff, i64::MAX, "the difference saturates");
     let (_, used) = h.into_grant();
     assert_eq!(
@@ -193,9 +263,8 @@ fn deadline_cuts_the_slice_short_but_diff_stays_against_the_slice() {
     let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), Duration::from_millis(2));
     assert_eq!(h.over_limit(), (false, -10 * MS));
     clock.advance(Duration::from_millis(2));
-    h.over_limit(); // cached
-    assert_eq!(h.over_limit(), (true, -8 * MS));
-    // A deadline past the slice is the slice.
+    assert_eq!(h.over_limit(), (true, -8 * MS)); // interval 1: this call reads
+                                                 // A deadline past the slice is the slice.
     let clock = ManualClock::new();
     let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), Duration::from_secs(1));
     clock.advance(Duration::from_millis(10));
@@ -204,9 +273,9 @@ fn deadline_cuts_the_slice_short_but_diff_stays_against_the_slice() {
 
 #[test]
 fn a_short_deadline_is_overrun_by_at_most_about_an_eighth() {
-    // 1 µs of running time per call: with the 1 ms spacing alone, checks would land at calls
-    // 1, 3, 7, 15, ... 255, 511 and a 250 µs deadline would run to ~511 µs.
-    for deadline_us in [50u64, 250, 900] {
+    // 1 µs of running time per call: with the 1 ms spacing alone, reads would land at calls
+    // 1, 2, 4, ... 256, 512 and a 300 µs deadline would run to 511 µs.
+    for deadline_us in [50u64, 250, 300, 900] {
         let clock = ManualClock::new();
         let deadline = Duration::from_micros(deadline_us);
         let mut h = ElasticHandle::with_deadline(grant(100), clock.clone(), deadline);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use crate::Probe;
+use crate::shared::{nanos, Shared};
 
 /// How often the sampler spawns a probe task.
 pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
@@ -54,7 +54,7 @@ struct Control {
 }
 
 impl Sampler {
-    pub(crate) fn start(probe: &Probe, handle: &Handle) -> Sampler {
+    pub(crate) fn start(shared: &Arc<Shared>, handle: &Handle) -> Sampler {
         let ctl = Arc::new(Control {
             stop: AtomicBool::new(false),
             samples: AtomicU64::new(0),
@@ -62,11 +62,11 @@ impl Sampler {
         });
         let thread = {
             let ctl = ctl.clone();
-            let probe = probe.clone();
+            let shared = shared.clone();
             let handle = handle.clone();
             thread::Builder::new()
                 .name("sched-probe-sampler".into())
-                .spawn(move || run(&probe, &handle, &ctl))
+                .spawn(move || run(&shared, &handle, &ctl))
                 .expect("spawn elastic-cpu-probe sampler thread")
         };
         Sampler {
@@ -110,7 +110,7 @@ impl Drop for Sampler {
     }
 }
 
-fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
+fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
     let mut in_flight: VecDeque<JoinHandle<()>> = VecDeque::new();
     let mut next = Instant::now();
     while !ctl.stop.load(Ordering::Acquire) {
@@ -124,11 +124,11 @@ fn run(probe: &Probe, handle: &Handle, ctl: &Arc<Control>) {
             }
         }
         if in_flight.len() < MAX_IN_FLIGHT {
-            let probe = probe.clone();
+            let shared = shared.clone();
             let ctl = ctl.clone();
             in_flight.push_back(handle.spawn(async move {
                 let waited = requeue().await;
-                probe.record_poll(Some(waited), None, false);
+                shared.record(Some(nanos(waited)), None, false);
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }

@@ -1,24 +1,21 @@
 //! Per-worker recording slots: lock-free, single-writer bucket counters.
 //!
 //! A worker slot is *owned* by one thread (claimed on its first sample, released when the thread
-//! exits). The owner bumps a bucket with a relaxed load and store (no atomic read-modify-write,
-//! no lock). [`Probe::rotate`](crate::Probe::rotate) never writes a slot: it reads every counter
-//! and takes the difference with what it read last time, so a sample is counted exactly once,
-//! in the interval of the first rotation that sees it, and a worker is never held up. Threads
-//! that do not own a slot (off-runtime callers, a second runtime whose worker index collides)
-//! share the overflow slot, whose counters use `fetch_add`.
+//! exits; see `shared`). The owner bumps a bucket with a relaxed load and store (no atomic
+//! read-modify-write, no lock). [`Probe::rotate`](crate::Probe::rotate) never writes a slot: it
+//! reads every counter and takes the difference with what it read last time, so a sample is
+//! counted exactly once, in the interval of the first rotation that sees it, and a worker is never
+//! held up. Threads that do not own a slot (off-runtime callers, a second runtime whose worker
+//! index collides) share the overflow slot, whose counters use `fetch_add`.
 //!
 //! The bucket layout is hdrhistogram's own (same formulas, same parameters), so a counter index
 //! maps to exactly one bucket of the interval histograms.
 
-use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering::*};
-use std::sync::{Arc, Weak};
 
 use hdrhistogram::Histogram;
 
-use crate::window::Hists;
-use crate::Shared;
+use crate::hists::Hists;
 
 /// Series per slot: queue latency foreground / elastic, poll time foreground / elastic.
 const SERIES: usize = 4;
@@ -83,8 +80,9 @@ impl Layout {
 /// One recording slot. Aligned so that two slots' headers never share a cache line.
 #[repr(align(128))]
 pub(crate) struct Slot {
-    /// Token of the owning thread, 0 when free. Unused by the shared (overflow) slot.
-    owner: AtomicU64,
+    /// Token of the owning thread, 0 when free. Unused by the shared (overflow) slot. Claimed and
+    /// released by the recording threads (see `shared`).
+    pub(crate) owner: AtomicU64,
     /// Whether several threads write this slot (then counters use `fetch_add`).
     shared: bool,
     /// `SERIES` runs of `layout.len` cumulative counters.
@@ -109,7 +107,13 @@ impl Slot {
 
     /// Records into this slot. Single-writer bumps unless the slot is shared.
     #[inline]
-    fn bump(&self, layout: &Layout, queue_ns: Option<u64>, poll_ns: Option<u64>, elastic: bool) {
+    pub(crate) fn bump(
+        &self,
+        layout: &Layout,
+        queue_ns: Option<u64>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
         let e = usize::from(elastic);
         for (series, value) in [(e, queue_ns), (2 + e, poll_ns)] {
             if let Some(v) = value {
@@ -156,154 +160,9 @@ impl Slot {
     }
 }
 
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// This thread's token (0 = not assigned yet).
-    static TOKEN: Cell<u64> = const { Cell::new(0) };
-    /// Slots this thread owns, released when it exits.
-    static CLAIMS: RefCell<Claims> = const { RefCell::new(Claims { token: 0, slots: Vec::new() }) };
-}
-
-struct Claims {
-    token: u64,
-    slots: Vec<(Weak<Shared>, usize)>,
-}
-
-impl Drop for Claims {
-    fn drop(&mut self) {
-        for (shared, index) in self.slots.drain(..) {
-            if let Some(slot) = shared.upgrade().as_ref().and_then(|s| s.slots[index].get()) {
-                // Release pairs with the next owner's claim: it continues from our counts.
-                let _ = slot.owner.compare_exchange(self.token, 0, Release, Relaxed);
-            }
-        }
-    }
-}
-
-#[inline]
-fn token() -> u64 {
-    TOKEN
-        .try_with(|t| match t.get() {
-            0 => {
-                let v = NEXT_TOKEN.fetch_add(1, Relaxed);
-                t.set(v);
-                v
-            }
-            v => v,
-        })
-        .unwrap_or(0)
-}
-
-/// Tries to make the calling thread (with `token`) the owner of worker slot `index`.
-#[cold]
-fn claim(shared: &Arc<Shared>, slot: &Slot, index: usize, token: u64) -> bool {
-    if token == 0
-        || slot
-            .owner
-            .compare_exchange(0, token, Acquire, Relaxed)
-            .is_err()
-    {
-        return false;
-    }
-    let registered = CLAIMS.try_with(|claims| {
-        let mut claims = claims.borrow_mut();
-        claims.token = token;
-        claims.slots.push((Arc::downgrade(shared), index));
-    });
-    if registered.is_err() {
-        // Thread is exiting: nobody would release the slot.
-        slot.owner.store(0, Release);
-        return false;
-    }
-    true
-}
-
-impl Shared {
-    /// Records one sample into the calling thread's slot.
-    #[inline]
-    pub(crate) fn record(
-        self: &Arc<Self>,
-        queue_ns: Option<u64>,
-        poll_ns: Option<u64>,
-        elastic: bool,
-    ) {
-        if !elastic && queue_ns.is_some_and(|q| q > self.alarm_above) {
-            self.alarm();
-        }
-        if let Some(worker) = tokio::runtime::worker_index() {
-            let index = worker % crate::SLOTS;
-            let slot = self.slot(index);
-            let token = token();
-            let owner = slot.owner.load(Relaxed);
-            if (owner != 0 && owner == token) || (owner == 0 && claim(self, slot, index, token)) {
-                slot.bump(&self.layout, queue_ns, poll_ns, elastic);
-                return;
-            }
-        }
-        self.slot(crate::OVERFLOW)
-            .bump(&self.layout, queue_ns, poll_ns, elastic);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Probe, ProbeConfig};
-    use std::time::Duration;
-
-    #[test]
-    fn worker_slots_are_owned_then_released_when_workers_exit() {
-        let probe = Probe::new(ProbeConfig::default()).unwrap();
-        let slot0_owner = |p: &Probe| p.shared.slots[0].get().map(|s| s.owner.load(Relaxed));
-        let record_in_task = |rt: &tokio::runtime::Runtime| {
-            let p = probe.clone();
-            rt.block_on(async move {
-                tokio::spawn(
-                    async move { p.record_poll(Some(Duration::from_micros(5)), None, false) },
-                )
-                .await
-                .unwrap()
-            });
-        };
-
-        // A multi-thread worker claims slot 0 ...
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .unwrap();
-        record_in_task(&rt);
-        let worker = slot0_owner(&probe).unwrap();
-        assert_ne!(worker, 0);
-        assert_ne!(worker, token());
-        // ... and releases it when it exits (dropping the runtime joins its threads).
-        drop(rt);
-        assert_eq!(slot0_owner(&probe), Some(0));
-
-        // A current-thread runtime runs on this thread, as worker 0: it takes slot 0 over.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        record_in_task(&rt);
-        assert_eq!(slot0_owner(&probe), Some(token()));
-
-        // Another thread that is worker 0 meanwhile falls back to the overflow slot.
-        let p = probe.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            rt.block_on(async move { p.record_poll(Some(Duration::from_micros(7)), None, true) });
-        })
-        .join()
-        .unwrap();
-        assert_eq!(slot0_owner(&probe), Some(token()));
-
-        probe.rotate();
-        let w = probe.window();
-        assert_eq!(w.queue_latency.foreground.count, 2);
-        assert_eq!(w.queue_latency.elastic.count, 1);
-    }
 
     #[test]
     fn layout_matches_hdrhistogram() {

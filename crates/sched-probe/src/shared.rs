@@ -1,0 +1,150 @@
+//! The state every clone of a [`Probe`](crate::Probe) shares, and recording a sample into it:
+//! into the calling thread's own worker slot (claimed on its first sample, released when the
+//! thread exits), else into the overflow slot.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::*};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::thread::Thread;
+use std::time::Duration;
+
+use crate::config::ProbeConfig;
+use crate::slot::{Layout, Slot};
+use crate::window::WindowState;
+
+/// Per-worker slots (worker index modulo this); one more slot takes everything off-runtime.
+pub(crate) const SLOTS: usize = 64;
+pub(crate) const OVERFLOW: usize = SLOTS;
+
+/// What every clone of a [`Probe`](crate::Probe) points to.
+pub(crate) struct Shared {
+    pub(crate) config: ProbeConfig,
+    /// Bucket layout of the histograms (shared by slots and intervals).
+    pub(crate) layout: Layout,
+    /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
+    pub(crate) slots: Box<[OnceLock<Box<Slot>>]>,
+    pub(crate) window: Mutex<WindowState>,
+    /// `config.alarm_at` in nanoseconds, minus one: a queue latency *above* this alarms.
+    /// `u64::MAX` (never) without `alarm_at`: even a latency that saturates to `u64::MAX` ns
+    /// must not alarm then.
+    pub(crate) alarm_above: u64,
+    /// Foreground polls whose queue latency reached `config.alarm_at`.
+    pub(crate) alarms: AtomicU64,
+    /// Raised by an alarm, lowered by [`Probe::take_alarm`](crate::Probe::take_alarm).
+    pub(crate) raised: AtomicBool,
+    /// Unparked when the alarm is raised.
+    pub(crate) listener: Mutex<Option<Thread>>,
+}
+
+impl Shared {
+    /// A foreground poll waited at least `alarm_at`: count it, raise the alarm, notify.
+    #[cold]
+    #[inline(never)]
+    fn alarm(&self) {
+        self.alarms.fetch_add(1, Ordering::Relaxed);
+        if !self.raised.load(Ordering::Relaxed) && !self.raised.swap(true, Ordering::AcqRel) {
+            if let Some(t) = &*self.listener.lock().unwrap_or_else(PoisonError::into_inner) {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Slot `index`, allocated on first use.
+    #[inline]
+    fn slot(&self, index: usize) -> &Slot {
+        self.slots[index].get_or_init(|| Box::new(Slot::new(&self.layout, index == OVERFLOW)))
+    }
+
+    /// Records one sample into the calling thread's slot.
+    #[inline]
+    pub(crate) fn record(
+        self: &Arc<Self>,
+        queue_ns: Option<u64>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
+        if !elastic && queue_ns.is_some_and(|q| q > self.alarm_above) {
+            self.alarm();
+        }
+        if let Some(worker) = tokio::runtime::worker_index() {
+            let index = worker % SLOTS;
+            let slot = self.slot(index);
+            let token = token();
+            let owner = slot.owner.load(Relaxed);
+            if (owner != 0 && owner == token) || (owner == 0 && claim(self, slot, index, token)) {
+                slot.bump(&self.layout, queue_ns, poll_ns, elastic);
+                return;
+            }
+        }
+        self.slot(OVERFLOW)
+            .bump(&self.layout, queue_ns, poll_ns, elastic);
+    }
+}
+
+#[inline]
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's token (0 = not assigned yet).
+    static TOKEN: Cell<u64> = const { Cell::new(0) };
+    /// Slots this thread owns, released when it exits.
+    static CLAIMS: RefCell<Claims> = const { RefCell::new(Claims { token: 0, slots: Vec::new() }) };
+}
+
+struct Claims {
+    token: u64,
+    slots: Vec<(Weak<Shared>, usize)>,
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        for (shared, index) in self.slots.drain(..) {
+            if let Some(slot) = shared.upgrade().as_ref().and_then(|s| s.slots[index].get()) {
+                // Release pairs with the next owner's claim: it continues from our counts.
+                let _ = slot.owner.compare_exchange(self.token, 0, Release, Relaxed);
+            }
+        }
+    }
+}
+
+#[inline]
+pub(crate) fn token() -> u64 {
+    TOKEN
+        .try_with(|t| match t.get() {
+            0 => {
+                let v = NEXT_TOKEN.fetch_add(1, Relaxed);
+                t.set(v);
+                v
+            }
+            v => v,
+        })
+        .unwrap_or(0)
+}
+
+/// Tries to make the calling thread (with `token`) the owner of worker slot `index`.
+#[cold]
+fn claim(shared: &Arc<Shared>, slot: &Slot, index: usize, token: u64) -> bool {
+    if token == 0
+        || slot
+            .owner
+            .compare_exchange(0, token, Acquire, Relaxed)
+            .is_err()
+    {
+        return false;
+    }
+    let registered = CLAIMS.try_with(|claims| {
+        let mut claims = claims.borrow_mut();
+        claims.token = token;
+        claims.slots.push((Arc::downgrade(shared), index));
+    });
+    if registered.is_err() {
+        // Thread is exiting: nobody would release the slot.
+        slot.owner.store(0, Release);
+        return false;
+    }
+    true
+}
