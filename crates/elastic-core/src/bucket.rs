@@ -27,6 +27,11 @@ pub fn rate_for(limit: f64, cpus: f64) -> u64 {
 
 /// A token bucket of CPU nanoseconds with `burst = rate` (one second of refill, no more). The
 /// balance may go negative: overshoot and whole-slice grants are paid back by later refill.
+/// Debt is capped at one burst too (the balance never goes below `−rate`), so from any state the
+/// balance is positive again within one second of refill: the bound on how long the head of
+/// the work queue can wait for tokens (docs/design.md §4). Debt beyond the cap is forgiven and
+/// counted ([`forgiven`](Self::forgiven)); CockroachDB bounds debt the same way by resetting
+/// the elastic bucket periodically.
 ///
 /// ```
 /// use elastic_cpu_core::{ManualClock, TokenBucket};
@@ -95,6 +100,20 @@ impl<C: Clock> TokenBucket<C> {
         self.core.rate
     }
 
+    /// Debt forgiven so far: CPU nanoseconds charged beyond the one-second debt cap.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ManualClock, TokenBucket};
+    ///
+    /// let mut b = TokenBucket::new(ManualClock::new(), 100_000_000); // 0.1 CPU, full
+    /// b.charge(350_000_000); // a poll ran 350 ms past its grant
+    /// assert_eq!(b.balance(), -100_000_000); // one second of refill, no more
+    /// assert_eq!(b.forgiven(), 150_000_000);
+    /// ```
+    pub fn forgiven(&self) -> u64 {
+        self.core.forgiven
+    }
+
     /// The clock the bucket refills by.
     pub fn clock(&self) -> &C {
         &self.clock
@@ -116,6 +135,8 @@ pub(crate) struct Core {
     /// Sub-token remainder of the last refill (in nanos × rate, below 1e9), so frequent refills
     /// at low rates do not round tokens away.
     frac: u128,
+    /// Debt forgiven by the cap, in total.
+    pub(crate) forgiven: u64,
 }
 
 impl Core {
@@ -126,6 +147,7 @@ impl Core {
             balance: rate as i64,
             last_refill: now,
             frac: 0,
+            forgiven: 0,
         }
     }
 
@@ -159,8 +181,21 @@ impl Core {
         self.refill(now);
         let new = rate_nanos_per_sec.min(MAX_RATE);
         let delta = new as i128 - self.rate as i128;
-        self.balance = sat_i64(self.balance as i128 + delta);
         self.rate = new;
+        self.set_balance(self.balance as i128 + delta);
+    }
+
+    /// Set the balance, capping debt at one burst: what lies beyond is forgiven (and counted).
+    #[inline]
+    fn set_balance(&mut self, balance: i128) {
+        let floor = -(self.rate as i128);
+        if balance < floor {
+            let forgiven = u64::try_from(floor - balance).unwrap_or(u64::MAX);
+            self.forgiven = self.forgiven.saturating_add(forgiven);
+            self.balance = sat_i64(floor);
+        } else {
+            self.balance = sat_i64(balance);
+        }
     }
 
     #[inline]
@@ -170,13 +205,13 @@ impl Core {
         if want as i128 > self.balance as i128 {
             return false;
         }
-        self.balance = sat_i64(self.balance as i128 - n as i128);
+        self.set_balance(self.balance as i128 - n as i128);
         true
     }
 
     pub(crate) fn take_unchecked(&mut self, n: u64, now: u64) {
         self.refill(now);
-        self.balance = sat_i64(self.balance as i128 - n as i128);
+        self.set_balance(self.balance as i128 - n as i128);
     }
 
     /// No refill needed first: adding `n` then refilling `r`, both capped at the burst, gives

@@ -92,6 +92,13 @@ pub struct QueueSnapshot {
     pub holders: usize,
     /// Times the queue was paused.
     pub pauses: u64,
+    /// The longest any admission has waited (granted, cancelled or closed), since the start.
+    pub longest_wait_nanos: u64,
+    /// How long the head of the queue has waited so far (0 when nobody waits).
+    pub head_wait_nanos: u64,
+    /// Debt forgiven by the bucket's cap of one second of refill (see
+    /// [`TokenBucket`](crate::TokenBucket)).
+    pub debt_forgiven_nanos: u64,
 }
 
 struct Waiter {
@@ -120,11 +127,10 @@ struct State {
 impl State {
     /// Count a waiter leaving the queue (for any reason).
     fn finish_wait(&mut self, since: Duration, now: Duration) {
+        let waited = duration_nanos(now.saturating_sub(since));
         self.stats.waits += 1;
-        self.stats.wait_nanos = self
-            .stats
-            .wait_nanos
-            .saturating_add(duration_nanos(now.saturating_sub(since)));
+        self.stats.wait_nanos = self.stats.wait_nanos.saturating_add(waited);
+        self.stats.longest_wait_nanos = self.stats.longest_wait_nanos.max(waited);
     }
 
     /// The granting rule of docs/design.md §4: while someone waits and the balance is positive,
@@ -418,7 +424,13 @@ impl<C: Clock> WorkQueue<C> {
         let now = duration_nanos(self.shared.clock.now());
         let mut st = lock(&self.shared.state);
         let balance = st.bucket.balance(now);
+        let head_wait_nanos = st
+            .waiters
+            .front()
+            .map_or(0, |w| now.saturating_sub(duration_nanos(w.since)));
         QueueSnapshot {
+            head_wait_nanos,
+            debt_forgiven_nanos: st.bucket.forgiven,
             rate_nanos_per_sec: st.bucket.rate(),
             balance_nanos: balance,
             waiters: st.waiters.len(),

@@ -75,8 +75,12 @@ fn debt_from_unchecked_take_and_charge() {
     assert!(b.try_take(95 * MS));
     b.take_unchecked(100 * MS); // a waiter granted a whole slice on 5 ms of balance
     assert_eq!(b.balance(), -95 * MS as i64);
-    b.charge(5 * MS); // overshoot
+    b.charge(5 * MS); // overshoot, up to the debt cap of one burst
     assert_eq!(b.balance(), -100 * MS as i64);
+    assert_eq!(b.forgiven(), 0);
+    b.charge(30 * MS); // beyond the cap: forgiven
+    assert_eq!(b.balance(), -100 * MS as i64);
+    assert_eq!(b.forgiven(), 30 * MS);
     assert!(!b.try_take(10 * MS));
     clock.advance(Duration::from_secs(1));
     assert_eq!(b.balance(), 0); // one second pays back 100 ms of debt
@@ -113,18 +117,22 @@ fn rate_change_refills_at_old_rate_then_moves_by_burst_delta() {
     assert!(b.try_take(100 * MS));
     clock.advance(Duration::from_millis(100));
     b.set_rate(20 * MS);
-    assert_eq!(b.balance(), (10 - 80) * MS as i64);
+    // 10 − 80 = −70 ms, but debt is capped at one burst (20 ms): 50 ms are forgiven, so the
+    // balance is positive again within one second of refill at the new rate.
+    assert_eq!(b.balance(), -20 * MS as i64);
+    assert_eq!(b.forgiven(), 50 * MS);
     // Refill is at the new rate from now on.
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(b.balance(), -50 * MS as i64);
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(b.balance(), -10 * MS as i64);
 
     // Raising the limit adds the burst increase at once.
     b.set_rate(520 * MS);
-    assert_eq!(b.balance(), 450 * MS as i64);
-    clock.advance(Duration::from_millis(100));
-    assert_eq!(b.balance(), 502 * MS as i64);
+    assert_eq!(b.balance(), 490 * MS as i64);
+    clock.advance(Duration::from_millis(50));
+    assert_eq!(b.balance(), 516 * MS as i64);
     clock.advance(Duration::from_secs(1));
     assert_eq!(b.balance(), 520 * MS as i64);
+    assert_eq!(b.forgiven(), 50 * MS);
 }
 
 #[test]
@@ -140,7 +148,9 @@ fn rate_zero_and_huge_rates() {
     assert!(b.try_take(u64::MAX));
     b.charge(u64::MAX);
     b.charge(u64::MAX);
-    assert_eq!(b.balance(), i64::MIN); // saturates, never wraps
+    // Never wraps: debt stops at one burst, the rest is forgiven (and counted, saturating).
+    assert_eq!(b.balance(), -(MAX_RATE as i64));
+    assert_eq!(b.forgiven(), u64::MAX);
 }
 
 #[test]

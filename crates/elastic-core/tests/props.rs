@@ -8,6 +8,7 @@
 //! * no burst: over any interval, `acquired − returned ≤ burst + refill + rate increases + one
 //!   slice` (the one grant that may dip into debt);
 //! * wake-ups: a ticket found granted after registering a waker was woken, exactly once;
+//! * bounded debt: the balance never goes below one burst of debt (`−rate`);
 //! * liveness: once tokens keep arriving, every waiter is granted within the time the debt and
 //!   the slices ahead of it need.
 
@@ -318,6 +319,10 @@ impl Sim {
         assert!(
             s.balance_nanos as i128 <= self.rate as i128,
             "balance above burst"
+        );
+        assert!(
+            s.balance_nanos as i128 >= -(self.rate as i128),
+            "debt beyond one burst: the head's wait would be unbounded"
         );
         if self.closed {
             assert_eq!(s.waiters, 0);

@@ -714,3 +714,47 @@ fn an_uncollected_grant_holds_a_place_until_its_ticket_drops() {
         s.used_nanos
     );
 }
+
+/// The starvation bound: however deep a holder overran, the head of the queue is granted within
+/// one second of refill plus one tick (debt is capped at one burst), and the snapshot shows how
+/// long it has waited and the longest wait so far.
+#[test]
+fn the_head_waits_at_most_one_second_of_refill_plus_a_tick_after_any_overrun() {
+    let clock = ManualClock::new();
+    let q = WorkQueue::new(clock.clone(), 100 * MS); // 0.05 of 2 CPUs: the default floor
+    let g = granted(q.admit(ms(100)));
+    // The holder ran 10 s past its 100 ms grant (one poll that never yielded).
+    clock.advance(Duration::from_secs(10));
+    q.done(g, Duration::from_millis(10_100));
+    let s = q.snapshot();
+    assert_eq!(s.balance_nanos, -100 * MS as i64, "debt stops at one burst");
+    assert_eq!(
+        s.over_limit_nanos,
+        10_000 * MS,
+        "the ledger still charges it all"
+    );
+    // The 10 s refilled the bucket (100 ms): 100 − 10 000 = −9 900 ms, capped at −100.
+    assert_eq!(s.debt_forgiven_nanos, 9_800 * MS);
+    let Admit::Queued(mut t) = q.admit(ms(100)) else {
+        panic!("queued")
+    };
+    let (_c, w) = waker();
+    let mut ticks = 0;
+    loop {
+        assert!(t.poll_grant(&w).is_pending());
+        clock.advance(ms(100));
+        ticks += 1;
+        assert_eq!(q.snapshot().head_wait_nanos, ticks * 100 * MS);
+        q.tick();
+        if let Poll::Ready(r) = t.poll_grant(&w) {
+            q.done(r.unwrap(), ms(100));
+            break;
+        }
+        assert!(ticks < 11, "still waiting after {ticks} ticks");
+    }
+    // One second pays the debt back to zero; the next tick finds a positive balance.
+    assert_eq!(ticks, 11);
+    let s = q.snapshot();
+    assert_eq!(s.longest_wait_nanos, 1_100 * MS);
+    assert_eq!(s.head_wait_nanos, 0);
+}
