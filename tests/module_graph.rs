@@ -109,7 +109,10 @@ fn no_crate_has_a_module_cycle() {
     for dir in CRATES {
         let graph = edges(&root.join(dir));
         if let Some(cycle) = find_cycle(&graph) {
-            panic!("{dir}: modules import each other in a circle: {}", cycle.join(" → "));
+            panic!(
+                "{dir}: modules import each other in a circle: {}",
+                cycle.join(" → ")
+            );
         }
     }
 }
