@@ -7,7 +7,7 @@ use std::time::Duration;
 use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, SettingError, MAX_SLICE, MIN_SLICE};
 use elastic_cpu_probe::ProbeConfig;
 
-use crate::shared::RunningTime;
+use crate::running::RunningTime;
 use crate::Elastic;
 
 /// Named sets of controller constants.

@@ -40,6 +40,7 @@ mod governor;
 mod metrics;
 mod paced;
 mod pacer;
+mod running;
 mod runtime;
 mod shared;
 

@@ -11,7 +11,8 @@ use elastic_cpu_core::{Admit, Grant, Ticket};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::shared::{Mark, QueueClock, Shared, LONG_RUN};
+use crate::running::{Mark, LONG_RUN};
+use crate::shared::{QueueClock, Shared};
 use crate::Elastic;
 
 /// What a paced adapter holds between polls.

@@ -12,7 +12,8 @@ use std::time::Duration;
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
 use crate::paced::yield_to_scheduler;
-use crate::shared::{QueueClock, RunningClock, RunningTime, Shared, LONG_RUN};
+use crate::running::{RunningClock, RunningTime, LONG_RUN};
+use crate::shared::{QueueClock, Shared};
 
 enum State {
     Idle,
