@@ -8,7 +8,6 @@ use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, SettingError, MAX_S
 use elastic_cpu_probe::ProbeConfig;
 
 use crate::running::RunningTime;
-use crate::Elastic;
 
 /// Named sets of controller constants.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -376,10 +375,5 @@ impl ElasticBuilder {
             }
         }
         Ok(controller)
-    }
-
-    /// Validate every setting and start the governor.
-    pub fn build(self) -> Result<Elastic, BuildError> {
-        Elastic::from_builder(self)
     }
 }

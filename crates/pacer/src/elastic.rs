@@ -2,18 +2,19 @@
 
 use std::borrow::BorrowMut;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use elastic_cpu_core::{rate_for, MonotonicClock, QueueSnapshot, StepController, WorkQueue};
+use elastic_cpu_core::{MonotonicClock, QueueSnapshot, StepController, WorkQueue};
 use elastic_cpu_probe::{Probe, ProbeConfig, Window};
-use tokio::runtime::{Builder, Handle};
+use tokio::runtime::{Builder, Handle, Runtime};
 
 use crate::config::{BuildError, ElasticBuilder};
-use crate::governor::GovernorState;
-use crate::shared::{AtomicF64, QueueClock, Shared};
-use crate::{PacedExt, Pacer, RuntimeBuilder};
+use crate::governor::{self, Governor};
+use crate::paced::Paced;
+use crate::pacer::Pacer;
+use crate::shared::{QueueClock, Shared};
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
 /// that decides the elastic share, and the token bucket that enforces it. Cheap to clone.
@@ -31,6 +32,7 @@ use crate::{PacedExt, Pacer, RuntimeBuilder};
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
+    governor: Arc<Mutex<Governor>>,
 }
 
 /// What [`Elastic::snapshot`] reports: always available, no exporter needed.
@@ -72,13 +74,10 @@ pub struct Snapshot {
     pub queue: QueueSnapshot,
 }
 
-impl Elastic {
-    /// Start building: defaults from [`Profile::Default`](crate::Profile::Default).
-    pub fn builder() -> ElasticBuilder {
-        ElasticBuilder::default()
-    }
-
-    pub(crate) fn from_builder(b: ElasticBuilder) -> Result<Elastic, BuildError> {
+impl ElasticBuilder {
+    /// Validate every setting and start the governor.
+    pub fn build(self) -> Result<Elastic, BuildError> {
+        let b = self;
         let controller_config = b.validate()?;
         let brake = b.resolved_brake(&controller_config);
         let probe = Probe::new(ProbeConfig {
@@ -89,42 +88,43 @@ impl Elastic {
         })?;
         let initial = b.initial_limit.unwrap_or(controller_config.min_limit);
         let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
-        let limit = b.fixed_limit.unwrap_or(initial);
         let default_cpus = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .unwrap_or(1.0);
-        let cpus = b.cpus.unwrap_or(default_cpus);
         let clock = match &b.manual {
             Some(c) => QueueClock::Manual(c.clone()),
             None => QueueClock::Monotonic(MonotonicClock::new()),
         };
-        let shared = Arc::new(Shared {
-            queue: Arc::new(WorkQueue::new(clock.clone(), rate_for(limit, cpus))),
-            clock,
-            brake: brake.map(|_| Mutex::new(crate::brake::Brake::default())),
-            braked: AtomicBool::new(false),
-            cap_concurrency: b.cap_concurrency,
+        let governor = Governor::new(
+            controller,
+            b.fixed_limit,
+            brake.is_some(),
+            clock.clone(),
+            b.cap_concurrency,
+            b.cpus,
+            default_cpus,
+        );
+        let shared = Arc::new(Shared::new(
+            WorkQueue::new(clock, governor.rate()),
+            b.slice,
+            b.quantum,
+            b.running.clone(),
             probe,
-            slice: b.slice,
-            quantum: b.quantum,
-            running: b.running.clone(),
-            limit: AtomicF64::new(limit),
-            cpus: AtomicF64::new(cpus),
-            cpus_fixed: AtomicBool::new(b.cpus.is_some()),
-            ticks: AtomicU64::new(0),
-            governor: Mutex::new(GovernorState {
-                controller,
-                fixed: b.fixed_limit,
-            }),
-            governor_thread: Mutex::new(None),
-            samplers: Mutex::new(Vec::new()),
-        });
-        shared.cap_holders(limit);
+        ));
+        governor.cap_holders(&shared);
+        let governor = Arc::new(Mutex::new(governor));
         if b.manual.is_none() {
-            crate::governor::spawn(&shared, controller_config.tick)
+            governor::spawn(&shared, governor.clone(), controller_config.tick)
                 .map_err(BuildError::GovernorThread)?;
         }
-        Ok(Elastic { shared })
+        Ok(Elastic { shared, governor })
+    }
+}
+
+impl Elastic {
+    /// Start building: defaults from [`Profile::Default`](crate::Profile::Default).
+    pub fn builder() -> ElasticBuilder {
+        ElasticBuilder::default()
     }
 
     /// Wrap a tokio runtime builder: its `build()` installs the probe and sizes the bucket for
@@ -146,28 +146,15 @@ impl Elastic {
     /// min(workers, available parallelism) (unless [`ElasticBuilder::cpus`] fixed it) and,
     /// without `tokio_unstable`, starts the sampling probe on it.
     pub fn attach(&self, handle: &Handle) {
-        if !self.shared.cpus_fixed.load(Ordering::Relaxed) {
-            let workers = handle.metrics().num_workers().max(1) as f64;
-            let cores = std::thread::available_parallelism()
-                .map(|n| n.get() as f64)
-                .unwrap_or(workers);
-            self.set_cpus(workers.min(cores));
-        }
+        let workers = handle.metrics().num_workers().max(1) as f64;
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as f64)
+            .unwrap_or(workers);
+        governor::lock(&self.governor).attach_cpus(&self.shared, workers.min(cores));
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
-            let sampler = self.shared.probe.start_sampler(handle);
             self.shared
-                .samplers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sampler);
+                .keep_sampler(self.shared.probe.start_sampler(handle));
         }
-    }
-
-    fn set_cpus(&self, cpus: f64) {
-        self.shared.cpus.store(cpus);
-        self.shared
-            .queue
-            .set_rate(rate_for(self.shared.limit.load(), cpus));
     }
 
     /// A [`Pacer`] for one loop of elastic work.
@@ -185,14 +172,14 @@ impl Elastic {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        tokio::spawn(future.paced(self))
+        tokio::spawn(Paced::new(future, self.shared.clone()))
     }
 
     /// Run one governor tick now, with the configured tick as its period. The governor thread
     /// does this on its own; with [`ElasticBuilder::manual`] tests call it by hand.
     pub fn tick(&self) {
         let period = self.shared.probe.config().tick;
-        self.shared.tick(period);
+        governor::tick(&self.governor, &self.shared, period);
     }
 
     /// The probe measuring the runtime.
@@ -203,18 +190,16 @@ impl Elastic {
     /// Everything at once: limit, latencies, ledger.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
+        let g = governor::lock(&self.governor);
         let queue = self.shared.queue.snapshot();
-        let braked_time = self.shared.brake.as_ref().map_or(Duration::ZERO, |b| {
-            b.lock().unwrap_or_else(|p| p.into_inner()).total
-        });
         Snapshot {
             braked: self.shared.braked(),
             // Only the brake pauses the queue.
             brakes: queue.pauses,
-            braked_time,
-            limit: self.shared.limit.load(),
-            cpus: self.shared.cpus.load(),
-            ticks: self.shared.ticks.load(Ordering::Relaxed),
+            braked_time: g.braked_time(),
+            limit: g.limit(),
+            cpus: g.cpus(),
+            ticks: g.ticks(),
             sched_p99: window.queue_latency.all.p99,
             fg_poll_p99: window.poll_time.foreground.p99,
             elastic_poll_p99: window.poll_time.elastic.p99,
@@ -232,9 +217,10 @@ impl Elastic {
 
 impl std::fmt::Debug for Elastic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = governor::lock(&self.governor);
         f.debug_struct("Elastic")
-            .field("limit", &self.shared.limit.load())
-            .field("cpus", &self.shared.cpus.load())
+            .field("limit", &g.limit())
+            .field("cpus", &g.cpus())
             .finish_non_exhaustive()
     }
 }
@@ -243,5 +229,25 @@ impl std::fmt::Debug for Elastic {
 const _: () = {
     const fn is<T: Send + Sync>() {}
     is::<Elastic>();
-    is::<crate::Pacer>();
+    is::<Pacer>();
 };
+
+/// A tokio [`Builder`] wrapped by [`Elastic::runtime`]: [`build`](Self::build) installs the
+/// probe and sizes the token bucket for the runtime's workers.
+#[derive(Debug)]
+pub struct RuntimeBuilder<'e, B> {
+    elastic: &'e Elastic,
+    builder: B,
+}
+
+impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
+    /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
+    /// probe started), CPUs = min(workers, available parallelism).
+    pub fn build(mut self) -> io::Result<Runtime> {
+        let builder = self.builder.borrow_mut();
+        self.elastic.instrument(builder);
+        let rt = builder.build()?;
+        self.elastic.attach(rt.handle());
+        Ok(rt)
+    }
+}

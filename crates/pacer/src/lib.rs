@@ -35,22 +35,22 @@
 mod brake;
 mod config;
 mod elastic;
+mod ext;
 mod governor;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paced;
 mod pacer;
 mod running;
-mod runtime;
 mod shared;
 
 pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 pub use crate::config::{
     BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use crate::elastic::{Elastic, Snapshot};
+pub use crate::elastic::{Elastic, RuntimeBuilder, Snapshot};
+pub use crate::ext::{PacedExt, PacedStreamExt};
 #[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
-pub use crate::paced::{Paced, PacedExt, PacedStream, PacedStreamExt};
+pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
-pub use crate::runtime::RuntimeBuilder;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use elastic_cpu_probe::Window;
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
-use crate::shared::Shared;
+use crate::shared::Queue;
 
 /// Every metric this crate emits: name, unit, description.
 pub const METRICS: &[(&str, &str, &str)] = &[
@@ -97,11 +97,11 @@ fn secs(nanos: u64) -> f64 {
     Duration::from_nanos(nanos).as_secs_f64()
 }
 
-pub(crate) fn emit(shared: &Shared, window: &Window, limit: f64) {
+pub(crate) fn emit(queue: &Queue, window: &Window, limit: f64, cpus: f64) {
     describe();
-    let q = shared.queue.snapshot();
+    let q = queue.snapshot();
     gauge!("elastic_cpu_limit_ratio").set(limit);
-    gauge!("elastic_cpu_cpus").set(shared.cpus.load());
+    gauge!("elastic_cpu_cpus").set(cpus);
     if let Some(p99) = window.queue_latency.all.p99 {
         gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
     }

@@ -13,7 +13,6 @@ use pin_project_lite::pin_project;
 
 use crate::running::{Mark, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
-use crate::Elastic;
 
 /// What a paced adapter holds between polls.
 pub(crate) enum Hold {
@@ -185,6 +184,15 @@ pin_project! {
     }
 }
 
+impl<F> Paced<F> {
+    pub(crate) fn new(inner: F, shared: Arc<Shared>) -> Self {
+        Paced {
+            inner,
+            slot: Slot::new(shared),
+        }
+    }
+}
+
 impl<F: Future> Future for Paced<F> {
     type Output = F::Output;
 
@@ -222,6 +230,15 @@ pin_project! {
     }
 }
 
+impl<S> PacedStream<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        PacedStream {
+            inner,
+            slot: Slot::new(shared),
+        }
+    }
+}
+
 impl<S: Stream> Stream for PacedStream<S> {
     type Item = S::Item;
 
@@ -256,46 +273,3 @@ impl<S: Stream> Stream for PacedStream<S> {
         self.inner.size_hint()
     }
 }
-
-/// `.paced(&elastic)` for futures.
-pub trait PacedExt: Future + Sized {
-    /// Run this future as elastic work paced by `elastic`.
-    ///
-    /// ```
-    /// use elastic_cpu_pacer::{Elastic, PacedExt};
-    /// let elastic = Elastic::builder().build().unwrap();
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
-    /// let sum = rt.block_on(async { (0..1000u64).sum::<u64>() }.paced(&elastic));
-    /// assert_eq!(sum, 499500);
-    /// ```
-    fn paced(self, elastic: &Elastic) -> Paced<Self> {
-        Paced {
-            inner: self,
-            slot: Slot::new(elastic.shared.clone()),
-        }
-    }
-}
-
-impl<F: Future> PacedExt for F {}
-
-/// `.paced(&elastic)` for streams.
-pub trait PacedStreamExt: Stream + Sized {
-    /// Produce this stream's items as elastic work paced by `elastic`.
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use elastic_cpu_pacer::{Elastic, PacedStreamExt};
-    /// let elastic = Elastic::builder().build().unwrap();
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
-    /// let chunks = futures_util::stream::iter(0..100u32).paced(&elastic);
-    /// assert_eq!(rt.block_on(chunks.count()), 100);
-    /// ```
-    fn paced(self, elastic: &Elastic) -> PacedStream<Self> {
-        PacedStream {
-            inner: self,
-            slot: Slot::new(elastic.shared.clone()),
-        }
-    }
-}
-
-impl<S: Stream> PacedStreamExt for S {}

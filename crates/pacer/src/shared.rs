@@ -1,11 +1,13 @@
-//! State shared by the handle, the paced adapters and the governor.
+//! What the paced adapters read on their hot path, shared by the handle, the adapters and the
+//! governor: one per [`Elastic`](crate::Elastic).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 use elastic_cpu_core::{Clock, ManualClock, MonotonicClock, WorkQueue};
-use elastic_cpu_probe::Probe;
+use elastic_cpu_probe::{Probe, Sampler};
 
 use crate::running::RunningTime;
 
@@ -29,57 +31,79 @@ impl Clock for QueueClock {
 
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
-/// An `f64` in an `AtomicU64`, for values the governor publishes.
-#[derive(Default)]
-pub(crate) struct AtomicF64(AtomicU64);
-
-impl AtomicF64 {
-    pub(crate) fn new(v: f64) -> Self {
-        AtomicF64(AtomicU64::new(v.to_bits()))
-    }
-    pub(crate) fn load(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-    pub(crate) fn store(&self, v: f64) {
-        self.0.store(v.to_bits(), Ordering::Relaxed)
-    }
+/// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
+/// the last handle and adapter holding this is gone.
+pub(crate) struct Shared {
+    /// Where grants come from and go back to.
+    pub(crate) queue: Queue,
+    /// CPU time one grant asks for.
+    pub(crate) slice: Duration,
+    /// Running time after which an adapter yields to the scheduler.
+    pub(crate) quantum: Duration,
+    /// How running time is measured.
+    pub(crate) running: RunningTime,
+    /// The probe (adapters feed it elastic poll times when it has no hooks).
+    pub(crate) probe: Probe,
+    /// The backlog brake is on: holders give back their grants at their next poll. Written by
+    /// the governor only.
+    braked: AtomicBool,
+    // Not read by the adapters: kept as long as they are.
+    /// The governor thread, woken when this is dropped so that it ends at once.
+    governor_thread: OnceLock<Thread>,
+    /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
+    samplers: Mutex<Vec<Sampler>>,
 }
 
-/// Everything a paced adapter needs; one per [`crate::Elastic`].
-pub(crate) struct Shared {
-    pub(crate) queue: Arc<Queue>,
-    /// The queue's clock (the brake times itself on it).
-    pub(crate) clock: QueueClock,
-    /// The backlog brake (`None`: off).
-    pub(crate) brake: Option<Mutex<crate::brake::Brake>>,
-    /// The brake is on: holders give back their grants at their next poll.
-    pub(crate) braked: AtomicBool,
-    /// Grants at a time are capped at the CPUs the limit pays for.
-    pub(crate) cap_concurrency: bool,
-    pub(crate) probe: Probe,
-    pub(crate) slice: Duration,
-    pub(crate) quantum: Duration,
-    pub(crate) running: RunningTime,
-    /// Current elastic share (published by the governor).
-    pub(crate) limit: AtomicF64,
-    /// CPUs the rate is computed for.
-    pub(crate) cpus: AtomicF64,
-    /// Set once a runtime built through us told its worker count (or `cpus` was given).
-    pub(crate) cpus_fixed: AtomicBool,
-    pub(crate) ticks: AtomicU64,
-    pub(crate) governor: Mutex<crate::governor::GovernorState>,
-    pub(crate) governor_thread: Mutex<Option<std::thread::Thread>>,
-    /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
-    pub(crate) samplers: Mutex<Vec<elastic_cpu_probe::Sampler>>,
+impl Shared {
+    pub(crate) fn new(
+        queue: Queue,
+        slice: Duration,
+        quantum: Duration,
+        running: RunningTime,
+        probe: Probe,
+    ) -> Shared {
+        Shared {
+            queue,
+            slice,
+            quantum,
+            running,
+            probe,
+            braked: AtomicBool::new(false),
+            governor_thread: OnceLock::new(),
+            samplers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether elastic work should give back what it holds at its next poll.
+    #[inline]
+    pub(crate) fn braked(&self) -> bool {
+        self.braked.load(Ordering::Relaxed)
+    }
+
+    /// The governor turns the brake on or off.
+    pub(crate) fn set_braked(&self, on: bool) {
+        self.braked.store(on, Ordering::Relaxed);
+    }
+
+    /// The governor thread to wake when the last reference is dropped.
+    pub(crate) fn set_governor_thread(&self, thread: Thread) {
+        let _ = self.governor_thread.set(thread);
+    }
+
+    /// Keep a sampling probe running as long as this lives.
+    pub(crate) fn keep_sampler(&self, sampler: Sampler) {
+        self.samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sampler);
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
         // Wake the governor so it notices at once that nobody needs it any more.
-        if let Ok(mut t) = self.governor_thread.lock() {
-            if let Some(t) = t.take() {
-                t.unpark();
-            }
+        if let Some(t) = self.governor_thread.take() {
+            t.unpark();
         }
     }
 }
