@@ -37,6 +37,7 @@ mod config;
 mod elastic;
 mod ext;
 mod governor;
+mod grant;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paced;
