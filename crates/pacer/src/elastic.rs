@@ -4,10 +4,9 @@ use std::borrow::BorrowMut;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use elastic_cpu_core::{MonotonicClock, QueueSnapshot, StepController, WorkQueue};
-use elastic_cpu_probe::{Probe, ProbeConfig, Window};
+use elastic_cpu_core::{MonotonicClock, StepController, WorkQueue};
+use elastic_cpu_probe::{Probe, ProbeConfig};
 use tokio::runtime::{Builder, Handle, Runtime};
 
 use crate::config::{BuildError, ElasticBuilder};
@@ -15,6 +14,7 @@ use crate::governor::{self, Governor};
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 use crate::shared::{QueueClock, Shared};
+use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
 /// that decides the elastic share, and the token bucket that enforces it. Cheap to clone.
@@ -33,45 +33,6 @@ use crate::shared::{QueueClock, Shared};
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
     governor: Arc<Mutex<Governor>>,
-}
-
-/// What [`Elastic::snapshot`] reports: always available, no exporter needed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Snapshot {
-    /// Elastic share of the runtime's CPUs currently allowed.
-    pub limit: f64,
-    /// CPUs the token rate is computed for.
-    pub cpus: f64,
-    /// Governor ticks so far.
-    pub ticks: u64,
-    /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
-    pub sched_p99: Option<Duration>,
-    /// p99 poll time of foreground tasks over the window.
-    pub fg_poll_p99: Option<Duration>,
-    /// p99 poll time of elastic polls over the window.
-    pub elastic_poll_p99: Option<Duration>,
-    /// Token balance in CPU nanoseconds (negative: debt).
-    pub balance_nanos: i64,
-    /// Elastic work waiting for a grant.
-    pub waiters: usize,
-    /// CPU nanoseconds granted.
-    pub acquired_nanos: u64,
-    /// Granted nanoseconds given back unused.
-    pub returned_nanos: u64,
-    /// Nanoseconds run past grants (charged as debt).
-    pub over_limit_nanos: u64,
-    /// Nanoseconds elastic work ran, as measured (`acquired − returned + over_limit` once settled).
-    pub used_nanos: u64,
-    /// The backlog brake is on now.
-    pub braked: bool,
-    /// Times the backlog brake engaged.
-    pub brakes: u64,
-    /// Time spent braked (brakes that ended).
-    pub braked_time: Duration,
-    /// The whole probe window.
-    pub window: Window,
-    /// The whole queue ledger.
-    pub queue: QueueSnapshot,
 }
 
 impl ElasticBuilder {
@@ -190,28 +151,7 @@ impl Elastic {
     /// Everything at once: limit, latencies, ledger.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
-        let g = governor::lock(&self.governor);
-        let queue = self.shared.queue.snapshot();
-        Snapshot {
-            braked: self.shared.braked(),
-            // Only the brake pauses the queue.
-            brakes: queue.pauses,
-            braked_time: g.braked_time(),
-            limit: g.limit(),
-            cpus: g.cpus(),
-            ticks: g.ticks(),
-            sched_p99: window.queue_latency.all.p99,
-            fg_poll_p99: window.poll_time.foreground.p99,
-            elastic_poll_p99: window.poll_time.elastic.p99,
-            balance_nanos: queue.balance_nanos,
-            waiters: queue.waiters,
-            acquired_nanos: queue.acquired_nanos,
-            returned_nanos: queue.returned_nanos,
-            over_limit_nanos: queue.over_limit_nanos,
-            used_nanos: queue.used_nanos,
-            window,
-            queue,
-        }
+        governor::lock(&self.governor).snapshot(&self.shared, window)
     }
 }
 

@@ -11,6 +11,7 @@ use elastic_cpu_probe::Window;
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::shared::{Queue, QueueClock, Shared};
+use crate::snapshot::{Governed, Snapshot};
 
 /// What decides the limit and applies it: the controller (or the fixed limit), the backlog
 /// brake, the holder cap, and the values they published last. It acts on the [`Shared`] state
@@ -129,13 +130,17 @@ impl Governor {
         self.cpus
     }
 
-    pub(crate) fn ticks(&self) -> u64 {
-        self.ticks
-    }
-
-    /// Time spent braked (brakes that ended).
-    pub(crate) fn braked_time(&self) -> Duration {
-        self.brake.as_ref().map_or(Duration::ZERO, Brake::total)
+    /// Everything at once: what the governor published, the probe `window` and the queue's
+    /// ledger.
+    pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
+        let governed = Governed {
+            limit: self.limit,
+            cpus: self.cpus,
+            ticks: self.ticks,
+            braked: shared.braked(),
+            braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
+        };
+        Snapshot::new(governed, window, shared.queue.snapshot())
     }
 }
 
@@ -151,9 +156,9 @@ pub(crate) fn tick(governor: &Mutex<Governor>, shared: &Shared, period: Duration
     let window = g.tick(shared, period);
     #[cfg(feature = "metrics")]
     {
-        let (limit, cpus) = (g.limit(), g.cpus());
+        let snapshot = g.snapshot(shared, window);
         drop(g);
-        crate::metrics::emit(&shared.queue, &window, limit, cpus);
+        crate::metrics::emit(&snapshot);
     }
     #[cfg(not(feature = "metrics"))]
     drop((g, window));

@@ -44,14 +44,16 @@ mod paced;
 mod pacer;
 mod running;
 mod shared;
+mod snapshot;
 
 pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 pub use crate::config::{
     BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use crate::elastic::{Elastic, RuntimeBuilder, Snapshot};
+pub use crate::elastic::{Elastic, RuntimeBuilder};
 pub use crate::ext::{PacedExt, PacedStreamExt};
 #[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
+pub use crate::snapshot::Snapshot;
