@@ -1,13 +1,17 @@
 //! The one builder for every setting, and its typed errors.
 
 use std::fmt;
+#[cfg(feature = "test-util")]
 use std::sync::Arc;
 use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, SettingError, MAX_SLICE, MIN_SLICE};
+#[cfg(feature = "test-util")]
+use elastic_cpu_core::{Clock, ManualClock};
+use elastic_cpu_core::{ControllerConfig, MonotonicClock, SettingError, MAX_SLICE, MIN_SLICE};
 use elastic_cpu_probe::ProbeConfig;
 
 use crate::running::RunningTime;
+use crate::shared::QueueClock;
 
 /// Named sets of controller constants.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -115,6 +119,7 @@ pub struct ElasticBuilder {
     pub(crate) quantum: Duration,
     pub(crate) probe: ProbeConfig,
     pub(crate) running: RunningTime,
+    #[cfg(feature = "test-util")]
     pub(crate) manual: Option<ManualClock>,
     pub(crate) cpus: Option<f64>,
     pub(crate) brake: BrakeSetting,
@@ -153,6 +158,7 @@ impl Default for ElasticBuilder {
                 ..ProbeConfig::default()
             },
             running: RunningTime::Adaptive,
+            #[cfg(feature = "test-util")]
             manual: None,
             cpus: None,
             brake: BrakeSetting::Default,
@@ -302,14 +308,28 @@ impl ElasticBuilder {
         self
     }
 
-    /// Measure elastic polls with this clock (tests).
+    /// Measure elastic polls with this clock (tests; feature `test-util`). With the
+    /// [`manual`](Self::manual) clock, a poll that advances it is charged exactly that much.
+    #[cfg(feature = "test-util")]
     pub fn running_clock(mut self, clock: impl Clock) -> Self {
         self.running = RunningTime::Custom(Arc::new(clock));
         self
     }
 
-    /// Drive everything from `clock` and start no governor thread: the test calls
-    /// [`Elastic::tick`] by hand. Deterministic tests of waiting and wake-up use this.
+    /// Drive the work queue and the brake from `clock` and start no governor thread: the test
+    /// calls [`Elastic::tick`](crate::Elastic::tick) by hand. Deterministic tests of waiting
+    /// and wake-up use this (feature `test-util`).
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::{Elastic, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let elastic = Elastic::builder().manual(clock.clone()).build()?;
+    /// clock.advance(std::time::Duration::from_millis(100));
+    /// elastic.tick();
+    /// assert_eq!(elastic.snapshot().ticks, 1);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    #[cfg(feature = "test-util")]
     pub fn manual(mut self, clock: ManualClock) -> Self {
         self.manual = Some(clock);
         self
@@ -320,6 +340,16 @@ impl ElasticBuilder {
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
         self
+    }
+
+    /// The clock the work queue runs on: the [`manual`](Self::manual) one if given (then no
+    /// governor thread runs).
+    pub(crate) fn queue_clock(&self) -> QueueClock {
+        #[cfg(feature = "test-util")]
+        if let Some(c) = &self.manual {
+            return QueueClock::Manual(c.clone());
+        }
+        QueueClock::Monotonic(MonotonicClock::new())
     }
 
     /// The resolved controller configuration (profile plus the single-setting overrides).

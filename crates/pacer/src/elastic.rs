@@ -5,7 +5,7 @@ use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use elastic_cpu_core::{MonotonicClock, StepController, WorkQueue};
+use elastic_cpu_core::{StepController, WorkQueue};
 use elastic_cpu_probe::{Probe, ProbeConfig};
 use tokio::runtime::{Builder, Handle, Runtime};
 
@@ -13,7 +13,7 @@ use crate::config::{BuildError, ElasticBuilder};
 use crate::governor::{self, Governor};
 use crate::paced::Paced;
 use crate::pacer::Pacer;
-use crate::shared::{QueueClock, Shared};
+use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
@@ -52,10 +52,8 @@ impl ElasticBuilder {
         let default_cpus = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .unwrap_or(1.0);
-        let clock = match &b.manual {
-            Some(c) => QueueClock::Manual(c.clone()),
-            None => QueueClock::Monotonic(MonotonicClock::new()),
-        };
+        let clock = b.queue_clock();
+        let manual = clock.is_manual();
         let governor = Governor::new(
             controller,
             b.fixed_limit,
@@ -74,7 +72,7 @@ impl ElasticBuilder {
         ));
         governor.cap_holders(&shared);
         let governor = Arc::new(Mutex::new(governor));
-        if b.manual.is_none() {
+        if !manual {
             governor::spawn(&shared, governor.clone(), controller_config.tick)
                 .map_err(BuildError::GovernorThread)?;
         }
@@ -136,8 +134,10 @@ impl Elastic {
         tokio::spawn(Paced::new(future, self.shared.clone()))
     }
 
-    /// Run one governor tick now, with the configured tick as its period. The governor thread
-    /// does this on its own; with [`ElasticBuilder::manual`] tests call it by hand.
+    /// Run one governor tick now, with the configured tick as its period (feature
+    /// `test-util`). The governor thread does this on its own; with
+    /// [`ElasticBuilder::manual`] tests call it by hand.
+    #[cfg(feature = "test-util")]
     pub fn tick(&self) {
         let period = self.shared.probe.config().tick;
         governor::tick(&self.governor, &self.shared, period);

@@ -57,3 +57,7 @@ pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
 pub use crate::snapshot::Snapshot;
+
+/// The clocks [`ElasticBuilder::manual`] and [`ElasticBuilder::running_clock`] take
+/// (feature `test-util`).
+pub use elastic_cpu_core::{Clock, ManualClock};

@@ -5,6 +5,7 @@
 //! only around polls and stretches long enough to make that cost negligible.
 
 use std::fmt;
+#[cfg(feature = "test-util")]
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,8 @@ pub(crate) enum RunningTime {
     Wall,
     /// The thread's CPU clock on every poll: exact, one system call per read.
     ThreadCpu,
-    /// Injected (tests).
+    /// Injected (tests, feature `test-util`).
+    #[cfg(feature = "test-util")]
     Custom(Arc<dyn Clock>),
 }
 
@@ -35,6 +37,7 @@ impl fmt::Debug for RunningTime {
             RunningTime::Adaptive => "Adaptive",
             RunningTime::Wall => "Wall",
             RunningTime::ThreadCpu => "ThreadCpu",
+            #[cfg(feature = "test-util")]
             RunningTime::Custom(_) => "Custom",
         })
     }
@@ -47,6 +50,7 @@ pub(crate) enum Mark {
     /// CPU clock, with the wall clock beside it: whether the next poll is worth the CPU clock
     /// depends on how long this one took, not on how much CPU it got.
     Cpu(Duration, Instant),
+    #[cfg(feature = "test-util")]
     Custom(Duration),
 }
 
@@ -58,6 +62,7 @@ impl RunningTime {
             RunningTime::Adaptive if long => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
             RunningTime::Adaptive | RunningTime::Wall => Mark::Wall(Instant::now()),
             RunningTime::ThreadCpu => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
+            #[cfg(feature = "test-util")]
             RunningTime::Custom(c) => Mark::Custom(c.now()),
         }
     }
@@ -72,6 +77,7 @@ impl RunningTime {
                 (d, d)
             }
             Mark::Cpu(c, t) => (ThreadCpuClock.now().saturating_sub(c), t.elapsed()),
+            #[cfg(feature = "test-util")]
             Mark::Custom(d) => {
                 let d = match self {
                     RunningTime::Custom(c) => c.now().saturating_sub(d),
@@ -99,6 +105,7 @@ impl Clock for RunningClock {
         match &self.0 {
             RunningTime::Adaptive | RunningTime::Wall => self.1.elapsed(),
             RunningTime::ThreadCpu => ThreadCpuClock.now(),
+            #[cfg(feature = "test-util")]
             RunningTime::Custom(c) => c.now(),
         }
     }

@@ -6,17 +6,31 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ManualClock, MonotonicClock, WorkQueue};
+#[cfg(feature = "test-util")]
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
 use elastic_cpu_probe::{Probe, Sampler};
 
 use crate::running::RunningTime;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
-/// [`ManualClock`] in deterministic tests.
+/// [`ManualClock`] in deterministic tests (feature `test-util`).
 #[derive(Clone)]
 pub(crate) enum QueueClock {
     Monotonic(MonotonicClock),
+    #[cfg(feature = "test-util")]
     Manual(ManualClock),
+}
+
+impl QueueClock {
+    /// Driven by hand: no governor thread ticks it.
+    pub(crate) fn is_manual(&self) -> bool {
+        match self {
+            QueueClock::Monotonic(_) => false,
+            #[cfg(feature = "test-util")]
+            QueueClock::Manual(_) => true,
+        }
+    }
 }
 
 impl Clock for QueueClock {
@@ -24,6 +38,7 @@ impl Clock for QueueClock {
     fn now(&self) -> Duration {
         match self {
             QueueClock::Monotonic(c) => c.now(),
+            #[cfg(feature = "test-util")]
             QueueClock::Manual(c) => c.now(),
         }
     }
