@@ -84,7 +84,7 @@ impl From<SettingError> for BuildError {
     }
 }
 
-/// Default CPU time a grant hands out. Long slices keep few grants in flight; DESIGN.md §8
+/// Default CPU time a grant hands out. Long slices keep few grants in flight; docs/design.md §8
 /// measured 100 ms slices holding foreground p99 where 10–20 ms slices did not.
 pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 
@@ -96,7 +96,7 @@ pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 /// reschedule and an I/O driver poll, a few µs.
 pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(50);
 
-/// Builds an [`Elastic`]: every setting, validated in [`build`](ElasticBuilder::build).
+/// Builds an [`Elastic`](crate::Elastic): every setting, validated in [`build`](ElasticBuilder::build).
 ///
 /// ```
 /// use std::time::Duration;
@@ -188,35 +188,37 @@ impl ElasticBuilder {
         self
     }
 
-    /// Controller step per second of elastic share (0.0001 ..= 1.0).
+    /// Controller step of the limit per second (0.0001 ..= 1.0).
     pub fn delta_per_sec(mut self, delta: f64) -> Self {
         self.delta_per_sec = Some(delta);
         self
     }
 
-    /// Lowest elastic share the controller goes to (and its start, unless
-    /// [`initial_limit`](Self::initial_limit) says otherwise).
-    pub fn min_limit(mut self, share: f64) -> Self {
-        self.min_limit = Some(share);
+    /// Lowest limit (the elastic share of the CPUs) the controller goes to, and its start
+    /// unless [`initial_limit`](Self::initial_limit) says otherwise (0.01 ..= 1.0).
+    pub fn min_limit(mut self, limit: f64) -> Self {
+        self.min_limit = Some(limit);
         self
     }
 
-    /// Highest elastic share the controller goes to.
-    pub fn max_limit(mut self, share: f64) -> Self {
-        self.max_limit = Some(share);
+    /// Highest limit the controller goes to (0.05 ..= 1.0, at least `min_limit`).
+    pub fn max_limit(mut self, limit: f64) -> Self {
+        self.max_limit = Some(limit);
         self
     }
 
-    /// Elastic share the controller starts from (within min ..= max).
-    pub fn initial_limit(mut self, share: f64) -> Self {
-        self.initial_limit = Some(share);
+    /// Limit the controller starts from (`min_limit ..= max_limit`). The token bucket starts
+    /// full at this limit: see [`Elastic`](crate::Elastic#tokens).
+    pub fn initial_limit(mut self, limit: f64) -> Self {
+        self.initial_limit = Some(limit);
         self
     }
 
-    /// Turn the controller off and cap elastic work at this share of the runtime's CPUs
-    /// (0 < share ..= 1): a static cap, still without bursts.
-    pub fn fixed_limit(mut self, share: f64) -> Self {
-        self.fixed_limit = Some(share);
+    /// Turn the controller off and cap elastic work at this limit, a fixed share of the
+    /// runtime's CPUs (above 0, at most 1): a static cap, still without bursts beyond the
+    /// bucket's one second.
+    pub fn fixed_limit(mut self, limit: f64) -> Self {
+        self.fixed_limit = Some(limit);
         self
     }
 
@@ -224,7 +226,7 @@ impl ElasticBuilder {
     /// queue, elastic work gives back its grants at its next poll and gets none until no task
     /// has waited that long for [`DEFAULT_BRAKE_HOLD`](crate::DEFAULT_BRAKE_HOLD) (at most
     /// [`BRAKE_MAX`](crate::BRAKE_MAX) at a time). Its tokens keep accruing, so the elastic
-    /// share is deferred, not lost.
+    /// limit is deferred, not lost.
     ///
     /// Default: [`BRAKE_FACTOR`] × the p99 target while the controller runs; off with
     /// [`fixed_limit`](Self::fixed_limit) unless set here. Must be ≥ 10 µs.
@@ -257,7 +259,7 @@ impl ElasticBuilder {
         self
     }
 
-    /// No backlog brake: only the controller (or the fixed limit) sets the elastic share.
+    /// No backlog brake: only the controller (or the fixed limit) sets the limit.
     pub fn no_brake(mut self) -> Self {
         self.brake = BrakeSetting::Off;
         self
@@ -336,7 +338,7 @@ impl ElasticBuilder {
     }
 
     /// The CPUs the bucket's rate is computed for. By default the runtime built through
-    /// [`Elastic::runtime`] sets `min(workers, available_parallelism)`.
+    /// [`Elastic::runtime`](crate::Elastic::runtime) sets `min(workers, available_parallelism)`.
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
         self

@@ -1,13 +1,15 @@
 //! `Elastic`: the handle users hold.
 
 use std::borrow::BorrowMut;
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use elastic_cpu_core::{StepController, WorkQueue};
 use elastic_cpu_probe::{Probe, ProbeConfig};
-use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
+use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
 use crate::governor::{self, Governor};
@@ -17,7 +19,8 @@ use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
-/// that decides the elastic share, and the token bucket that enforces it. Cheap to clone.
+/// that decides the limit (the elastic share of the CPUs), and the token bucket that enforces
+/// it. Cheap to clone.
 ///
 /// ```
 /// use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -29,6 +32,33 @@ use crate::snapshot::Snapshot;
 /// assert!(s.limit > 0.0 && s.cpus >= 1.0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Tokens
+///
+/// Tokens are CPU time. At limit `u` on `n` CPUs the bucket refills at `u × n` CPU-seconds per
+/// second and holds at most one second of that. It starts full: one second of tokens at the
+/// initial rate, `u × n` CPU-seconds, where `u` is the [`fixed_limit`], else the
+/// [`initial_limit`], else the [`min_limit`], and `n` is [`cpus`] if given, else
+/// `available_parallelism`. So elastic work may take up to that much at once right after the
+/// build before it is held to the rate. Attaching a runtime resizes the bucket for its CPUs
+/// and keeps it full: a new rate moves the balance by the change in the one-second burst
+/// (a lower limit can push it into debt).
+///
+/// # Threads
+///
+/// [`build`](ElasticBuilder::build) starts one OS thread, the governor
+/// (`elastic-cpu-governor`), unless the builder has a manual clock (feature `test-util`). It
+/// belongs to no runtime: it outlives the runtime it governs, and ends only once the last
+/// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this
+/// handle is dropped (then it closes the work queue, so nothing waits for a grant that cannot
+/// come). Without `tokio_unstable`, [`attach`](Self::attach) also starts a sampling probe
+/// thread on the runtime (`sched-probe-sampler`); it is stopped and joined at that same last
+/// drop, and also ends by itself soon after its runtime shuts down.
+///
+/// [`fixed_limit`]: ElasticBuilder::fixed_limit
+/// [`initial_limit`]: ElasticBuilder::initial_limit
+/// [`min_limit`]: ElasticBuilder::min_limit
+/// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
@@ -121,17 +151,49 @@ impl Elastic {
         Pacer::new(self.shared.clone())
     }
 
-    /// Spawn `future` on the current runtime as paced elastic work.
+    /// Spawn `future` as paced elastic work on the runtime this thread is in (inside one of
+    /// its tasks or `block_on`, or under [`Handle::enter`]). Outside any runtime it returns
+    /// [`SpawnError`] where [`tokio::spawn`] would panic; from outside, use
+    /// [`spawn_on`](Self::spawn_on).
     ///
-    /// # Panics
+    /// ```
+    /// use elastic_cpu_pacer::Elastic;
+    /// let elastic = Elastic::builder().build()?;
+    /// // No runtime on this thread: an error, not a panic.
+    /// assert!(elastic.spawn(async {}).is_err());
     ///
-    /// Outside a tokio runtime, like [`tokio::spawn`].
-    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build()?;
+    /// let sum = rt.block_on(async {
+    ///     let scan = elastic.spawn(async { (0..1000u64).sum::<u64>() })?;
+    ///     Ok::<_, Box<dyn std::error::Error>>(scan.await?)
+    /// })?;
+    /// assert_eq!(sum, 499_500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> Result<JoinHandle<F::Output>, SpawnError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        tokio::spawn(Paced::new(future, self.shared.clone()))
+        let handle = Handle::try_current().map_err(SpawnError)?;
+        Ok(self.spawn_on(&handle, future))
+    }
+
+    /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let task = elastic.spawn_on(rt.handle(), async { 6 * 7 });
+    /// assert_eq!(rt.block_on(task)?, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_on<F>(&self, handle: &Handle, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        handle.spawn(Paced::new(future, self.shared.clone()))
     }
 
     /// Run one governor tick now, with the configured tick as its period (feature
@@ -148,15 +210,15 @@ impl Elastic {
         &self.shared.probe
     }
 
-    /// Everything at once: limit, latencies, ledger.
+    /// Everything at once: the limit, latencies, the token ledger, the brake.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
         governor::lock(&self.governor).snapshot(&self.shared, window)
     }
 }
 
-impl std::fmt::Debug for Elastic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Elastic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = governor::lock(&self.governor);
         f.debug_struct("Elastic")
             .field("limit", &g.limit())
@@ -171,6 +233,23 @@ const _: () = {
     is::<Elastic>();
     is::<Pacer>();
 };
+
+/// Why [`Elastic::spawn`] spawned nothing: there is no tokio runtime on this thread (or it is
+/// being torn down). [`Elastic::spawn_on`] takes the runtime's handle instead.
+#[derive(Debug)]
+pub struct SpawnError(TryCurrentError);
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot spawn elastic work: {}", self.0)
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
 
 /// A tokio [`Builder`] wrapped by [`Elastic::runtime`]: [`build`](Self::build) installs the
 /// probe and sizes the token bucket for the runtime's workers.

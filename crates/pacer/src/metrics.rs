@@ -16,7 +16,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_limit_ratio",
         "ratio",
-        "Elastic CPU share of the runtime's CPUs the controller allows",
+        "The limit: share of the runtime's CPUs elastic work may use now",
     ),
     (
         "elastic_cpu_cpus",
