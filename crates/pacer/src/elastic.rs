@@ -4,7 +4,7 @@ use std::borrow::BorrowMut;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use elastic_cpu_core::{StepController, WorkQueue};
 use elastic_cpu_probe::{Probe, ProbeConfig};
@@ -12,7 +12,7 @@ use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
-use crate::governor::{self, Governor};
+use crate::governor::{self, Control, Governor};
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 use crate::shared::Shared;
@@ -62,7 +62,7 @@ use crate::snapshot::Snapshot;
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
-    governor: Arc<Mutex<Governor>>,
+    control: Arc<Control>,
 }
 
 impl ElasticBuilder {
@@ -100,13 +100,12 @@ impl ElasticBuilder {
             b.running.clone(),
             probe,
         ));
-        governor.cap_holders(&shared);
-        let governor = Arc::new(Mutex::new(governor));
+        let control = Arc::new(Control::new(governor, &shared));
         if !manual {
-            governor::spawn(&shared, governor.clone(), controller_config.tick)
+            governor::spawn(&shared, control.clone(), controller_config.tick)
                 .map_err(BuildError::GovernorThread)?;
         }
-        Ok(Elastic { shared, governor })
+        Ok(Elastic { shared, control })
     }
 }
 
@@ -139,7 +138,7 @@ impl Elastic {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .unwrap_or(workers);
-        governor::lock(&self.governor).attach_cpus(&self.shared, workers.min(cores));
+        self.control.attach_cpus(&self.shared, workers.min(cores));
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
             self.shared
                 .keep_sampler(self.shared.probe.start_sampler(handle));
@@ -202,7 +201,7 @@ impl Elastic {
     #[cfg(feature = "test-util")]
     pub fn tick(&self) {
         let period = self.shared.probe.config().tick;
-        governor::tick(&self.governor, &self.shared, period);
+        self.control.tick(&self.shared, period);
     }
 
     /// The probe measuring the runtime.
@@ -213,16 +212,15 @@ impl Elastic {
     /// Everything at once: the limit, latencies, the token ledger, the brake.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
-        governor::lock(&self.governor).snapshot(&self.shared, window)
+        self.control.snapshot(&self.shared, window)
     }
 }
 
 impl fmt::Debug for Elastic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let g = governor::lock(&self.governor);
         f.debug_struct("Elastic")
-            .field("limit", &g.limit())
-            .field("cpus", &g.cpus())
+            .field("limit", &self.control.limit())
+            .field("cpus", &self.control.cpus())
             .finish_non_exhaustive()
     }
 }

@@ -2,6 +2,7 @@
 //! rate → holder cap → grants; in between, the backlog brake. It runs on its own OS thread, off
 //! the runtime it measures: a saturated runtime would delay the very loop that must react to it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,9 +15,8 @@ use crate::shared::{Queue, QueueClock, Shared};
 use crate::snapshot::{Governed, Snapshot};
 
 /// What decides the limit and applies it: the controller (or the fixed limit), the backlog
-/// brake, the holder cap, and the values they published last. It acts on the [`Shared`] state
-/// it is handed, and is shared by the governor thread and the `Elastic` handles (snapshots,
-/// `attach`, manual ticks) behind one lock.
+/// brake and the holder cap. It acts on the [`Shared`] state it is handed; the governor thread
+/// and the `Elastic` handles (`attach`, manual ticks) share it through [`Control`].
 pub(crate) struct Governor {
     controller: StepController,
     /// A fixed limit turns the controller off.
@@ -101,7 +101,7 @@ impl Governor {
     }
 
     /// With the concurrency cap on: at most `ceil(limit × cpus)` grants at a time.
-    pub(crate) fn cap_holders(&self, shared: &Shared) {
+    fn cap_holders(&self, shared: &Shared) {
         if self.cap_concurrency {
             shared
                 .queue
@@ -115,53 +115,119 @@ impl Governor {
     }
 
     /// Size the bucket for `cpus` (unless the builder fixed it).
-    pub(crate) fn attach_cpus(&mut self, shared: &Shared, cpus: f64) {
+    fn attach_cpus(&mut self, shared: &Shared, cpus: f64) {
         if !self.cpus_fixed {
             self.cpus = cpus;
             shared.queue.set_rate(self.rate());
         }
     }
 
-    pub(crate) fn limit(&self) -> f64 {
-        self.limit
+    /// Time spent braked (brakes that ended).
+    fn braked_time(&self) -> Duration {
+        self.brake.as_ref().map_or(Duration::ZERO, Brake::total)
+    }
+}
+
+/// The governor as its thread and the `Elastic` handles share it: behind a lock, with what it
+/// published last readable without the lock, so a snapshot never waits for a tick.
+pub(crate) struct Control {
+    governor: Mutex<Governor>,
+    limit: AtomicF64,
+    cpus: AtomicF64,
+    ticks: AtomicU64,
+    braked_nanos: AtomicU64,
+}
+
+impl Control {
+    /// Apply `governor`'s holder cap to `shared` and share it.
+    pub(crate) fn new(governor: Governor, shared: &Shared) -> Control {
+        governor.cap_holders(shared);
+        let control = Control {
+            limit: AtomicF64::default(),
+            cpus: AtomicF64::default(),
+            ticks: AtomicU64::new(0),
+            braked_nanos: AtomicU64::new(0),
+            governor: Mutex::new(governor),
+        };
+        control.publish(&control.lock());
+        control
     }
 
+    /// Lock the governor; a panic in an earlier tick leaves its state usable. Queue operations
+    /// run under this lock and wake the tasks they grant.
+    fn lock(&self) -> MutexGuard<'_, Governor> {
+        self.governor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, g: &Governor) {
+        self.limit.store(g.limit);
+        self.cpus.store(g.cpus);
+        self.ticks.store(g.ticks, Ordering::Relaxed);
+        let braked = u64::try_from(g.braked_time().as_nanos()).unwrap_or(u64::MAX);
+        self.braked_nanos.store(braked, Ordering::Relaxed);
+    }
+
+    /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
+    /// may call back into the handle).
+    pub(crate) fn tick(&self, shared: &Shared, period: Duration) {
+        let mut g = self.lock();
+        let _window = g.tick(shared, period);
+        self.publish(&g);
+        drop(g);
+        #[cfg(feature = "metrics")]
+        crate::metrics::emit(&self.snapshot(shared, _window));
+    }
+
+    /// [`Governor::brake_step`]; returns whether the brake is on.
+    pub(crate) fn brake_step(&self, shared: &Shared) -> bool {
+        let mut g = self.lock();
+        let on = g.brake_step(shared);
+        self.publish(&g);
+        on
+    }
+
+    /// [`Governor::attach_cpus`].
+    pub(crate) fn attach_cpus(&self, shared: &Shared, cpus: f64) {
+        let mut g = self.lock();
+        g.attach_cpus(shared, cpus);
+        self.publish(&g);
+    }
+
+    /// The limit now.
+    pub(crate) fn limit(&self) -> f64 {
+        self.limit.load()
+    }
+
+    /// CPUs the rate is computed for.
     pub(crate) fn cpus(&self) -> f64 {
-        self.cpus
+        self.cpus.load()
     }
 
     /// Everything at once: what the governor published, the probe `window` and the queue's
     /// ledger.
     pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
         let governed = Governed {
-            limit: self.limit,
-            cpus: self.cpus,
-            ticks: self.ticks,
+            limit: self.limit(),
+            cpus: self.cpus(),
+            ticks: self.ticks.load(Ordering::Relaxed),
             braked: shared.braked(),
-            braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
+            braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
         };
         Snapshot::new(governed, window, shared.queue.snapshot())
     }
 }
 
-/// Lock the governor; a panic in an earlier tick leaves its state usable.
-pub(crate) fn lock(governor: &Mutex<Governor>) -> MutexGuard<'_, Governor> {
-    governor.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// An `f64` in an `AtomicU64`, for values the governor publishes.
+#[derive(Default)]
+struct AtomicF64(AtomicU64);
 
-/// One tick of `governor` over `shared`, then the metrics export (outside the lock: an exporter
-/// may call back into the handle).
-pub(crate) fn tick(governor: &Mutex<Governor>, shared: &Shared, period: Duration) {
-    let mut g = lock(governor);
-    let window = g.tick(shared, period);
-    #[cfg(feature = "metrics")]
-    {
-        let snapshot = g.snapshot(shared, window);
-        drop(g);
-        crate::metrics::emit(&snapshot);
+impl AtomicF64 {
+    fn load(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
     }
-    #[cfg(not(feature = "metrics"))]
-    drop((g, window));
+    fn store(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Relaxed)
+    }
 }
 
 /// The CPUs `limit` of `cpus` pays for, rounded up: the most elastic tasks that need to run at
@@ -189,21 +255,21 @@ impl Drop for CloseOnExit {
 /// is gone (every `Elastic`, `Paced`, `PacedStream` and `Pacer` dropped).
 pub(crate) fn spawn(
     shared: &Arc<Shared>,
-    governor: Arc<Mutex<Governor>>,
+    control: Arc<Control>,
     tick: Duration,
 ) -> std::io::Result<()> {
     let weak = Arc::downgrade(shared);
     let queue = shared.queue.clone();
     let handle = thread::Builder::new()
         .name("elastic-cpu-governor".into())
-        .spawn(move || run(weak, governor, queue, tick))?;
+        .spawn(move || run(weak, control, queue, tick))?;
     // A backlog seen by the probe wakes the governor at once (the brake).
     shared.probe.notify_on_alarm(handle.thread().clone());
     shared.set_governor_thread(handle.thread().clone());
     Ok(())
 }
 
-fn run(weak: Weak<Shared>, governor: Arc<Mutex<Governor>>, queue: Queue, period: Duration) {
+fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration) {
     let _close = CloseOnExit(queue);
     let mut last = Instant::now();
     let mut next = last + period;
@@ -214,11 +280,11 @@ fn run(weak: Weak<Shared>, governor: Arc<Mutex<Governor>>, queue: Queue, period:
         let now = Instant::now();
         let braked = if now < next {
             // Woken early: by the probe's alarm, a brake re-check, or a shutdown.
-            lock(&governor).brake_step(&shared)
+            control.brake_step(&shared)
         } else {
             // The real period (the OS may wake us late); capped so a long stall is not one
             // giant step.
-            tick(&governor, &shared, (now - last).min(period * 10));
+            control.tick(&shared, (now - last).min(period * 10));
             last = now;
             next += period;
             if next <= now {
