@@ -68,36 +68,35 @@ pub struct Elastic {
 impl ElasticBuilder {
     /// Validate every setting and start the governor.
     pub fn build(self) -> Result<Elastic, BuildError> {
-        let b = self;
-        let controller_config = b.validate()?;
-        let brake = b.resolved_brake(&controller_config);
+        let controller_config = self.validate()?;
+        let brake = self.resolved_brake(&controller_config);
         let probe = Probe::new(ProbeConfig {
             tick: controller_config.tick,
             window: controller_config.window,
             alarm_at: brake,
-            ..b.probe.clone()
+            ..self.probe.clone()
         })?;
-        let initial = b.initial_limit.unwrap_or(controller_config.min_limit);
+        let initial = self.initial_limit.unwrap_or(controller_config.min_limit);
         let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
         let default_cpus = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .unwrap_or(1.0);
-        let clock = b.queue_clock();
+        let clock = self.queue_clock();
         let manual = clock.is_manual();
         let governor = Governor::new(
             controller,
-            b.fixed_limit,
+            self.fixed_limit,
             brake.is_some(),
             clock.clone(),
-            b.cap_concurrency,
-            b.cpus,
+            self.cap_concurrency,
+            self.cpus,
             default_cpus,
         );
         let shared = Arc::new(Shared::new(
             WorkQueue::new(clock, governor.rate()),
-            b.slice,
-            b.quantum,
-            b.running.clone(),
+            self.slice,
+            self.quantum,
+            self.running.clone(),
             probe,
         ));
         let control = Arc::new(Control::new(governor, &shared));
