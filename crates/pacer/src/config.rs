@@ -1,14 +1,17 @@
 //! The one builder for every setting, and its typed errors.
 
 use std::fmt;
+#[cfg(feature = "test-util")]
 use std::sync::Arc;
 use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, SettingError, MAX_SLICE, MIN_SLICE};
+#[cfg(feature = "test-util")]
+use elastic_cpu_core::{Clock, ManualClock};
+use elastic_cpu_core::{ControllerConfig, MonotonicClock, SettingError, MAX_SLICE, MIN_SLICE};
 use elastic_cpu_probe::ProbeConfig;
 
-use crate::shared::RunningTime;
-use crate::Elastic;
+use crate::running::RunningTime;
+use crate::shared::QueueClock;
 
 /// Named sets of controller constants.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,7 +84,7 @@ impl From<SettingError> for BuildError {
     }
 }
 
-/// Default CPU time a grant hands out. Long slices keep few grants in flight; DESIGN.md §8
+/// Default CPU time a grant hands out. Long slices keep few grants in flight; docs/design.md §8
 /// measured 100 ms slices holding foreground p99 where 10–20 ms slices did not.
 pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 
@@ -93,7 +96,7 @@ pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 /// reschedule and an I/O driver poll, a few µs.
 pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(50);
 
-/// Builds an [`Elastic`]: every setting, validated in [`build`](ElasticBuilder::build).
+/// Builds an [`Elastic`](crate::Elastic): every setting, validated in [`build`](ElasticBuilder::build).
 ///
 /// ```
 /// use std::time::Duration;
@@ -116,6 +119,7 @@ pub struct ElasticBuilder {
     pub(crate) quantum: Duration,
     pub(crate) probe: ProbeConfig,
     pub(crate) running: RunningTime,
+    #[cfg(feature = "test-util")]
     pub(crate) manual: Option<ManualClock>,
     pub(crate) cpus: Option<f64>,
     pub(crate) brake: BrakeSetting,
@@ -154,6 +158,7 @@ impl Default for ElasticBuilder {
                 ..ProbeConfig::default()
             },
             running: RunningTime::Adaptive,
+            #[cfg(feature = "test-util")]
             manual: None,
             cpus: None,
             brake: BrakeSetting::Default,
@@ -183,35 +188,37 @@ impl ElasticBuilder {
         self
     }
 
-    /// Controller step per second of elastic share (0.0001 ..= 1.0).
+    /// Controller step of the limit per second (0.0001 ..= 1.0).
     pub fn delta_per_sec(mut self, delta: f64) -> Self {
         self.delta_per_sec = Some(delta);
         self
     }
 
-    /// Lowest elastic share the controller goes to (and its start, unless
-    /// [`initial_limit`](Self::initial_limit) says otherwise).
-    pub fn min_limit(mut self, share: f64) -> Self {
-        self.min_limit = Some(share);
+    /// Lowest limit (the elastic share of the CPUs) the controller goes to, and its start
+    /// unless [`initial_limit`](Self::initial_limit) says otherwise (0.01 ..= 1.0).
+    pub fn min_limit(mut self, limit: f64) -> Self {
+        self.min_limit = Some(limit);
         self
     }
 
-    /// Highest elastic share the controller goes to.
-    pub fn max_limit(mut self, share: f64) -> Self {
-        self.max_limit = Some(share);
+    /// Highest limit the controller goes to (0.05 ..= 1.0, at least `min_limit`).
+    pub fn max_limit(mut self, limit: f64) -> Self {
+        self.max_limit = Some(limit);
         self
     }
 
-    /// Elastic share the controller starts from (within min ..= max).
-    pub fn initial_limit(mut self, share: f64) -> Self {
-        self.initial_limit = Some(share);
+    /// Limit the controller starts from (`min_limit ..= max_limit`). The token bucket starts
+    /// full at this limit: see [`Elastic`](crate::Elastic#tokens).
+    pub fn initial_limit(mut self, limit: f64) -> Self {
+        self.initial_limit = Some(limit);
         self
     }
 
-    /// Turn the controller off and cap elastic work at this share of the runtime's CPUs
-    /// (0 < share ..= 1): a static cap, still without bursts.
-    pub fn fixed_limit(mut self, share: f64) -> Self {
-        self.fixed_limit = Some(share);
+    /// Turn the controller off and cap elastic work at this limit, a fixed share of the
+    /// runtime's CPUs (above 0, at most 1): a static cap, still without bursts beyond the
+    /// bucket's one second.
+    pub fn fixed_limit(mut self, limit: f64) -> Self {
+        self.fixed_limit = Some(limit);
         self
     }
 
@@ -219,7 +226,7 @@ impl ElasticBuilder {
     /// queue, elastic work gives back its grants at its next poll and gets none until no task
     /// has waited that long for [`DEFAULT_BRAKE_HOLD`](crate::DEFAULT_BRAKE_HOLD) (at most
     /// [`BRAKE_MAX`](crate::BRAKE_MAX) at a time). Its tokens keep accruing, so the elastic
-    /// share is deferred, not lost.
+    /// limit is deferred, not lost.
     ///
     /// Default: [`BRAKE_FACTOR`] × the p99 target while the controller runs; off with
     /// [`fixed_limit`](Self::fixed_limit) unless set here. Must be ≥ 10 µs.
@@ -252,7 +259,7 @@ impl ElasticBuilder {
         self
     }
 
-    /// No backlog brake: only the controller (or the fixed limit) sets the elastic share.
+    /// No backlog brake: only the controller (or the fixed limit) sets the limit.
     pub fn no_brake(mut self) -> Self {
         self.brake = BrakeSetting::Off;
         self
@@ -303,24 +310,48 @@ impl ElasticBuilder {
         self
     }
 
-    /// Measure elastic polls with this clock (tests).
+    /// Measure elastic polls with this clock (tests; feature `test-util`). With the
+    /// [`manual`](Self::manual) clock, a poll that advances it is charged exactly that much.
+    #[cfg(feature = "test-util")]
     pub fn running_clock(mut self, clock: impl Clock) -> Self {
         self.running = RunningTime::Custom(Arc::new(clock));
         self
     }
 
-    /// Drive everything from `clock` and start no governor thread: the test calls
-    /// [`Elastic::tick`] by hand. Deterministic tests of waiting and wake-up use this.
+    /// Drive the work queue and the brake from `clock` and start no governor thread: the test
+    /// calls [`Elastic::tick`](crate::Elastic::tick) by hand. Deterministic tests of waiting
+    /// and wake-up use this (feature `test-util`).
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::{Elastic, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let elastic = Elastic::builder().manual(clock.clone()).build()?;
+    /// clock.advance(std::time::Duration::from_millis(100));
+    /// elastic.tick();
+    /// assert_eq!(elastic.snapshot().ticks, 1);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    #[cfg(feature = "test-util")]
     pub fn manual(mut self, clock: ManualClock) -> Self {
         self.manual = Some(clock);
         self
     }
 
     /// The CPUs the bucket's rate is computed for. By default the runtime built through
-    /// [`Elastic::runtime`] sets `min(workers, available_parallelism)`.
+    /// [`Elastic::runtime`](crate::Elastic::runtime) sets `min(workers, available_parallelism)`.
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
         self
+    }
+
+    /// The clock the work queue runs on: the [`manual`](Self::manual) one if given (then no
+    /// governor thread runs).
+    pub(crate) fn queue_clock(&self) -> QueueClock {
+        #[cfg(feature = "test-util")]
+        if let Some(c) = &self.manual {
+            return QueueClock::Manual(c.clone());
+        }
+        QueueClock::Monotonic(MonotonicClock::new())
     }
 
     /// The resolved controller configuration (profile plus the single-setting overrides).
@@ -376,10 +407,5 @@ impl ElasticBuilder {
             }
         }
         Ok(controller)
-    }
-
-    /// Validate every setting and start the governor.
-    pub fn build(self) -> Result<Elastic, BuildError> {
-        Elastic::from_builder(self)
     }
 }

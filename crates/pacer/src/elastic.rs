@@ -1,22 +1,26 @@
 //! `Elastic`: the handle users hold.
 
 use std::borrow::BorrowMut;
+use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::io;
+use std::sync::Arc;
 
-use elastic_cpu_core::{rate_for, MonotonicClock, QueueSnapshot, StepController, WorkQueue};
-use elastic_cpu_probe::{Probe, ProbeConfig, Window};
-use tokio::runtime::{Builder, Handle};
+use elastic_cpu_core::{StepController, WorkQueue};
+use elastic_cpu_probe::{Probe, ProbeConfig};
+use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
+use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
-use crate::governor::GovernorState;
-use crate::shared::{AtomicF64, QueueClock, Shared};
-use crate::{PacedExt, Pacer, RuntimeBuilder};
+use crate::governor::{self, Control, Governor};
+use crate::paced::Paced;
+use crate::pacer::Pacer;
+use crate::shared::Shared;
+use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
-/// that decides the elastic share, and the token bucket that enforces it. Cheap to clone.
+/// that decides the limit (the elastic share of the CPUs), and the token bucket that enforces
+/// it. Cheap to clone.
 ///
 /// ```
 /// use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -28,103 +32,86 @@ use crate::{PacedExt, Pacer, RuntimeBuilder};
 /// assert!(s.limit > 0.0 && s.cpus >= 1.0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Tokens
+///
+/// Tokens are CPU time. At limit `u` on `n` CPUs the bucket refills at `u × n` CPU-seconds per
+/// second and holds at most one second of that. It starts full: one second of tokens at the
+/// initial rate, `u × n` CPU-seconds, where `u` is the [`fixed_limit`], else the
+/// [`initial_limit`], else the [`min_limit`], and `n` is [`cpus`] if given, else
+/// `available_parallelism`. So elastic work may take up to that much at once right after the
+/// build before it is held to the rate. Attaching a runtime resizes the bucket for its CPUs
+/// and keeps it full: a new rate moves the balance by the change in the one-second burst
+/// (a lower limit can push it into debt).
+///
+/// # Threads
+///
+/// [`build`](ElasticBuilder::build) starts one OS thread, the governor
+/// (`elastic-cpu-governor`), unless the builder has a manual clock (feature `test-util`). It
+/// belongs to no runtime: it outlives the runtime it governs, and ends only once the last
+/// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this
+/// handle is dropped (then it closes the work queue, so nothing waits for a grant that cannot
+/// come). Without `tokio_unstable`, [`attach`](Self::attach) also starts a sampling probe
+/// thread on the runtime (`sched-probe-sampler`); it is stopped and joined at that same last
+/// drop, and also ends by itself soon after its runtime shuts down.
+///
+/// [`fixed_limit`]: ElasticBuilder::fixed_limit
+/// [`initial_limit`]: ElasticBuilder::initial_limit
+/// [`min_limit`]: ElasticBuilder::min_limit
+/// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
+    control: Arc<Control>,
 }
 
-/// What [`Elastic::snapshot`] reports: always available, no exporter needed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Snapshot {
-    /// Elastic share of the runtime's CPUs currently allowed.
-    pub limit: f64,
-    /// CPUs the token rate is computed for.
-    pub cpus: f64,
-    /// Governor ticks so far.
-    pub ticks: u64,
-    /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
-    pub sched_p99: Option<Duration>,
-    /// p99 poll time of foreground tasks over the window.
-    pub fg_poll_p99: Option<Duration>,
-    /// p99 poll time of elastic polls over the window.
-    pub elastic_poll_p99: Option<Duration>,
-    /// Token balance in CPU nanoseconds (negative: debt).
-    pub balance_nanos: i64,
-    /// Elastic work waiting for a grant.
-    pub waiters: usize,
-    /// CPU nanoseconds granted.
-    pub acquired_nanos: u64,
-    /// Granted nanoseconds given back unused.
-    pub returned_nanos: u64,
-    /// Nanoseconds run past grants (charged as debt).
-    pub over_limit_nanos: u64,
-    /// Nanoseconds elastic work ran, as measured (`acquired − returned + over_limit` once settled).
-    pub used_nanos: u64,
-    /// The backlog brake is on now.
-    pub braked: bool,
-    /// Times the backlog brake engaged.
-    pub brakes: u64,
-    /// Time spent braked (brakes that ended).
-    pub braked_time: Duration,
-    /// The whole probe window.
-    pub window: Window,
-    /// The whole queue ledger.
-    pub queue: QueueSnapshot,
+impl ElasticBuilder {
+    /// Validate every setting and start the governor.
+    pub fn build(self) -> Result<Elastic, BuildError> {
+        let controller_config = self.validate()?;
+        let brake = self.resolved_brake(&controller_config);
+        let probe = Probe::new(ProbeConfig {
+            tick: controller_config.tick,
+            window: controller_config.window,
+            alarm_at: brake,
+            ..self.probe.clone()
+        })?;
+        let initial = self.initial_limit.unwrap_or(controller_config.min_limit);
+        let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
+        let default_cpus = std::thread::available_parallelism()
+            .map(|n| n.get() as f64)
+            .unwrap_or(1.0);
+        let clock = self.queue_clock();
+        let manual = clock.is_manual();
+        let governor = Governor::new(
+            controller,
+            self.fixed_limit,
+            brake.is_some(),
+            clock.clone(),
+            self.cap_concurrency,
+            self.cpus,
+            default_cpus,
+        );
+        let shared = Arc::new(Shared::new(
+            WorkQueue::new(clock, governor.rate()),
+            self.slice,
+            self.quantum,
+            self.running.clone(),
+            probe,
+        ));
+        let control = Arc::new(Control::new(governor, &shared));
+        if !manual {
+            governor::spawn(&shared, control.clone(), controller_config.tick)
+                .map_err(BuildError::GovernorThread)?;
+        }
+        Ok(Elastic { shared, control })
+    }
 }
 
 impl Elastic {
     /// Start building: defaults from [`Profile::Default`](crate::Profile::Default).
     pub fn builder() -> ElasticBuilder {
         ElasticBuilder::default()
-    }
-
-    pub(crate) fn from_builder(b: ElasticBuilder) -> Result<Elastic, BuildError> {
-        let controller_config = b.validate()?;
-        let brake = b.resolved_brake(&controller_config);
-        let probe = Probe::new(ProbeConfig {
-            tick: controller_config.tick,
-            window: controller_config.window,
-            alarm_at: brake,
-            ..b.probe.clone()
-        })?;
-        let initial = b.initial_limit.unwrap_or(controller_config.min_limit);
-        let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
-        let limit = b.fixed_limit.unwrap_or(initial);
-        let default_cpus = std::thread::available_parallelism()
-            .map(|n| n.get() as f64)
-            .unwrap_or(1.0);
-        let cpus = b.cpus.unwrap_or(default_cpus);
-        let clock = match &b.manual {
-            Some(c) => QueueClock::Manual(c.clone()),
-            None => QueueClock::Monotonic(MonotonicClock::new()),
-        };
-        let shared = Arc::new(Shared {
-            queue: Arc::new(WorkQueue::new(clock.clone(), rate_for(limit, cpus))),
-            clock,
-            brake: brake.map(|_| Mutex::new(crate::brake::Brake::default())),
-            braked: AtomicBool::new(false),
-            cap_concurrency: b.cap_concurrency,
-            probe,
-            slice: b.slice,
-            quantum: b.quantum,
-            running: b.running.clone(),
-            limit: AtomicF64::new(limit),
-            cpus: AtomicF64::new(cpus),
-            cpus_fixed: AtomicBool::new(b.cpus.is_some()),
-            ticks: AtomicU64::new(0),
-            governor: Mutex::new(GovernorState {
-                controller,
-                fixed: b.fixed_limit,
-            }),
-            governor_thread: Mutex::new(None),
-            samplers: Mutex::new(Vec::new()),
-        });
-        shared.cap_holders(limit);
-        if b.manual.is_none() {
-            crate::governor::spawn(&shared, controller_config.tick)
-                .map_err(BuildError::GovernorThread)?;
-        }
-        Ok(Elastic { shared })
     }
 
     /// Wrap a tokio runtime builder: its `build()` installs the probe and sizes the bucket for
@@ -146,28 +133,15 @@ impl Elastic {
     /// min(workers, available parallelism) (unless [`ElasticBuilder::cpus`] fixed it) and,
     /// without `tokio_unstable`, starts the sampling probe on it.
     pub fn attach(&self, handle: &Handle) {
-        if !self.shared.cpus_fixed.load(Ordering::Relaxed) {
-            let workers = handle.metrics().num_workers().max(1) as f64;
-            let cores = std::thread::available_parallelism()
-                .map(|n| n.get() as f64)
-                .unwrap_or(workers);
-            self.set_cpus(workers.min(cores));
-        }
+        let workers = handle.metrics().num_workers().max(1) as f64;
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as f64)
+            .unwrap_or(workers);
+        self.control.attach_cpus(&self.shared, workers.min(cores));
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
-            let sampler = self.shared.probe.start_sampler(handle);
             self.shared
-                .samplers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(sampler);
+                .keep_sampler(self.shared.probe.start_sampler(handle));
         }
-    }
-
-    fn set_cpus(&self, cpus: f64) {
-        self.shared.cpus.store(cpus);
-        self.shared
-            .queue
-            .set_rate(rate_for(self.shared.limit.load(), cpus));
     }
 
     /// A [`Pacer`] for one loop of elastic work.
@@ -175,24 +149,58 @@ impl Elastic {
         Pacer::new(self.shared.clone())
     }
 
-    /// Spawn `future` on the current runtime as paced elastic work.
+    /// Spawn `future` as paced elastic work on the runtime this thread is in (inside one of
+    /// its tasks or `block_on`, or under [`Handle::enter`]). Outside any runtime it returns
+    /// [`SpawnError`] where [`tokio::spawn`] would panic; from outside, use
+    /// [`spawn_on`](Self::spawn_on).
     ///
-    /// # Panics
+    /// ```
+    /// use elastic_cpu_pacer::Elastic;
+    /// let elastic = Elastic::builder().build()?;
+    /// // No runtime on this thread: an error, not a panic.
+    /// assert!(elastic.spawn(async {}).is_err());
     ///
-    /// Outside a tokio runtime, like [`tokio::spawn`].
-    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build()?;
+    /// let sum = rt.block_on(async {
+    ///     let scan = elastic.spawn(async { (0..1000u64).sum::<u64>() })?;
+    ///     Ok::<_, Box<dyn std::error::Error>>(scan.await?)
+    /// })?;
+    /// assert_eq!(sum, 499_500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> Result<JoinHandle<F::Output>, SpawnError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        tokio::spawn(future.paced(self))
+        let handle = Handle::try_current().map_err(SpawnError)?;
+        Ok(self.spawn_on(&handle, future))
     }
 
-    /// Run one governor tick now, with the configured tick as its period. The governor thread
-    /// does this on its own; with [`ElasticBuilder::manual`] tests call it by hand.
+    /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let task = elastic.spawn_on(rt.handle(), async { 6 * 7 });
+    /// assert_eq!(rt.block_on(task)?, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_on<F>(&self, handle: &Handle, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        handle.spawn(Paced::new(future, self.shared.clone()))
+    }
+
+    /// Run one governor tick now, with the configured tick as its period (feature
+    /// `test-util`). The governor thread does this on its own; with
+    /// [`ElasticBuilder::manual`] tests call it by hand.
+    #[cfg(feature = "test-util")]
     pub fn tick(&self) {
         let period = self.shared.probe.config().tick;
-        self.shared.tick(period);
+        self.control.tick(&self.shared, period);
     }
 
     /// The probe measuring the runtime.
@@ -200,41 +208,18 @@ impl Elastic {
         &self.shared.probe
     }
 
-    /// Everything at once: limit, latencies, ledger.
+    /// Everything at once: the limit, latencies, the token ledger, the brake.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
-        let queue = self.shared.queue.snapshot();
-        let braked_time = self.shared.brake.as_ref().map_or(Duration::ZERO, |b| {
-            b.lock().unwrap_or_else(|p| p.into_inner()).total
-        });
-        Snapshot {
-            braked: self.shared.braked(),
-            // Only the brake pauses the queue.
-            brakes: queue.pauses,
-            braked_time,
-            limit: self.shared.limit.load(),
-            cpus: self.shared.cpus.load(),
-            ticks: self.shared.ticks.load(Ordering::Relaxed),
-            sched_p99: window.queue_latency.all.p99,
-            fg_poll_p99: window.poll_time.foreground.p99,
-            elastic_poll_p99: window.poll_time.elastic.p99,
-            balance_nanos: queue.balance_nanos,
-            waiters: queue.waiters,
-            acquired_nanos: queue.acquired_nanos,
-            returned_nanos: queue.returned_nanos,
-            over_limit_nanos: queue.over_limit_nanos,
-            used_nanos: queue.used_nanos,
-            window,
-            queue,
-        }
+        self.control.snapshot(&self.shared, window)
     }
 }
 
-impl std::fmt::Debug for Elastic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Elastic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Elastic")
-            .field("limit", &self.shared.limit.load())
-            .field("cpus", &self.shared.cpus.load())
+            .field("limit", &self.control.limit())
+            .field("cpus", &self.control.cpus())
             .finish_non_exhaustive()
     }
 }
@@ -243,5 +228,42 @@ impl std::fmt::Debug for Elastic {
 const _: () = {
     const fn is<T: Send + Sync>() {}
     is::<Elastic>();
-    is::<crate::Pacer>();
+    is::<Pacer>();
 };
+
+/// Why [`Elastic::spawn`] spawned nothing: there is no tokio runtime on this thread (or it is
+/// being torn down). [`Elastic::spawn_on`] takes the runtime's handle instead.
+#[derive(Debug)]
+pub struct SpawnError(TryCurrentError);
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot spawn elastic work: {}", self.0)
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// A tokio [`Builder`] wrapped by [`Elastic::runtime`]: [`build`](Self::build) installs the
+/// probe and sizes the token bucket for the runtime's workers.
+#[derive(Debug)]
+pub struct RuntimeBuilder<'e, B> {
+    elastic: &'e Elastic,
+    builder: B,
+}
+
+impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
+    /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
+    /// probe started), CPUs = min(workers, available parallelism).
+    pub fn build(mut self) -> io::Result<Runtime> {
+        let builder = self.builder.borrow_mut();
+        self.elastic.instrument(builder);
+        let rt = builder.build()?;
+        self.elastic.attach(rt.handle());
+        Ok(rt)
+    }
+}

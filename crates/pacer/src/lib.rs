@@ -23,33 +23,50 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The pieces: [`Paced`] / [`PacedStream`] (`.paced(&elastic)`) hold a grant of CPU time
-//! before each poll and measure what each poll used; [`Pacer`] does the same for one long
-//! loop; the governor thread turns the probe's scheduling latency into an elastic share
-//! (the step controller) and the share into a token rate, hands out at most
-//! `ceil(limit × cpus)` grants at a time, and stops all grants (the backlog brake) the moment
-//! a foreground task is seen waiting 4× the target; [`Elastic::snapshot`] and the `metrics`
-//! facade report it all.
+//! The pieces: [`Paced`] / [`PacedStream`] (`.paced(&elastic)`, or [`Elastic::spawn`]) hold a
+//! grant of CPU time before each poll and measure what each poll used; [`Pacer`] does the same
+//! for one long loop; the governor thread turns the probe's scheduling latency into a limit
+//! (the elastic share of the CPUs, by the step controller) and the limit into a token rate,
+//! hands out at most `ceil(limit × cpus)` grants at a time, and stops all grants (the backlog
+//! brake) the moment a foreground task is seen waiting 4× the target; [`Elastic::snapshot`]
+//! and the `metrics` facade report it all. [`Elastic`] says when the token bucket starts full
+//! and how long the governor thread lives. See `docs/design.md` in the repository (§5 for this
+//! crate) for how the pieces fit.
+//!
+//! Features: `metrics` (default) exports the snapshot through the `metrics` facade every tick
+//! (the names are in `METRICS`); `test-util` adds the test plumbing (a manual clock
+//! and hand-made ticks), for tests only.
 #![forbid(unsafe_code)]
 
 mod brake;
 mod config;
 mod elastic;
+mod ext;
 mod governor;
+mod grant;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paced;
 mod pacer;
-mod runtime;
+mod running;
 mod shared;
+mod snapshot;
 
 pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 pub use crate::config::{
     BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use crate::elastic::{Elastic, Snapshot};
+pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};
+pub use crate::ext::{PacedExt, PacedStreamExt};
 #[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
-pub use crate::paced::{Paced, PacedExt, PacedStream, PacedStreamExt};
+pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
-pub use crate::runtime::RuntimeBuilder;
+pub use crate::snapshot::Snapshot;
+
+// Every type the API above hands out or takes, nameable from here.
+/// The clocks `ElasticBuilder::manual` and `ElasticBuilder::running_clock` take (feature
+/// `test-util`).
+pub use elastic_cpu_core::{Clock, ManualClock};
+pub use elastic_cpu_core::{ControllerConfig, QueueSnapshot, SettingError};
+pub use elastic_cpu_probe::{Probe, ProbeConfig, Sampler, Source, Split, Summary, Window};

@@ -1,19 +1,22 @@
-//! Export through the `metrics` facade, once per governor tick. The application installs the
-//! exporter; with none installed these calls cost next to nothing.
+//! Export through the `metrics` facade, once per governor tick, from the tick's [`Snapshot`].
+//! The application installs the exporter; with none installed these calls cost next to
+//! nothing.
+//!
+//! Counts that only grow are counters. The CPU-time totals (`*_seconds` that only grow) are
+//! gauges set to the running total: the facade's counters hold integers, and a counter of whole
+//! seconds would lose everything below a second, while the `_seconds` unit is the convention
+//! for durations (an integer nanosecond counter would need another name and unit).
 
-use std::time::Duration;
-
-use elastic_cpu_probe::Window;
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
-use crate::shared::Shared;
+use crate::snapshot::Snapshot;
 
 /// Every metric this crate emits: name, unit, description.
 pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_limit_ratio",
         "ratio",
-        "Elastic CPU share of the runtime's CPUs the controller allows",
+        "The limit: share of the runtime's CPUs elastic work may use now",
     ),
     (
         "elastic_cpu_cpus",
@@ -93,31 +96,27 @@ fn describe() {
     }
 }
 
-fn secs(nanos: u64) -> f64 {
-    Duration::from_nanos(nanos).as_secs_f64()
-}
-
-pub(crate) fn emit(shared: &Shared, window: &Window, limit: f64) {
+/// Emit every metric in [`METRICS`] from `s`.
+pub(crate) fn emit(s: &Snapshot) {
     describe();
-    let q = shared.queue.snapshot();
-    gauge!("elastic_cpu_limit_ratio").set(limit);
-    gauge!("elastic_cpu_cpus").set(shared.cpus.load());
-    if let Some(p99) = window.queue_latency.all.p99 {
+    gauge!("elastic_cpu_limit_ratio").set(s.limit);
+    gauge!("elastic_cpu_cpus").set(s.cpus);
+    if let Some(p99) = s.sched_p99 {
         gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
     }
-    if let Some(p99) = window.poll_time.foreground.p99 {
+    if let Some(p99) = s.fg_poll_p99 {
         gauge!("elastic_cpu_poll_p99_seconds", "kind" => "foreground").set(p99.as_secs_f64());
     }
-    if let Some(p99) = window.poll_time.elastic.p99 {
+    if let Some(p99) = s.elastic_poll_p99 {
         gauge!("elastic_cpu_poll_p99_seconds", "kind" => "elastic").set(p99.as_secs_f64());
     }
-    gauge!("elastic_cpu_tokens_available_seconds").set(q.balance_nanos as f64 / 1e9);
-    gauge!("elastic_cpu_waiters").set(q.waiters as f64);
-    gauge!("elastic_cpu_acquired_seconds").set(secs(q.acquired_nanos));
-    gauge!("elastic_cpu_returned_seconds").set(secs(q.returned_nanos));
-    gauge!("elastic_cpu_over_limit_seconds").set(secs(q.over_limit_nanos));
-    gauge!("elastic_cpu_wait_seconds").set(secs(q.wait_nanos));
-    counter!("elastic_cpu_grants_total").absolute(q.grants);
-    counter!("elastic_cpu_waits_total").absolute(q.waits);
-    counter!("elastic_cpu_brakes_total").absolute(q.pauses);
+    gauge!("elastic_cpu_tokens_available_seconds").set(s.balance_secs_f64());
+    gauge!("elastic_cpu_waiters").set(s.waiters as f64);
+    gauge!("elastic_cpu_acquired_seconds").set(s.acquired.as_secs_f64());
+    gauge!("elastic_cpu_returned_seconds").set(s.returned.as_secs_f64());
+    gauge!("elastic_cpu_over_limit_seconds").set(s.over_limit.as_secs_f64());
+    gauge!("elastic_cpu_wait_seconds").set(s.waited.as_secs_f64());
+    counter!("elastic_cpu_grants_total").absolute(s.grants);
+    counter!("elastic_cpu_waits_total").absolute(s.waits);
+    counter!("elastic_cpu_brakes_total").absolute(s.brakes);
 }

@@ -1,37 +1,22 @@
 //! `Paced<F>` and `PacedStream<S>`: elastic futures and streams that run on CPU tokens.
 
 use std::future::Future;
-use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use elastic_cpu_core::{Admit, Grant, Ticket};
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::shared::{Mark, QueueClock, Shared, LONG_RUN};
-use crate::Elastic;
+use crate::grant::{yield_to_scheduler, GrantState};
+use crate::running::{Mark, LONG_RUN};
+use crate::shared::Shared;
 
-/// What a paced adapter holds between polls.
-pub(crate) enum Hold {
-    /// Nothing: admit before the next poll.
-    Idle,
-    /// Queued for a grant; the ticket holds our waker.
-    Waiting(Ticket<QueueClock>),
-    /// A grant, partly used.
-    Holding(Grant),
-    /// The governor is gone: run without pacing rather than hang.
-    Unpaced,
-}
-
-/// The grant bookkeeping shared by `Paced` and `PacedStream`.
+/// The timing of one paced future or stream: each inner poll is timed and charged to its
+/// grant; the poll quantum's clock runs until the task returns `Pending`.
 pub(crate) struct Slot {
-    pub(crate) shared: Arc<Shared>,
-    hold: Hold,
-    /// Running time charged against the current grant.
-    used: Duration,
+    grant: GrantState,
     /// Running time since this task last returned `Pending` (the poll quantum's clock).
     run: Duration,
     /// Set while the inner poll runs, so a panic in it is still charged.
@@ -44,11 +29,9 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    fn new(shared: Arc<Shared>) -> Self {
         Slot {
-            shared,
-            hold: Hold::Idle,
-            used: Duration::ZERO,
+            grant: GrantState::new(shared),
             run: Duration::ZERO,
             polling: None,
             long: false,
@@ -59,37 +42,19 @@ impl Slot {
 
     /// Ready once we hold a grant (or run unpaced); otherwise queued with `cx`'s waker.
     #[inline]
-    pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            match &mut self.hold {
-                // The backlog brake: give the grant back now, wait in line for the next one.
-                Hold::Holding(_) if self.shared.braked() => self.settle(),
-                Hold::Holding(_) | Hold::Unpaced => return Poll::Ready(()),
-                Hold::Idle => {
-                    self.hold = match self.shared.queue.admit(self.shared.slice) {
-                        Admit::Granted(g) => Hold::Holding(g),
-                        Admit::Queued(t) => Hold::Waiting(t),
-                    };
-                    self.used = Duration::ZERO;
-                }
-                Hold::Waiting(ticket) => match ticket.poll_grant(cx.waker()) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Ok(g)) => self.hold = Hold::Holding(g),
-                    Poll::Ready(Err(_closed)) => self.hold = Hold::Unpaced,
-                },
-            }
-        }
+    fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.grant.poll_acquire(cx)
     }
 
     /// Run one inner poll, timed and attributed to elastic work.
     #[inline]
-    pub(crate) fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
+    fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
         elastic_cpu_probe::mark_elastic_poll();
-        let mark = self.shared.running.mark(self.long);
+        let mark = self.grant.shared().running.mark(self.long);
         self.polling = Some(mark);
         let out = poll();
         self.polling = None;
-        let (took, wall) = self.shared.running.since(mark);
+        let (took, wall) = self.grant.shared().running.since(mark);
         self.long = wall >= LONG_RUN;
         self.account(took);
         out
@@ -103,67 +68,45 @@ impl Slot {
         {
             if self.sample_in == 0 {
                 self.sample_in = 15;
-                self.shared.probe.record_poll(None, Some(took), true);
+                self.grant
+                    .shared()
+                    .probe
+                    .record_poll(None, Some(took), true);
             } else {
                 self.sample_in -= 1;
             }
         }
-        self.used += took;
         self.run += took;
-        if let Hold::Holding(g) = &self.hold {
-            if self.used >= g.allotted() {
-                // Slice spent: settle now, take a new grant before the next poll.
-                self.settle();
-            }
-        }
+        // Settles the grant once its slice is spent: a new one is taken before the next poll.
+        self.grant.charge(took);
     }
 
     /// The poll quantum is spent: time to yield even with tokens left.
     #[inline]
-    pub(crate) fn quantum_spent(&self) -> bool {
-        self.run >= self.shared.quantum
+    fn quantum_spent(&self) -> bool {
+        self.run >= self.grant.shared().quantum
     }
 
     /// The task is about to return `Pending`: it yields, so the quantum starts over.
     #[inline]
-    pub(crate) fn yielded(&mut self) {
+    fn yielded(&mut self) {
         self.run = Duration::ZERO;
     }
 
-    /// Give back what the current grant did not use (or charge what it overran).
-    pub(crate) fn settle(&mut self) {
-        if let Hold::Holding(g) = mem::replace(&mut self.hold, Hold::Idle) {
-            self.shared.queue.done(g, self.used);
-        }
-        self.used = Duration::ZERO;
-    }
-
-    /// Settle for good: the adapter is finished.
-    pub(crate) fn finish(&mut self) {
-        self.settle();
-        // A finished future or stream polled again must not take a new grant it would hold
-        // until dropped.
-        self.hold = Hold::Unpaced;
+    /// The adapter is finished: settle for good.
+    fn finish(&mut self) {
+        self.grant.finish();
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(mark) = self.polling.take() {
-            // The inner poll panicked: charge what it ran before settling.
-            self.used += self.shared.running.since(mark).0;
+            // The inner poll panicked: charge what it ran (the grant settles when dropped).
+            let took = self.grant.shared().running.since(mark).0;
+            self.grant.charge(took);
         }
-        self.settle();
     }
-}
-
-/// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
-/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
-/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
-#[inline]
-pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
-    let mut y = std::pin::pin!(tokio::task::yield_now());
-    let _ = y.as_mut().poll(cx);
 }
 
 pin_project! {
@@ -181,6 +124,15 @@ pin_project! {
         #[pin]
         inner: F,
         slot: Slot,
+    }
+}
+
+impl<F> Paced<F> {
+    pub(crate) fn new(inner: F, shared: Arc<Shared>) -> Self {
+        Paced {
+            inner,
+            slot: Slot::new(shared),
+        }
     }
 }
 
@@ -221,6 +173,15 @@ pin_project! {
     }
 }
 
+impl<S> PacedStream<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        PacedStream {
+            inner,
+            slot: Slot::new(shared),
+        }
+    }
+}
+
 impl<S: Stream> Stream for PacedStream<S> {
     type Item = S::Item;
 
@@ -255,46 +216,3 @@ impl<S: Stream> Stream for PacedStream<S> {
         self.inner.size_hint()
     }
 }
-
-/// `.paced(&elastic)` for futures.
-pub trait PacedExt: Future + Sized {
-    /// Run this future as elastic work paced by `elastic`.
-    ///
-    /// ```
-    /// use elastic_cpu_pacer::{Elastic, PacedExt};
-    /// let elastic = Elastic::builder().build().unwrap();
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
-    /// let sum = rt.block_on(async { (0..1000u64).sum::<u64>() }.paced(&elastic));
-    /// assert_eq!(sum, 499500);
-    /// ```
-    fn paced(self, elastic: &Elastic) -> Paced<Self> {
-        Paced {
-            inner: self,
-            slot: Slot::new(elastic.shared.clone()),
-        }
-    }
-}
-
-impl<F: Future> PacedExt for F {}
-
-/// `.paced(&elastic)` for streams.
-pub trait PacedStreamExt: Stream + Sized {
-    /// Produce this stream's items as elastic work paced by `elastic`.
-    ///
-    /// ```
-    /// use futures_util::StreamExt;
-    /// use elastic_cpu_pacer::{Elastic, PacedStreamExt};
-    /// let elastic = Elastic::builder().build().unwrap();
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build().unwrap();
-    /// let chunks = futures_util::stream::iter(0..100u32).paced(&elastic);
-    /// assert_eq!(rt.block_on(chunks.count()), 100);
-    /// ```
-    fn paced(self, elastic: &Elastic) -> PacedStream<Self> {
-        PacedStream {
-            inner: self,
-            slot: Slot::new(elastic.shared.clone()),
-        }
-    }
-}
-
-impl<S: Stream> PacedStreamExt for S {}

@@ -1,29 +1,14 @@
 //! `Pacer`: pacing for one long loop of elastic work.
 
 use std::future::Future;
-use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{self, Thread, ThreadId};
-
+use std::thread::{self, Thread};
 use std::time::Duration;
 
-use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
-
-use crate::paced::yield_to_scheduler;
-use crate::shared::{QueueClock, RunningClock, RunningTime, Shared, LONG_RUN};
-
-enum State {
-    Idle,
-    Waiting(Ticket<QueueClock>),
-    /// Running a stretch of the grant: until the quantum or the rest of the slice is used.
-    Running(ElasticHandle<RunningClock>),
-    /// Yielded at the quantum with part of the grant left; its running time is not charged
-    /// while the task waits in the run queue.
-    Paused(Grant),
-    Unpaced,
-}
+use crate::grant::{yield_to_scheduler, GrantState, Phase, Step};
+use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
 ///
@@ -52,22 +37,13 @@ enum State {
 /// assert_eq!(sum, 49_995_000);
 /// ```
 pub struct Pacer {
-    shared: Arc<Shared>,
-    state: State,
-    /// Running time charged to the current grant by the stretches already finished.
-    used: Duration,
-    /// Thread CPU time and thread at the start of the running stretch (adaptive timing): the
-    /// stretch is charged its CPU time if it ends on the same thread.
-    stretch_cpu: Option<(Duration, ThreadId)>,
+    grant: GrantState,
 }
 
 impl Pacer {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Pacer {
-            shared,
-            state: State::Idle,
-            used: Duration::ZERO,
-            stretch_cpu: None,
+            grant: GrantState::new(shared),
         }
     }
 
@@ -80,132 +56,42 @@ impl Pacer {
     /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
     /// while it waits for a grant. Never call it on a runtime worker.
     pub fn pace_blocking(&mut self) {
-        if self.fast_path() {
+        if self.grant.keep_running() == Step::Go {
             return;
         }
         // Off the runtime the OS preempts us: no need to yield at the quantum, only to
-        // settle the slice, which the slow path has done.
+        // settle the slice, which `keep_running` has done.
         let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
         let mut cx = Context::from_waker(&waker);
-        while self.acquire(&mut cx, self.shared.slice).is_pending() {
+        let slice = self.grant.shared().slice;
+        while self.acquire(&mut cx, slice).is_pending() {
             thread::park();
         }
     }
 
     /// True once the governor has shut down and this pacer no longer waits for grants.
     pub fn is_unpaced(&self) -> bool {
-        matches!(self.state, State::Unpaced)
-    }
-
-    /// Within the stretch: go on. Otherwise end the stretch (pausing the grant, or settling it
-    /// when the slice is spent) and say no.
-    #[inline]
-    fn fast_path(&mut self) -> bool {
-        match &mut self.state {
-            State::Running(h) => {
-                if !h.over_limit().0 {
-                    return true;
-                }
-                self.end_stretch();
-                false
-            }
-            State::Unpaced => true,
-            _ => false,
-        }
+        self.grant.phase() == Phase::Unpaced
     }
 
     /// Hold a grant again (resume a paused one, admit, or wait), running at most `stretch`.
     fn acquire(&mut self, cx: &mut Context<'_>, stretch: Duration) -> Poll<()> {
-        loop {
-            match mem::replace(&mut self.state, State::Idle) {
-                s @ (State::Running(_) | State::Unpaced) => {
-                    self.state = s;
-                    return Poll::Ready(());
-                }
-                State::Paused(g) if self.shared.braked() => {
-                    // The backlog brake: give the grant back, wait in line for the next one.
-                    self.shared.queue.done(g, mem::take(&mut self.used));
-                }
-                State::Paused(g) => self.state = self.running(g, stretch),
-                State::Idle => {
-                    self.used = Duration::ZERO;
-                    self.state = match self.shared.queue.admit(self.shared.slice) {
-                        Admit::Granted(g) => self.running(g, stretch),
-                        Admit::Queued(t) => State::Waiting(t),
-                    }
-                }
-                State::Waiting(mut t) => match t.poll_grant(cx.waker()) {
-                    Poll::Pending => {
-                        self.state = State::Waiting(t);
-                        return Poll::Pending;
-                    }
-                    Poll::Ready(Ok(g)) => self.state = self.running(g, stretch),
-                    Poll::Ready(Err(_closed)) => self.state = State::Unpaced,
-                },
-            }
+        if self.grant.poll_acquire(cx).is_pending() {
+            return Poll::Pending;
         }
-    }
-
-    fn running(&mut self, grant: Grant, stretch: Duration) -> State {
-        let stretch = stretch.min(grant.allotted().saturating_sub(self.used));
-        self.stretch_cpu = (matches!(self.shared.running, RunningTime::Adaptive)
-            && stretch >= LONG_RUN)
-            .then(|| (ThreadCpuClock.now(), thread::current().id()));
-        State::Running(ElasticHandle::with_deadline(
-            grant,
-            self.shared.running.clock(),
-            stretch,
-        ))
-    }
-
-    /// The stretch is over: pause the grant, or settle it if the slice is spent.
-    fn end_stretch(&mut self) {
-        // Only a running stretch ends here: taking any other state out would drop a paused
-        // grant (or a ticket) on the floor.
-        if !matches!(self.state, State::Running(_)) {
-            return;
-        }
-        if let State::Running(h) = mem::replace(&mut self.state, State::Idle) {
-            let (grant, wall) = h.into_grant();
-            let used = match self.stretch_cpu.take() {
-                Some((start, id)) if id == thread::current().id() => {
-                    ThreadCpuClock.now().saturating_sub(start)
-                }
-                // An await inside the loop moved us to another thread: its CPU clock says
-                // nothing about ours, fall back to the wall clock.
-                _ => wall,
-            };
-            self.used += used;
-            if self.used >= grant.allotted() {
-                self.shared.queue.done(grant, mem::take(&mut self.used));
-            } else {
-                self.state = State::Paused(grant);
-            }
-        }
-    }
-
-    fn settle(&mut self) {
-        self.end_stretch();
-        if let State::Paused(grant) = mem::replace(&mut self.state, State::Idle) {
-            self.shared.queue.done(grant, mem::take(&mut self.used));
-        }
-    }
-}
-
-impl Drop for Pacer {
-    fn drop(&mut self) {
-        self.settle();
+        self.grant.start_stretch(stretch);
+        Poll::Ready(())
     }
 }
 
 impl std::fmt::Debug for Pacer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match self.state {
-            State::Idle => "idle",
-            State::Waiting(_) => "waiting",
-            State::Running(_) => "running",
-            State::Paused(_) => "paused",
-            State::Unpaced => "unpaced",
+        let state = match self.grant.phase() {
+            Phase::Idle => "idle",
+            Phase::Waiting => "waiting",
+            Phase::Running => "running",
+            Phase::Held => "paused",
+            Phase::Unpaced => "unpaced",
         };
         f.debug_struct("Pacer").field("state", &state).finish()
     }
@@ -224,19 +110,17 @@ impl Future for Pace<'_> {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let pacer = &mut *self.get_mut().pacer;
-        match &pacer.state {
-            State::Running(_) | State::Unpaced => {
-                if pacer.fast_path() {
-                    return Poll::Ready(());
-                }
+        match pacer.grant.keep_running() {
+            Step::Go => Poll::Ready(()),
+            Step::Ended => {
                 // Quantum (or slice) spent: yield once, so the foreground tasks queued behind
                 // this worker (and the I/O driver) run. The grant is paused meanwhile, so time
                 // spent waiting in the run queue is never charged as running time.
                 yield_to_scheduler(cx);
                 Poll::Pending
             }
-            State::Idle | State::Waiting(_) | State::Paused(_) => {
-                let quantum = pacer.shared.quantum;
+            Step::Stopped => {
+                let quantum = pacer.grant.shared().quantum;
                 pacer.acquire(cx, quantum)
             }
         }

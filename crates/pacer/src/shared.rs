@@ -1,19 +1,36 @@
-//! State shared by the handle, the paced adapters and the governor.
+//! What the paced adapters read on their hot path, shared by the handle, the adapters and the
+//! governor: one per [`Elastic`](crate::Elastic).
 
-use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue};
-use elastic_cpu_probe::Probe;
+#[cfg(feature = "test-util")]
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
+use elastic_cpu_probe::{Probe, Sampler};
+
+use crate::running::RunningTime;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
-/// [`ManualClock`] in deterministic tests.
+/// [`ManualClock`] in deterministic tests (feature `test-util`).
 #[derive(Clone)]
 pub(crate) enum QueueClock {
     Monotonic(MonotonicClock),
+    #[cfg(feature = "test-util")]
     Manual(ManualClock),
+}
+
+impl QueueClock {
+    /// Driven by hand: no governor thread ticks it.
+    pub(crate) fn is_manual(&self) -> bool {
+        match self {
+            QueueClock::Monotonic(_) => false,
+            #[cfg(feature = "test-util")]
+            QueueClock::Manual(_) => true,
+        }
+    }
 }
 
 impl Clock for QueueClock {
@@ -21,6 +38,7 @@ impl Clock for QueueClock {
     fn now(&self) -> Duration {
         match self {
             QueueClock::Monotonic(c) => c.now(),
+            #[cfg(feature = "test-util")]
             QueueClock::Manual(c) => c.now(),
         }
     }
@@ -28,151 +46,79 @@ impl Clock for QueueClock {
 
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
-/// How elastic work's running time is measured.
-#[derive(Clone)]
-pub(crate) enum RunningTime {
-    /// The default: the thread's CPU clock for stretches long enough to make its cost (a system
-    /// call, a few hundred ns) negligible, the wall clock (vDSO, tens of ns) for short ones.
-    /// CPU time is what the tokens stand for, and the wall clock would also charge the time the
-    /// OS gave the core to another thread (another worker, when workers outnumber cores).
-    Adaptive,
-    /// `Instant` around each poll: cheap, includes time the OS took the CPU away.
-    Wall,
-    /// The thread's CPU clock on every poll: exact, one system call per read.
-    ThreadCpu,
-    /// Injected (tests).
-    Custom(Arc<dyn Clock>),
-}
-
-/// Polls and stretches at least this long (by the previous one) are timed on the CPU clock.
-pub(crate) const LONG_RUN: Duration = Duration::from_micros(50);
-
-impl fmt::Debug for RunningTime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RunningTime::Adaptive => "Adaptive",
-            RunningTime::Wall => "Wall",
-            RunningTime::ThreadCpu => "ThreadCpu",
-            RunningTime::Custom(_) => "Custom",
-        })
-    }
-}
-
-/// A point on the running-time clock.
-#[derive(Clone, Copy)]
-pub(crate) enum Mark {
-    Wall(Instant),
-    /// CPU clock, with the wall clock beside it: whether the next poll is worth the CPU clock
-    /// depends on how long this one took, not on how much CPU it got.
-    Cpu(Duration, Instant),
-    Custom(Duration),
-}
-
-impl RunningTime {
-    /// Start timing a poll; `long` says the previous one was long (worth the CPU clock).
-    #[inline]
-    pub(crate) fn mark(&self, long: bool) -> Mark {
-        match self {
-            RunningTime::Adaptive if long => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
-            RunningTime::Adaptive | RunningTime::Wall => Mark::Wall(Instant::now()),
-            RunningTime::ThreadCpu => Mark::Cpu(ThreadCpuClock.now(), Instant::now()),
-            RunningTime::Custom(c) => Mark::Custom(c.now()),
-        }
-    }
-
-    /// `(running, wall)` time since `mark` (on the same thread); zero if a clock went
-    /// backwards. `running` is what is charged, `wall` says whether the poll was long.
-    #[inline]
-    pub(crate) fn since(&self, mark: Mark) -> (Duration, Duration) {
-        match mark {
-            Mark::Wall(t) => {
-                let d = t.elapsed();
-                (d, d)
-            }
-            Mark::Cpu(c, t) => (ThreadCpuClock.now().saturating_sub(c), t.elapsed()),
-            Mark::Custom(d) => {
-                let d = match self {
-                    RunningTime::Custom(c) => c.now().saturating_sub(d),
-                    _ => Duration::ZERO,
-                };
-                (d, d)
-            }
-        }
-    }
-
-    /// A [`Clock`] for [`elastic_cpu_core::ElasticHandle`]'s amortized checks: the wall clock
-    /// unless the thread CPU clock or a custom clock was asked for.
-    pub(crate) fn clock(&self) -> RunningClock {
-        RunningClock(self.clone(), Instant::now())
-    }
-}
-
-/// [`RunningTime`] as a [`Clock`].
-#[derive(Clone)]
-pub(crate) struct RunningClock(RunningTime, Instant);
-
-impl Clock for RunningClock {
-    #[inline]
-    fn now(&self) -> Duration {
-        match &self.0 {
-            RunningTime::Adaptive | RunningTime::Wall => self.1.elapsed(),
-            RunningTime::ThreadCpu => ThreadCpuClock.now(),
-            RunningTime::Custom(c) => c.now(),
-        }
-    }
-}
-
-/// An `f64` in an `AtomicU64`, for values the governor publishes.
-#[derive(Default)]
-pub(crate) struct AtomicF64(AtomicU64);
-
-impl AtomicF64 {
-    pub(crate) fn new(v: f64) -> Self {
-        AtomicF64(AtomicU64::new(v.to_bits()))
-    }
-    pub(crate) fn load(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-    pub(crate) fn store(&self, v: f64) {
-        self.0.store(v.to_bits(), Ordering::Relaxed)
-    }
-}
-
-/// Everything a paced adapter needs; one per [`crate::Elastic`].
+/// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
+/// the last handle and adapter holding this is gone.
 pub(crate) struct Shared {
-    pub(crate) queue: Arc<Queue>,
-    /// The queue's clock (the brake times itself on it).
-    pub(crate) clock: QueueClock,
-    /// The backlog brake (`None`: off).
-    pub(crate) brake: Option<Mutex<crate::brake::Brake>>,
-    /// The brake is on: holders give back their grants at their next poll.
-    pub(crate) braked: AtomicBool,
-    /// Grants at a time are capped at the CPUs the limit pays for.
-    pub(crate) cap_concurrency: bool,
-    pub(crate) probe: Probe,
+    /// Where grants come from and go back to.
+    pub(crate) queue: Queue,
+    /// CPU time one grant asks for.
     pub(crate) slice: Duration,
+    /// Running time after which an adapter yields to the scheduler.
     pub(crate) quantum: Duration,
+    /// How running time is measured.
     pub(crate) running: RunningTime,
-    /// Current elastic share (published by the governor).
-    pub(crate) limit: AtomicF64,
-    /// CPUs the rate is computed for.
-    pub(crate) cpus: AtomicF64,
-    /// Set once a runtime built through us told its worker count (or `cpus` was given).
-    pub(crate) cpus_fixed: AtomicBool,
-    pub(crate) ticks: AtomicU64,
-    pub(crate) governor: Mutex<crate::governor::GovernorState>,
-    pub(crate) governor_thread: Mutex<Option<std::thread::Thread>>,
+    /// The probe (adapters feed it elastic poll times when it has no hooks).
+    pub(crate) probe: Probe,
+    /// The backlog brake is on: holders give back their grants at their next poll. Written by
+    /// the governor only.
+    braked: AtomicBool,
+    // Not read by the adapters: kept as long as they are.
+    /// The governor thread, woken when this is dropped so that it ends at once.
+    governor_thread: OnceLock<Thread>,
     /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
-    pub(crate) samplers: Mutex<Vec<elastic_cpu_probe::Sampler>>,
+    samplers: Mutex<Vec<Sampler>>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        queue: Queue,
+        slice: Duration,
+        quantum: Duration,
+        running: RunningTime,
+        probe: Probe,
+    ) -> Shared {
+        Shared {
+            queue,
+            slice,
+            quantum,
+            running,
+            probe,
+            braked: AtomicBool::new(false),
+            governor_thread: OnceLock::new(),
+            samplers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether elastic work should give back what it holds at its next poll.
+    #[inline]
+    pub(crate) fn braked(&self) -> bool {
+        self.braked.load(Ordering::Relaxed)
+    }
+
+    /// The governor turns the brake on or off.
+    pub(crate) fn set_braked(&self, on: bool) {
+        self.braked.store(on, Ordering::Relaxed);
+    }
+
+    /// The governor thread to wake when the last reference is dropped.
+    pub(crate) fn set_governor_thread(&self, thread: Thread) {
+        let _ = self.governor_thread.set(thread);
+    }
+
+    /// Keep a sampling probe running as long as this lives.
+    pub(crate) fn keep_sampler(&self, sampler: Sampler) {
+        self.samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sampler);
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
         // Wake the governor so it notices at once that nobody needs it any more.
-        if let Ok(mut t) = self.governor_thread.lock() {
-            if let Some(t) = t.take() {
-                t.unpark();
-            }
+        if let Some(t) = self.governor_thread.take() {
+            t.unpark();
         }
     }
 }

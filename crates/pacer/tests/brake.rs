@@ -115,7 +115,7 @@ fn paced_holder_gives_back_its_grant_and_waits_out_the_brake() {
     // First poll: the whole bucket as one 100 ms grant, 10 ms of it used.
     assert!(poll(&mut a, &mut cx).is_pending());
     let s = elastic.snapshot();
-    assert_eq!((s.acquired_nanos, s.returned_nanos), (100 * MS, 0));
+    assert_eq!((s.acquired, s.returned), (100 * MS, Duration::ZERO));
 
     alarm(&elastic);
     elastic.tick(); // t = 10 ms
@@ -125,12 +125,12 @@ fn paced_holder_gives_back_its_grant_and_waits_out_the_brake() {
     let wakes = counter.count();
     assert!(poll(&mut a, &mut cx).is_pending());
     let s = elastic.snapshot();
-    assert_eq!(s.returned_nanos, 90 * MS);
-    assert_eq!(s.used_nanos, 10 * MS, "must not run while braked");
+    assert_eq!(s.returned, 90 * MS);
+    assert_eq!(s.used, 10 * MS, "must not run while braked");
     assert_eq!((s.waiters, s.queue.grants), (1, 1));
     assert_ledger_balanced(&s);
     // 1 ms refilled + 90 ms returned: tokens enough, and still nothing is granted ...
-    assert_eq!(s.balance_nanos, 91 * MS as i64);
+    assert_eq!((s.tokens, s.debt), (91 * MS, Duration::ZERO));
     assert!(poll(&mut a, &mut cx).is_pending());
     clock.advance(ms(1));
     elastic.tick();
@@ -140,7 +140,7 @@ fn paced_holder_gives_back_its_grant_and_waits_out_the_brake() {
     assert!(poll(&mut b, &mut Context::from_waker(&waker_b)).is_pending());
     let s = elastic.snapshot();
     assert!(s.braked);
-    assert_eq!((s.waiters, s.queue.grants, s.used_nanos), (2, 1, 10 * MS));
+    assert_eq!((s.waiters, s.queue.grants, s.used), (2, 1, 10 * MS));
     assert_eq!(counter.count(), wakes, "woken while braked");
 
     // The hold passes without alarms: the tick releases the brake and grants in order, `a`
@@ -153,13 +153,13 @@ fn paced_holder_gives_back_its_grant_and_waits_out_the_brake() {
     assert_eq!(counter.count(), wakes + 1, "the waiter is woken on release");
     assert_eq!(counter_b.count(), 0);
     assert_eq!((s.waiters, s.queue.grants), (1, 2));
-    assert_eq!(s.balance_nanos, -(85 * MS as i64) / 10);
+    assert_eq!((s.tokens, s.debt), (Duration::ZERO, 85 * MS / 10));
 
     // `a` runs again on its new grant (settled when it is dropped).
     assert!(poll(&mut a, &mut cx).is_pending());
     drop((a, b));
     let s = elastic.snapshot();
-    assert_eq!((s.waiters, s.used_nanos), (0, 20 * MS));
+    assert_eq!((s.waiters, s.used), (0, 20 * MS));
     assert_ledger_balanced(&s);
 }
 
@@ -183,7 +183,7 @@ fn grant_collected_during_the_brake_goes_straight_back() {
     elastic.tick();
     assert!(poll(&mut b, &mut cx).is_pending());
     let s = elastic.snapshot();
-    assert_eq!((s.returned_nanos, s.used_nanos), (100 * MS, 100 * MS));
+    assert_eq!((s.returned, s.used), (100 * MS, 100 * MS));
     assert_eq!((s.queue.grants, s.waiters), (2, 1));
     let wakes = counter.count();
 
@@ -193,7 +193,7 @@ fn grant_collected_during_the_brake_goes_straight_back() {
     assert!(poll(&mut b, &mut cx).is_pending());
     drop((a, b));
     let s = elastic.snapshot();
-    assert_eq!((s.queue.grants, s.used_nanos), (3, 110 * MS));
+    assert_eq!((s.queue.grants, s.used), (3, 110 * MS));
     assert_ledger_balanced(&s);
 }
 
@@ -213,14 +213,11 @@ fn paced_stream_gives_back_its_grant_at_its_next_poll() {
     elastic.tick();
     // The quantum is spent: it yields first, still holding the grant ...
     assert!(poll_next(&mut items, &mut cx).is_pending());
-    assert_eq!(elastic.snapshot().returned_nanos, 0);
+    assert_eq!(elastic.snapshot().returned, Duration::ZERO);
     // ... and gives it back at the poll after that, queueing without producing an item.
     assert!(poll_next(&mut items, &mut cx).is_pending());
     let s = elastic.snapshot();
-    assert_eq!(
-        (s.returned_nanos, s.used_nanos, s.waiters),
-        (90 * MS, 10 * MS, 1)
-    );
+    assert_eq!((s.returned, s.used, s.waiters), (90 * MS, 10 * MS, 1));
     let wakes = counter.count();
 
     clock.advance(DEFAULT_BRAKE_HOLD);
@@ -231,7 +228,7 @@ fn paced_stream_gives_back_its_grant_at_its_next_poll() {
     assert_eq!((s.queue.grants, s.waiters), (2, 0));
     drop(items);
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, 20 * MS);
+    assert_eq!(s.used, 20 * MS);
     assert_ledger_balanced(&s);
 }
 
@@ -244,7 +241,7 @@ fn pacer_gives_back_a_grant_paused_at_the_quantum() {
     let mut cx = Context::from_waker(&waker);
 
     // Iterations of 10 µs until the quantum is spent: the grant is paused, not settled.
-    let mut iterations = 0u64;
+    let mut iterations = 0u32;
     while poll(&mut pacer.pace(), &mut cx).is_ready() {
         clock.advance(Duration::from_micros(10));
         iterations += 1;
@@ -252,8 +249,8 @@ fn pacer_gives_back_a_grant_paused_at_the_quantum() {
     }
     let s = elastic.snapshot();
     assert_eq!(
-        (s.acquired_nanos, s.used_nanos, s.queue.grants),
-        (100 * MS, 0, 1)
+        (s.acquired, s.used, s.queue.grants),
+        (100 * MS, Duration::ZERO, 1)
     );
 
     alarm(&elastic);
@@ -261,8 +258,8 @@ fn pacer_gives_back_a_grant_paused_at_the_quantum() {
     // The paused grant goes back with what the loop ran; the pacer queues.
     assert!(poll(&mut pacer.pace(), &mut cx).is_pending());
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, iterations * 10_000);
-    assert_eq!(s.returned_nanos, 100 * MS - s.used_nanos);
+    assert_eq!(s.used, Duration::from_micros(10) * iterations);
+    assert_eq!(s.returned, 100 * MS - s.used);
     assert_eq!(s.waiters, 1);
     assert_ledger_balanced(&s);
     let wakes = counter.count();

@@ -34,18 +34,18 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
         assert!(poll(&mut fut, &mut cx).is_pending());
     }
     let s = elastic.snapshot();
-    assert_eq!(s.acquired_nanos, 100 * MS);
-    assert_eq!(s.over_limit_nanos, 20 * MS);
-    assert_eq!(s.used_nanos, 120 * MS);
+    assert_eq!(s.acquired, 100 * MS);
+    assert_eq!(s.over_limit, 20 * MS);
+    assert_eq!(s.used, 120 * MS);
     // 120 ms refilled 12 ms; the overrun's 20 ms is debt: 0 + 12 − 20.
-    assert_eq!(s.balance_nanos, -8 * MS as i64);
+    assert_eq!((s.tokens, s.debt), (Duration::ZERO, 8 * MS));
 
     // Fifth poll: no tokens, so it queues and returns Pending without running the future.
     let wakes = counter.count();
     assert!(poll(&mut fut, &mut cx).is_pending());
     assert_eq!(elastic.snapshot().waiters, 1);
     assert_eq!(
-        elastic.snapshot().used_nanos,
+        elastic.snapshot().used,
         120 * MS,
         "must not run while waiting"
     );
@@ -62,10 +62,10 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
     assert_eq!(counter.count(), wakes + 1, "granted waiter is woken");
     let s = elastic.snapshot();
     assert_eq!(s.waiters, 0);
-    assert_eq!(s.acquired_nanos, 200 * MS);
+    assert_eq!(s.acquired, 200 * MS);
     assert_eq!(
-        s.balance_nanos,
-        -93 * MS as i64,
+        (s.tokens, s.debt),
+        (Duration::ZERO, 93 * MS),
         "the grant may dip into debt"
     );
 
@@ -76,7 +76,7 @@ fn waits_when_spent_and_wakes_on_the_tick_that_refills() {
     }
     drop(fut);
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, 300 * MS);
+    assert_eq!(s.used, 300 * MS);
     assert_ledger_balanced(&s);
 }
 
@@ -156,11 +156,7 @@ fn dropped_while_waiting_leaves_the_queue() {
     drop(b);
     let s = elastic.snapshot();
     assert_eq!(s.waiters, 0);
-    assert_eq!(
-        s.acquired_nanos,
-        100 * MS,
-        "the dropped waiter was never granted"
-    );
+    assert_eq!(s.acquired, 100 * MS, "the dropped waiter was never granted");
     drop(a);
     assert_ledger_balanced(&elastic.snapshot());
 }
@@ -182,8 +178,8 @@ fn dropped_while_holding_gives_back_the_unused_slice() {
     assert!(poll(&mut a, &mut cx).is_pending());
     drop(a);
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, 30 * MS);
-    assert_eq!(s.returned_nanos, 70 * MS);
+    assert_eq!(s.used, 30 * MS);
+    assert_eq!(s.returned, 70 * MS);
     assert_ledger_balanced(&s);
 }
 
@@ -204,10 +200,10 @@ fn dropped_after_grant_before_pickup_returns_the_whole_slice() {
     assert!(poll(&mut b, &mut cx).is_pending()); // queued
     clock.advance(Duration::from_secs(1));
     elastic.tick(); // b granted, not yet polled
-    assert_eq!(elastic.snapshot().acquired_nanos, 200 * MS);
+    assert_eq!(elastic.snapshot().acquired, 200 * MS);
     drop(b);
     let s = elastic.snapshot();
-    assert_eq!(s.returned_nanos, 100 * MS);
+    assert_eq!(s.returned, 100 * MS);
     drop(a);
     assert_ledger_balanced(&elastic.snapshot());
 }
@@ -233,11 +229,11 @@ fn panic_mid_poll_is_charged_and_settled() {
     drop(fut);
     let s = elastic.snapshot();
     assert_eq!(
-        s.used_nanos,
+        s.used,
         7 * MS,
         "the panicking poll's running time is charged"
     );
-    assert_eq!(s.returned_nanos, 93 * MS);
+    assert_eq!(s.returned, 93 * MS);
     assert_ledger_balanced(&s);
 }
 
@@ -264,7 +260,8 @@ fn pacer_yields_every_quantum_and_settles_once_per_slice() {
     // The amortized check may let a stretch run up to twice the quantum: 150 ms of running
     // makes between 150 ms / 2q and 150 ms / q yields; each yield woke the task (outside a
     // runtime).
-    let per_quantum = (150 * MS / elastic_cpu_pacer::DEFAULT_QUANTUM.as_nanos() as u64) as usize;
+    let per_quantum =
+        ((150 * MS).as_nanos() / elastic_cpu_pacer::DEFAULT_QUANTUM.as_nanos()) as usize;
     assert!(
         (per_quantum / 2..=per_quantum).contains(&yields),
         "{yields} yields, quantum {:?}",
@@ -277,14 +274,11 @@ fn pacer_yields_every_quantum_and_settles_once_per_slice() {
         "yields pause the grant, they do not re-admit"
     );
     // The first slice was settled in full, overrun by at most the stretch that crossed it.
-    assert!(
-        (100 * MS..=100 * MS + MS / 2).contains(&s.used_nanos),
-        "{s:#?}"
-    );
-    assert_eq!(s.over_limit_nanos, s.used_nanos - 100 * MS);
+    assert!((100 * MS..=100 * MS + MS / 2).contains(&s.used), "{s:#?}");
+    assert_eq!(s.over_limit, s.used - 100 * MS);
     drop(pacer);
     let s = elastic.snapshot();
-    assert_eq!(s.used_nanos, 150 * MS);
+    assert_eq!(s.used, 150 * MS);
     assert_ledger_balanced(&s);
 }
 
@@ -336,14 +330,14 @@ fn pacer_dropped_while_paused_at_the_quantum_gives_its_grant_back() {
         clock.advance(Duration::from_micros(10));
     }
     assert_eq!(format!("{pacer:?}"), r#"Pacer { state: "paused" }"#);
-    let used = elastic.snapshot().used_nanos;
-    assert_eq!(used, 0, "a pause settles nothing");
+    let used = elastic.snapshot().used;
+    assert_eq!(used, Duration::ZERO, "a pause settles nothing");
     assert_eq!(elastic.snapshot().queue.holders, 1);
     // An aborted task drops its pacer exactly here.
     drop(pacer);
     let s = elastic.snapshot();
     assert_eq!(s.queue.holders, 0, "the paused grant leaked: {s:#?}");
-    assert!(s.used_nanos > 0 && s.used_nanos < 100 * MS, "{s:#?}");
-    assert_eq!(s.returned_nanos, 100 * MS - s.used_nanos);
+    assert!(s.used > Duration::ZERO && s.used < 100 * MS, "{s:#?}");
+    assert_eq!(s.returned, 100 * MS - s.used);
     assert_ledger_balanced(&s);
 }

@@ -77,7 +77,7 @@ fn tokens_are_conserved_across_futures_streams_and_pacers() {
         }
     });
     let s = elastic.snapshot();
-    assert!(s.used_nanos > 0 && s.queue.grants > 0, "{s:#?}");
+    assert!(s.used > Duration::ZERO && s.queue.grants > 0, "{s:#?}");
     assert_eq!(s.waiters, 0);
     assert_ledger_balanced(&s);
 }
@@ -102,7 +102,10 @@ fn a_panicking_elastic_task_settles_its_grant() {
     );
     assert!(rt.block_on(task).unwrap_err().is_panic());
     let s = elastic.snapshot();
-    assert!(s.used_nanos >= 600_000, "both polls charged: {s:#?}");
+    assert!(
+        s.used >= Duration::from_micros(600),
+        "both polls charged: {s:#?}"
+    );
     assert_ledger_balanced(&s);
 }
 
@@ -144,7 +147,7 @@ fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
     let burst = rate; // one second of refill
                       // Each holder may take its whole slice while the balance is barely positive (debt).
     let debt_allowance = tasks as f64 * 0.010;
-    let net_granted = (s.acquired_nanos - s.returned_nanos) as f64 / 1e9;
+    let net_granted = (s.acquired - s.returned).as_secs_f64();
     let bound = rate * elapsed.as_secs_f64() + burst + debt_allowance;
     assert!(
         net_granted <= bound,
@@ -214,7 +217,7 @@ fn pace_blocking_on_plain_threads_is_settled() {
     });
     let s = elastic.snapshot();
     // Charged by thread CPU time: at most the wall time spun (less when the OS preempts us).
-    assert!(s.used_nanos > 0 && s.queue.grants >= 3, "{s:#?}");
+    assert!(s.used > Duration::ZERO && s.queue.grants >= 3, "{s:#?}");
     assert_eq!(s.waiters, 0);
     assert_ledger_balanced(&s);
 }
@@ -253,16 +256,13 @@ fn long_polls_are_charged_cpu_time_not_wall_time() {
     rt.block_on(task).unwrap();
     let s = elastic.snapshot();
     let slept = slept.lock().unwrap();
-    let first = slept[0].as_nanos() as u64;
-    let rest: u64 = slept[1..].iter().map(|d| d.as_nanos() as u64).sum();
+    let first = slept[0];
+    let rest: Duration = slept[1..].iter().sum();
     // Wall-clock timing would charge at least first + rest.
+    assert!(s.used >= first, "the first poll is wall-timed: {s:#?}");
     assert!(
-        s.used_nanos >= first,
-        "the first poll is wall-timed: {s:#?}"
-    );
-    assert!(
-        s.used_nanos < first + rest / 2,
-        "later polls must be charged CPU time, not their {rest} ns of sleep: {s:#?}"
+        s.used < first + rest / 2,
+        "later polls must be charged CPU time, not their {rest:?} of sleep: {s:#?}"
     );
     assert_ledger_balanced(&s);
 }

@@ -67,13 +67,15 @@ pub fn manual_elastic(clock: &ManualClock, limit: f64, cpus: f64) -> Elastic {
         .expect("valid settings")
 }
 
-pub const MS: u64 = 1_000_000;
+/// One millisecond: `100 * MS` is 100 ms.
+pub const MS: Duration = Duration::from_millis(1);
 
 /// `acquired − returned + over_limit == used`: every granted nanosecond is accounted for.
 pub fn assert_ledger_balanced(s: &Snapshot) {
+    let nanos = |d: Duration| d.as_nanos() as i128;
     assert_eq!(
-        s.acquired_nanos as i128 - s.returned_nanos as i128 + s.over_limit_nanos as i128,
-        s.used_nanos as i128,
+        nanos(s.acquired) - nanos(s.returned) + nanos(s.over_limit),
+        nanos(s.used),
         "ledger unbalanced: {s:#?}"
     );
 }

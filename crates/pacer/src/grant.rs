@@ -1,0 +1,253 @@
+//! The grant state machine that `Paced`, `PacedStream` and `Pacer` all run:
+//!
+//! ```text
+//!          admit: tokens              settle: slice spent, brake, drop
+//!   Idle ───────────────────> Held ──────────────────────────────────> Idle
+//!    │                         ↑ │ ↑
+//!    │ admit: queued   granted │ │ │ stretch ended: quantum spent
+//!    v                         │ v │
+//!   Waiting ───────────────────┘ Running ── settle: slice spent, drop ──> Idle
+//!    │ queue closed               (Pacer only)
+//!    v
+//!   Unpaced (also once the adapter has finished)
+//! ```
+//!
+//! A grant lives only in `Held` or `Running`, and the only way out of those two states is
+//! [`GrantState::settle`], which hands the grant to [`WorkQueue::done`] with the running time
+//! charged to it; dropping the machine settles. So no grant is dropped unsettled, and every
+//! adapter gives back to the brake, settles a spent slice and settles on drop the same way.
+//!
+//! [`WorkQueue::done`]: elastic_cpu_core::WorkQueue::done
+
+use std::future::Future;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread::{self, ThreadId};
+use std::time::Duration;
+
+use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
+
+use crate::running::{RunningClock, RunningTime, LONG_RUN};
+use crate::shared::{QueueClock, Shared};
+
+/// The grant an adapter holds, and the running time charged to it.
+pub(crate) struct GrantState {
+    shared: Arc<Shared>,
+    state: State,
+    /// Running time charged to the current grant (stretches and polls already finished).
+    used: Duration,
+}
+
+enum State {
+    /// Nothing held: admit before running.
+    Idle,
+    /// Queued for a grant; the ticket holds our waker.
+    Waiting(Ticket<QueueClock>),
+    /// A grant, partly used. `Paced` runs its polls in this state (timing each poll itself);
+    /// for a `Pacer` it is paused (yielded at the quantum): the task's time in the run queue is
+    /// not charged.
+    Held(Grant),
+    /// A `Pacer` running a stretch of its grant: until the quantum or the rest of the slice is
+    /// used.
+    Running(Stretch),
+    /// The governor is gone (run without pacing rather than hang), or the adapter finished.
+    Unpaced,
+}
+
+/// Where a [`Pacer`](crate::Pacer) is after [`GrantState::keep_running`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Within the stretch (or unpaced): go on.
+    Go,
+    /// The stretch just ended (the grant is paused, or settled if the slice is spent): yield.
+    Ended,
+    /// Not running: acquire first.
+    Stopped,
+}
+
+/// A state's name, for `Debug`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Idle,
+    Waiting,
+    Held,
+    Running,
+    Unpaced,
+}
+
+impl GrantState {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        GrantState {
+            shared,
+            state: State::Idle,
+            used: Duration::ZERO,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Ready once a grant is held (or running, or unpaced); otherwise queued with `cx`'s
+    /// waker. A held grant goes back first if the backlog brake is on: the adapter then waits
+    /// in line for the next one.
+    #[inline]
+    pub(crate) fn poll_acquire(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match &mut self.state {
+                State::Held(_) if self.shared.braked() => self.settle(),
+                State::Held(_) | State::Running(_) | State::Unpaced => return Poll::Ready(()),
+                State::Idle => {
+                    self.state = match self.shared.queue.admit(self.shared.slice) {
+                        Admit::Granted(g) => State::Held(g),
+                        Admit::Queued(t) => State::Waiting(t),
+                    };
+                    self.used = Duration::ZERO;
+                }
+                State::Waiting(ticket) => match ticket.poll_grant(cx.waker()) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(g)) => self.state = State::Held(g),
+                    Poll::Ready(Err(_closed)) => self.state = State::Unpaced,
+                },
+            }
+        }
+    }
+
+    /// Charge `took` of running time to the held grant; settle it once the slice is spent (the
+    /// adapter takes a new grant before it runs again).
+    #[inline]
+    pub(crate) fn charge(&mut self, took: Duration) {
+        self.used += took;
+        if let State::Held(g) = &self.state {
+            if self.used >= g.allotted() {
+                self.settle();
+            }
+        }
+    }
+
+    /// The one way out of `Held` and `Running`: give back what the grant did not use, or charge
+    /// what it overran. Any other state is left as it is.
+    pub(crate) fn settle(&mut self) {
+        let grant = match mem::replace(&mut self.state, State::Idle) {
+            State::Held(grant) => grant,
+            State::Running(stretch) => {
+                let (grant, used) = stretch.end();
+                self.used += used;
+                grant
+            }
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        self.shared.queue.done(grant, mem::take(&mut self.used));
+    }
+
+    /// Settle for good: the adapter is finished. A finished future or stream polled again must
+    /// not take a new grant it would hold until dropped.
+    pub(crate) fn finish(&mut self) {
+        self.settle();
+        self.state = State::Unpaced;
+    }
+
+    /// `Pacer`: run a stretch of the held grant, at most `stretch` of running time (and never
+    /// past the slice).
+    pub(crate) fn start_stretch(&mut self, stretch: Duration) {
+        if let State::Held(g) = &self.state {
+            let stretch = stretch.min(g.allotted().saturating_sub(self.used));
+            if let State::Held(grant) = mem::replace(&mut self.state, State::Idle) {
+                self.state = State::Running(Stretch::start(grant, &self.shared.running, stretch));
+            }
+        }
+    }
+
+    /// `Pacer`, every iteration: go on within the stretch (a counter decrement, a clock read
+    /// now and then); at its end, pause the grant (or settle it if the slice is spent).
+    #[inline]
+    pub(crate) fn keep_running(&mut self) -> Step {
+        match &mut self.state {
+            State::Running(stretch) => {
+                if !stretch.handle.over_limit().0 {
+                    return Step::Go;
+                }
+                self.end_stretch();
+                Step::Ended
+            }
+            State::Unpaced => Step::Go,
+            _ => Step::Stopped,
+        }
+    }
+
+    /// `Running` → `Held`, charging what the stretch ran.
+    fn end_stretch(&mut self) {
+        if let State::Running(_) = &self.state {
+            if let State::Running(stretch) = mem::replace(&mut self.state, State::Idle) {
+                let (grant, used) = stretch.end();
+                self.state = State::Held(grant);
+                self.charge(used);
+            }
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        match self.state {
+            State::Idle => Phase::Idle,
+            State::Waiting(_) => Phase::Waiting,
+            State::Held(_) => Phase::Held,
+            State::Running(_) => Phase::Running,
+            State::Unpaced => Phase::Unpaced,
+        }
+    }
+}
+
+impl Drop for GrantState {
+    fn drop(&mut self) {
+        // A queued ticket cancels itself when dropped (returning a grant it already received).
+        self.settle();
+    }
+}
+
+/// One stretch of a `Pacer`'s grant: the amortized over-limit check, and where the thread's
+/// CPU clock stood at its start.
+struct Stretch {
+    handle: ElasticHandle<RunningClock>,
+    /// Thread CPU time and thread at the start (adaptive timing, long stretches): the stretch
+    /// is charged its CPU time if it ends on the same thread.
+    cpu: Option<(Duration, ThreadId)>,
+}
+
+impl Stretch {
+    fn start(grant: Grant, running: &RunningTime, stretch: Duration) -> Stretch {
+        let cpu = (matches!(running, RunningTime::Adaptive) && stretch >= LONG_RUN)
+            .then(|| (ThreadCpuClock.now(), thread::current().id()));
+        Stretch {
+            handle: ElasticHandle::with_deadline(grant, running.clock(), stretch),
+            cpu,
+        }
+    }
+
+    /// The grant and the running time the stretch used.
+    fn end(self) -> (Grant, Duration) {
+        let (grant, wall) = self.handle.into_grant();
+        let used = match self.cpu {
+            Some((start, id)) if id == thread::current().id() => {
+                ThreadCpuClock.now().saturating_sub(start)
+            }
+            // An await inside the loop moved us to another thread: its CPU clock says nothing
+            // about ours, fall back to the wall clock.
+            _ => wall,
+        };
+        (grant, used)
+    }
+}
+
+/// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
+/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
+/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
+#[inline]
+pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
+    let mut y = std::pin::pin!(tokio::task::yield_now());
+    let _ = y.as_mut().poll(cx);
+}

@@ -1,0 +1,137 @@
+//! [`Snapshot`]: everything the governor knows, at once, as plain data.
+
+use std::time::Duration;
+
+use elastic_cpu_core::QueueSnapshot;
+use elastic_cpu_probe::Window;
+
+/// What [`Elastic::snapshot`](crate::Elastic::snapshot) reports: always available, no exporter
+/// needed. The `metrics` export (feature `metrics`) is fed from it.
+///
+/// Every duration is a [`Duration`]. The token balance may be negative (debt: polls that ran
+/// past their grant, or a limit that went down), so it comes as two fields, [`tokens`] and
+/// [`debt`], at most one of them non-zero: the balance is `tokens − debt`
+/// ([`balance_secs_f64`](Self::balance_secs_f64) gives it signed).
+///
+/// Once every grant is settled, the ledger balances: `acquired − returned + over_limit == used`.
+///
+/// ```
+/// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+/// let s = elastic.snapshot();
+/// // The bucket starts full: one second of tokens at the initial rate.
+/// assert!(s.tokens > std::time::Duration::ZERO && s.debt.is_zero());
+/// assert_eq!(s.acquired - s.returned + s.over_limit, s.used);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`tokens`]: Self::tokens
+/// [`debt`]: Self::debt
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The limit now: the elastic share of the runtime's CPUs (0 ..= 1).
+    pub limit: f64,
+    /// CPUs the token rate is computed for.
+    pub cpus: f64,
+    /// Governor ticks so far.
+    pub ticks: u64,
+    /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
+    pub sched_p99: Option<Duration>,
+    /// p99 poll time of foreground tasks over the window.
+    pub fg_poll_p99: Option<Duration>,
+    /// p99 poll time of elastic polls over the window.
+    pub elastic_poll_p99: Option<Duration>,
+    /// CPU time in the token bucket (zero while in debt).
+    pub tokens: Duration,
+    /// CPU time the bucket owes (zero unless the balance is negative): later grants wait until
+    /// it is paid back.
+    pub debt: Duration,
+    /// Elastic work waiting for a grant now.
+    pub waiters: usize,
+    /// Grants handed out.
+    pub grants: u64,
+    /// Admissions that had to wait for their grant (and finished waiting).
+    pub waits: u64,
+    /// Total time those admissions waited.
+    pub waited: Duration,
+    /// CPU time granted.
+    pub acquired: Duration,
+    /// Granted CPU time given back unused.
+    pub returned: Duration,
+    /// CPU time run past grants (charged as debt).
+    pub over_limit: Duration,
+    /// CPU time elastic work ran, as measured (`acquired − returned + over_limit` once
+    /// settled).
+    pub used: Duration,
+    /// The backlog brake is on now.
+    pub braked: bool,
+    /// Times the backlog brake engaged.
+    pub brakes: u64,
+    /// Time spent braked (brakes that ended).
+    pub braked_time: Duration,
+    /// The whole probe window.
+    pub window: Window,
+    /// The whole queue ledger, as the work queue reports it (in nanoseconds).
+    pub queue: QueueSnapshot,
+}
+
+/// What the governor contributes to a [`Snapshot`].
+pub(crate) struct Governed {
+    pub(crate) limit: f64,
+    pub(crate) cpus: f64,
+    pub(crate) ticks: u64,
+    pub(crate) braked: bool,
+    pub(crate) braked_time: Duration,
+}
+
+impl Snapshot {
+    pub(crate) fn new(governed: Governed, window: Window, queue: QueueSnapshot) -> Snapshot {
+        let Governed {
+            limit,
+            cpus,
+            ticks,
+            braked,
+            braked_time,
+        } = governed;
+        let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
+        let (tokens, debt) = if queue.balance_nanos >= 0 {
+            (balance, Duration::ZERO)
+        } else {
+            (Duration::ZERO, balance)
+        };
+        Snapshot {
+            limit,
+            cpus,
+            ticks,
+            sched_p99: window.queue_latency.all.p99,
+            fg_poll_p99: window.poll_time.foreground.p99,
+            elastic_poll_p99: window.poll_time.elastic.p99,
+            tokens,
+            debt,
+            waiters: queue.waiters,
+            grants: queue.grants,
+            waits: queue.waits,
+            waited: Duration::from_nanos(queue.wait_nanos),
+            acquired: Duration::from_nanos(queue.acquired_nanos),
+            returned: Duration::from_nanos(queue.returned_nanos),
+            over_limit: Duration::from_nanos(queue.over_limit_nanos),
+            used: Duration::from_nanos(queue.used_nanos),
+            braked,
+            // Only the brake pauses the queue.
+            brakes: queue.pauses,
+            braked_time,
+            window,
+            queue,
+        }
+    }
+
+    /// The token balance in CPU-seconds, negative while in debt: `tokens − debt`.
+    ///
+    /// ```
+    /// let s = elastic_cpu_pacer::Snapshot::default();
+    /// assert_eq!(s.balance_secs_f64(), 0.0);
+    /// ```
+    pub fn balance_secs_f64(&self) -> f64 {
+        self.tokens.as_secs_f64() - self.debt.as_secs_f64()
+    }
+}
