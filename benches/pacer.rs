@@ -214,9 +214,9 @@ fn paced_overhead(c: &mut Criterion) {
                 s.queue.grants,
                 s.queue.waits,
                 s.waiters,
-                s.used_nanos / 1_000_000,
+                s.used.as_millis(),
                 tally.cpu.as_millis(),
-                s.over_limit_nanos / 1_000_000,
+                s.over_limit.as_millis(),
             );
             if s.queue.waits != 0 || s.waiters != 0 {
                 println!(
@@ -472,8 +472,8 @@ fn pace_loop(c: &mut Criterion) {
             s.queue.grants,
             s.queue.waits,
             s.waiters,
-            s.used_nanos / 1_000_000,
-            s.over_limit_nanos,
+            s.used.as_millis(),
+            s.over_limit.as_nanos(),
         );
         if s.queue.waits != 0 || s.waiters != 0 {
             println!("    WARNING: the pacer waited for tokens: the bucket was a bottleneck");

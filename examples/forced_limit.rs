@@ -44,10 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let s = elastic.snapshot();
         println!(
             "[{second}s] granted {:.3} CPU-s, used {:.3} CPU-s, waiters {}, balance {:+.3} s",
-            (s.acquired_nanos - s.returned_nanos) as f64 / 1e9,
-            s.used_nanos as f64 / 1e9,
+            (s.acquired - s.returned).as_secs_f64(),
+            s.used.as_secs_f64(),
             s.waiters,
-            s.balance_nanos as f64 / 1e9
+            s.balance_secs_f64()
         );
     }
     for scan in &scans {
@@ -58,12 +58,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = elastic.snapshot();
     let rate = limit * s.cpus;
     let bound = rate * elapsed + rate; // refill over the run + one second of burst
-    let granted = (s.acquired_nanos - s.returned_nanos) as f64 / 1e9;
+    let granted = (s.acquired - s.returned).as_secs_f64();
     println!(
         "limit {limit} x {} cpus over {elapsed:.2} s: granted {granted:.3} CPU-s (used {:.3}, over-limit {:.3}), bound rate*t + burst = {bound:.3} CPU-s -> {}",
         s.cpus,
-        s.used_nanos as f64 / 1e9,
-        s.over_limit_nanos as f64 / 1e9,
+        s.used.as_secs_f64(),
+        s.over_limit.as_secs_f64(),
         if granted <= bound { "within" } else { "EXCEEDED" }
     );
     Ok(())

@@ -38,7 +38,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let (export, backup, scan) = (rt.spawn(export), rt.spawn(backup), rt.spawn(scan));
-    rt.block_on(async { (export.await, backup.await, scan.await) });
+    let (a, b, c) = rt.block_on(async { (export.await, backup.await, scan.await) });
+    println!("checksums {:x} {:x} {:x}", a?, b?, c?);
 
     let s = elastic.snapshot(); // limit, scheduling p99, tokens, the ledger
     println!("limit {:.2}, elastic CPU used {:?}", s.limit, s.used);

@@ -33,15 +33,19 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub use elastic_cpu_core::{ControllerConfig, ManualClock, SettingError};
+// Every type the API hands out or takes is nameable from here.
+pub use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, QueueSnapshot, SettingError};
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
     BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
-    Profile, RuntimeBuilder, Snapshot, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
+    Profile, RuntimeBuilder, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
     DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
-pub use elastic_cpu_probe::{ProbeConfig, Summary, Window};
+pub use elastic_cpu_probe::{
+    cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, NoQuota, Probe, ProbeConfig, QuotaReading,
+    QuotaSource, Sampler, Source, Split, Summary, Window,
+};
 
 /// The three crates, for what the facade does not re-export.
 pub use {elastic_cpu_core, elastic_cpu_pacer, elastic_cpu_probe};

@@ -494,7 +494,7 @@ fn run_phase_inner(
                 rows: counters.rows.load(Ordering::Relaxed),
                 cpu: util::process_cpu(),
                 busy: util::machine_busy(),
-                used_ns: ctl.full_snapshot().used_nanos,
+                used_ns: ctl.full_snapshot().used.as_nanos() as u64,
                 brakes: ctl.full_snapshot().brakes,
             });
         }
@@ -561,7 +561,7 @@ fn run_phase_inner(
     let rows_end = counters.rows.load(Ordering::Relaxed);
     let cpu_end = util::process_cpu();
     let busy_end = util::machine_busy();
-    let used_end = ctl.full_snapshot().used_nanos;
+    let used_end = ctl.full_snapshot().used.as_nanos() as u64;
     let brakes_end = ctl.full_snapshot().brakes;
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
