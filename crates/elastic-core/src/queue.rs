@@ -115,6 +115,8 @@ struct State {
     granted: Vec<(u64, u64)>,
     next_id: u64,
     had_waiters: bool,
+    /// The longest wait finished since the last [`WorkQueue::take_longest_wait`].
+    interval_longest_wait: u64,
     closed: bool,
     paused: bool,
     /// Grants handed out and not yet settled (collected or not).
@@ -131,6 +133,7 @@ impl State {
         self.stats.waits += 1;
         self.stats.wait_nanos = self.stats.wait_nanos.saturating_add(waited);
         self.stats.longest_wait_nanos = self.stats.longest_wait_nanos.max(waited);
+        self.interval_longest_wait = self.interval_longest_wait.max(waited);
     }
 
     /// The granting rule of docs/design.md §4: while someone waits and the balance is positive,
@@ -225,6 +228,7 @@ impl<C: Clock> WorkQueue<C> {
                     granted: Vec::new(),
                     next_id: 0,
                     had_waiters: false,
+                    interval_longest_wait: 0,
                     closed: false,
                     paused: false,
                     holders: 0,
@@ -328,6 +332,35 @@ impl<C: Clock> WorkQueue<C> {
         drop(st);
         wake_all(wake);
         had
+    }
+
+    /// The longest any admission waited since the last call (the governor calls it once a
+    /// tick): the longest finished wait, or the head's wait so far if that is longer, so a
+    /// waiter that is starving shows before it is granted.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{Admit, ManualClock, WorkQueue};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let q = WorkQueue::new(clock.clone(), 1_000_000_000);
+    /// q.pause(); // nothing is granted: everything waits
+    /// let Admit::Queued(t) = q.admit(Duration::from_millis(10)) else { panic!() };
+    /// clock.advance(Duration::from_millis(300));
+    /// assert_eq!(q.take_longest_wait(), Duration::from_millis(300)); // the head, still waiting
+    /// drop(t); // cancelled: a finished wait of 300 ms
+    /// assert_eq!(q.take_longest_wait(), Duration::from_millis(300));
+    /// assert_eq!(q.take_longest_wait(), Duration::ZERO); // nothing waited since
+    /// ```
+    pub fn take_longest_wait(&self) -> Duration {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        let head = st
+            .waiters
+            .front()
+            .map_or(0, |w| now.saturating_sub(duration_nanos(w.since)));
+        let longest = std::mem::take(&mut st.interval_longest_wait).max(head);
+        Duration::from_nanos(longest)
     }
 
     /// Holds back every grant until [`resume`](Self::resume): admissions queue (in order) even

@@ -5,8 +5,8 @@
 //! * the ledger balances: `acquired − returned + over_limit == used + outstanding grants`;
 //! * FIFO: the queued admissions that are still waiting are always the newest ones, and the fast
 //!   path is never taken while anyone waits;
-//! * no burst: over any interval, `acquired − returned ≤ burst + refill + rate increases + one
-//!   slice` (the one grant that may dip into debt);
+//! * no burst: over any interval, `acquired − returned ≤ burst + refill + rate increases +
+//!   debt forgiven + one slice` (the one grant that may dip into debt);
 //! * wake-ups: a ticket found granted after registering a waker was woken, exactly once;
 //! * bounded debt: the balance never goes below one burst of debt (`−rate`);
 //! * liveness: once tokens keep arriving, every waiter is granted within the time the debt and
@@ -116,8 +116,8 @@ struct Sim {
     queued_since_tick: bool,
     /// Σ dt × rate + Σ max(0, Δrate) × 1e9: the token supply, scaled by 1e9 to stay exact.
     supply: i128,
-    /// (acquired − returned, supply, burst) after every step.
-    checkpoints: Vec<(i128, i128, i128)>,
+    /// (acquired − returned, supply, burst, debt forgiven) after every step.
+    checkpoints: Vec<(i128, i128, i128, i128)>,
 }
 
 fn slice_nanos(us: u64) -> u64 {
@@ -343,12 +343,19 @@ impl Sim {
         );
         // No burst beyond the supply, over every interval ending now.
         let net = s.acquired_nanos as i128 - s.returned_nanos as i128;
-        for &(net_a, supply_a, burst_a) in &self.checkpoints {
+        // Debt the bucket forgave (beyond its one-burst cap) was never paid back: it counts as
+        // supply, and is counted by the queue.
+        let forgiven = s.debt_forgiven_nanos as i128;
+        for &(net_a, supply_a, burst_a, forgiven_a) in &self.checkpoints {
             let granted = (net - net_a) * NS;
-            let bound = burst_a * NS + (self.supply - supply_a) + MAX_SLICE.as_nanos() as i128 * NS;
+            let bound = burst_a * NS
+                + (self.supply - supply_a)
+                + (forgiven - forgiven_a) * NS
+                + MAX_SLICE.as_nanos() as i128 * NS;
             assert!(granted <= bound, "granted {granted} > bound {bound}");
         }
-        self.checkpoints.push((net, self.supply, self.rate as i128));
+        self.checkpoints
+            .push((net, self.supply, self.rate as i128, forgiven));
     }
 
     /// Stop admitting, settle everything, keep tokens arriving: every waiter must be granted in

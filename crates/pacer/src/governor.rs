@@ -2,6 +2,7 @@
 //! rate → holder cap → grants; in between, the backlog brake. It runs on its own OS thread, off
 //! the runtime it measures: a saturated runtime would delay the very loop that must react to it.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
@@ -34,6 +35,8 @@ pub(crate) struct Governor {
     /// `cpus` was given to the builder: `attach` leaves it alone.
     cpus_fixed: bool,
     ticks: u64,
+    /// The longest wait for a grant in each tick of the probe window, newest last.
+    waits: VecDeque<Duration>,
 }
 
 impl Governor {
@@ -57,6 +60,7 @@ impl Governor {
             cpus: cpus.unwrap_or(default_cpus),
             cpus_fixed: cpus.is_some(),
             ticks: 0,
+            waits: VecDeque::new(),
         }
     }
 
@@ -76,7 +80,17 @@ impl Governor {
         shared.queue.set_rate(self.rate());
         self.cap_holders(shared);
         self.ticks += 1;
+        self.waits.push_back(shared.queue.take_longest_wait());
+        while self.waits.len() > shared.probe.config().intervals() {
+            self.waits.pop_front();
+        }
         window
+    }
+
+    /// The longest wait for a grant over the probe window (a waiter still queued counts with
+    /// its wait so far).
+    fn longest_wait(&self) -> Duration {
+        self.waits.iter().copied().max().unwrap_or_default()
     }
 
     /// Engage or release the backlog brake. Returns whether it is on (the governor then
@@ -136,6 +150,7 @@ pub(crate) struct Control {
     cpus: AtomicF64,
     ticks: AtomicU64,
     braked_nanos: AtomicU64,
+    longest_wait_nanos: AtomicU64,
 }
 
 impl Control {
@@ -147,6 +162,7 @@ impl Control {
             cpus: AtomicF64::default(),
             ticks: AtomicU64::new(0),
             braked_nanos: AtomicU64::new(0),
+            longest_wait_nanos: AtomicU64::new(0),
             governor: Mutex::new(governor),
         };
         control.publish(&control.lock());
@@ -165,6 +181,8 @@ impl Control {
         self.ticks.store(g.ticks, Ordering::Relaxed);
         let braked = u64::try_from(g.braked_time().as_nanos()).unwrap_or(u64::MAX);
         self.braked_nanos.store(braked, Ordering::Relaxed);
+        let longest = u64::try_from(g.longest_wait().as_nanos()).unwrap_or(u64::MAX);
+        self.longest_wait_nanos.store(longest, Ordering::Relaxed);
     }
 
     /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
@@ -212,6 +230,7 @@ impl Control {
             ticks: self.ticks.load(Ordering::Relaxed),
             braked: shared.braked(),
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
+            longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
         };
         Snapshot::new(governed, window, shared.queue.snapshot())
     }

@@ -64,6 +64,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Time elastic work spent waiting for grants since start",
     ),
     (
+        "elastic_cpu_longest_wait_seconds",
+        "seconds",
+        "Longest wait for a grant over the probe window (a waiter still queued counts)",
+    ),
+    (
         "elastic_cpu_grants_total",
         "count",
         "Grants handed out since start",
@@ -116,6 +121,7 @@ pub(crate) fn emit(s: &Snapshot) {
     gauge!("elastic_cpu_returned_seconds").set(s.returned.as_secs_f64());
     gauge!("elastic_cpu_over_limit_seconds").set(s.over_limit.as_secs_f64());
     gauge!("elastic_cpu_wait_seconds").set(s.waited.as_secs_f64());
+    gauge!("elastic_cpu_longest_wait_seconds").set(s.longest_wait.as_secs_f64());
     counter!("elastic_cpu_grants_total").absolute(s.grants);
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);

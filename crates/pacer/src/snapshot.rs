@@ -54,6 +54,11 @@ pub struct Snapshot {
     pub waits: u64,
     /// Total time those admissions waited.
     pub waited: Duration,
+    /// The longest any elastic work waited for a grant over the probe window; a waiter still
+    /// queued counts with its wait so far. While the limit is at or above its floor the head of
+    /// the queue waits at most one second of refill plus a tick (debt is capped at one second
+    /// of tokens; docs/design.md §4), behind the slices of the waiters ahead of it.
+    pub longest_wait: Duration,
     /// CPU time granted.
     pub acquired: Duration,
     /// Granted CPU time given back unused.
@@ -82,6 +87,7 @@ pub(crate) struct Governed {
     pub(crate) ticks: u64,
     pub(crate) braked: bool,
     pub(crate) braked_time: Duration,
+    pub(crate) longest_wait: Duration,
 }
 
 impl Snapshot {
@@ -92,6 +98,7 @@ impl Snapshot {
             ticks,
             braked,
             braked_time,
+            longest_wait,
         } = governed;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
@@ -112,6 +119,7 @@ impl Snapshot {
             grants: queue.grants,
             waits: queue.waits,
             waited: Duration::from_nanos(queue.wait_nanos),
+            longest_wait,
             acquired: Duration::from_nanos(queue.acquired_nanos),
             returned: Duration::from_nanos(queue.returned_nanos),
             over_limit: Duration::from_nanos(queue.over_limit_nanos),

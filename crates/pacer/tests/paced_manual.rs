@@ -341,3 +341,58 @@ fn pacer_dropped_while_paused_at_the_quantum_gives_its_grant_back() {
     assert_eq!(s.returned, 100 * MS - s.used);
     assert_ledger_balanced(&s);
 }
+
+#[test]
+fn the_snapshot_shows_the_longest_wait_over_the_window() {
+    let clock = ManualClock::new();
+    // 10 % of one CPU: 100 ms of tokens a second, one 100 ms slice of burst.
+    let elastic = manual_elastic(&clock, 0.1, 1.0);
+    let (_counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    // One poll overruns its 100 ms grant by 400 ms: debt, capped at one second of tokens.
+    let mut hog = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(500),
+            polls: 2,
+        }
+        .paced(&elastic),
+    );
+    assert!(poll(&mut hog, &mut cx).is_pending());
+    assert_eq!(elastic.snapshot().debt, Duration::from_millis(100));
+    drop(hog);
+    let mut next = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(1),
+            polls: 1,
+        }
+        .paced(&elastic),
+    );
+    let mut ticks = 0;
+    while poll(&mut next, &mut cx).is_pending() {
+        clock.advance(Duration::from_millis(100));
+        elastic.tick();
+        ticks += 1;
+        assert!(
+            ticks <= 11,
+            "the head waited past one second of refill plus a tick"
+        );
+        if ticks == 5 {
+            // Still queued: its wait so far shows.
+            assert_eq!(elastic.snapshot().longest_wait, Duration::from_millis(500));
+        }
+    }
+    assert_eq!(ticks, 11);
+    assert_eq!(
+        elastic.snapshot().longest_wait,
+        Duration::from_millis(1_100)
+    );
+    // A window (1 s, 10 ticks) with nobody waiting forgets it.
+    for _ in 0..10 {
+        clock.advance(Duration::from_millis(100));
+        elastic.tick();
+    }
+    assert_eq!(elastic.snapshot().longest_wait, Duration::ZERO);
+    assert_ledger_balanced(&elastic.snapshot());
+}
