@@ -86,17 +86,7 @@ struct Ctx {
 }
 
 fn main() {
-    let args = match args::parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}\n\n{}", args::USAGE);
-            std::process::exit(2);
-        }
-    };
-    if args.help {
-        println!("{}", args::USAGE);
-        return;
-    }
+    let args = Args::from_env();
     install_ctrl_c();
 
     let cpus = std::thread::available_parallelism()
