@@ -40,9 +40,19 @@ fn get(f: &[u8; FRAME], i: usize) -> u64 {
     u64::from_le_bytes(f[i * 8..i * 8 + 8].try_into().unwrap())
 }
 
+/// Bind the service to a loopback port and run its accept loop on `rt`; returns the address.
+pub fn start_server(rt: &tokio::runtime::Runtime, work_us: f64) -> Result<SocketAddr, String> {
+    let listener = rt
+        .block_on(TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    rt.spawn(serve(listener, work_us));
+    Ok(addr)
+}
+
 /// The server's accept loop: one reader task and one writer task per connection, one handler
 /// task per request.
-pub async fn serve(listener: TcpListener, work_us: f64) {
+async fn serve(listener: TcpListener, work_us: f64) {
     loop {
         let Ok((sock, _)) = listener.accept().await else {
             continue;

@@ -284,12 +284,7 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
         .unwrap_or(1) as f64;
     let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
     let ctl = Control::new(a.workers, Mode::Unpaced, tuning(ctx))?;
-    let listener = ctl
-        .rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .map_err(|e| format!("bind: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    ctl.rt.spawn(fg::serve(listener, a.work_us));
+    let addr = fg::start_server(&ctl.rt, a.work_us)?;
     let stats = FgStats::new();
     let lg = LoadGen::start(
         addr,
@@ -406,12 +401,7 @@ fn run_phase_inner(
 ) -> Result<(), String> {
     let a = &ctx.args;
     let ctl = Control::new(a.workers, mode, tuning(ctx))?;
-    let listener = ctl
-        .rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .map_err(|e| format!("bind: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    ctl.rt.spawn(fg::serve(listener, a.work_us));
+    let addr = fg::start_server(&ctl.rt, a.work_us)?;
 
     // The elastic scan.
     let stop_scan = Arc::new(AtomicBool::new(false));
