@@ -11,7 +11,7 @@
 //! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
 //! the connection's writer task (hand-off 2), which writes it back.
 
-use crate::util::{new_hist, record, spin_us, Rng};
+use crate::util::{exp, new_hist, record, spin_us};
 use hdrhistogram::Histogram;
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -337,11 +337,11 @@ impl LoadGen {
             .name("loadgen-tx".into())
             .spawn(move || {
                 client_priority();
-                let mut rng = Rng::new(seed);
+                let mut rng = fastrand::Rng::with_seed(seed);
                 let mut next = st.now_ns() as f64;
                 let mut seq = 0u64;
                 while !stp.load(Ordering::Relaxed) {
-                    next += rng.exp(1e9 / rate.get());
+                    next += exp(&mut rng, 1e9 / rate.get());
                     let now = st.now_ns() as f64;
                     if next > now {
                         std::thread::sleep(Duration::from_nanos((next - now) as u64));
