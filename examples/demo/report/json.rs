@@ -1,224 +1,369 @@
-//! The JSON report: the schema of issue 5 (`machine`, `phases`, `timeline`), and the extras
-//! kept beside it rather than in its objects.
+//! The JSON report (serde): the schema of issue 5 (`machine`, `phases`, `timeline`), and the
+//! extras kept beside it rather than in its objects.
 
-use super::{PhaseResult, Report};
-use std::fmt::Write as _;
+use super::settle::Settle;
+use super::{Bar, PhaseResult, Point, Report};
+use serde::{Serialize, Serializer};
 
-fn jstr(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
+/// A number as the report writes it: rounded to 3 decimals, a whole number without a fraction,
+/// null when not finite.
+#[derive(Clone, Copy)]
+struct Num(f64);
+
+impl Serialize for Num {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !self.0.is_finite() {
+            return s.serialize_none();
         }
-    }
-    o.push('"');
-    o
-}
-
-fn jnum(x: f64) -> String {
-    if x.is_finite() {
-        let r = (x * 1000.0).round() / 1000.0;
+        let r = (self.0 * 1000.0).round() / 1000.0;
         if r == r.trunc() && r.abs() < 1e15 {
-            format!("{}", r as i64)
+            s.serialize_i64(r as i64)
         } else {
-            format!("{r}")
+            s.serialize_f64(r)
         }
-    } else {
-        "null".into()
     }
 }
 
-fn jopt(x: Option<f64>) -> String {
-    x.map(jnum).unwrap_or_else(|| "null".into())
+fn opt(x: Option<f64>) -> Option<Num> {
+    x.map(Num)
+}
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    machine: Machine<'a>,
+    phases: Vec<Phase<'a>>,
+    timeline: Vec<TimePoint<'a>>,
+    timeline_sched_split: Vec<SchedSplit>,
+    phase_extras: Vec<PhaseExtras<'a>>,
+    segments: Vec<Segment<'a>>,
+    controller_speed: Vec<Speed<'a>>,
+    bars: Vec<BarJ<'a>>,
+    bars_median_of_rounds: Vec<BarJ<'a>>,
+    interrupted: bool,
+}
+
+#[derive(Serialize)]
+struct Machine<'a> {
+    cpus: usize,
+    workers: usize,
+    cpus_used: Num,
+    os: &'a str,
+    arch: &'a str,
+    tokio_unstable: bool,
+    fg_rate_per_sec: Num,
+    fg_work_us: Num,
+    fg_process_cpu_per_request_us: Option<Num>,
+    fg_connections: usize,
+    elastic_tasks: usize,
+    table_rows: usize,
+    chunk_rows: usize,
+    chunk_cpu_us: Num,
+    rows_per_cpu_sec: Num,
+    phase_secs: Num,
+    warmup_secs: Num,
+    target_p99_us: Option<u64>,
+    target_source: &'a str,
+    slice_ms: u64,
+    quantum_us: u64,
+    static_limit: Num,
+    rounds: usize,
+    command: &'a str,
+}
+
+/// A phase that ran, all rounds merged.
+#[derive(Serialize)]
+struct Phase<'a> {
+    name: &'a str,
+    fg: Fg,
+    sched: Sched,
+    elastic: Elastic,
+    limit: Limit,
+}
+
+#[derive(Serialize)]
+struct Fg {
+    requests: u64,
+    p50_us: Option<Num>,
+    p99_us: Option<Num>,
+    p999_us: Option<Num>,
+    max_us: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Sched {
+    p99_us: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Elastic {
+    rows_per_sec: Num,
+    cpu_share: Num,
+}
+
+#[derive(Serialize)]
+struct Limit {
+    mean: Option<Num>,
+    min: Option<Num>,
+    max: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct TimePoint<'a> {
+    t_ms: u64,
+    phase: &'a str,
+    limit: Option<Num>,
+    sched_p99_us: Option<Num>,
+    fg_p99_us: Option<Num>,
+    elastic_rows_per_sec: Num,
+}
+
+#[derive(Serialize)]
+struct SchedSplit {
+    t_ms: u64,
+    sched_fg_p99_us: Option<Num>,
+    sched_elastic_p99_us: Option<Num>,
+}
+
+/// Every phase (skipped ones too), all rounds merged: what the issue's phase object leaves out.
+#[derive(Serialize)]
+struct PhaseExtras<'a> {
+    name: &'a str,
+    skipped: Option<&'a str>,
+    rounds_fg_p99_us: Vec<Num>,
+    fg_p99_median_of_rounds_us: Option<Num>,
+    cpu_share_from_rows: Option<Num>,
+    measured_secs: Num,
+    unanswered: u64,
+    process_cpu_share: Option<Num>,
+    machine_busy_share: Option<Num>,
+    pacer_used_share: Option<Num>,
+    pauses: usize,
+    paused_ms: Num,
+    requests_left_out: u64,
+    fg_p99_with_pauses_us: Option<Num>,
+    brakes: u64,
+}
+
+/// One phase of one round.
+#[derive(Serialize)]
+struct Segment<'a> {
+    name: &'a str,
+    round: usize,
+    skipped: Option<&'a str>,
+    interrupted: bool,
+    start_ms: u64,
+    end_ms: u64,
+    step_ms: &'a [u64],
+    measured_secs: Num,
+    requests: u64,
+    fg_p50_us: Option<Num>,
+    fg_p99_us: Option<Num>,
+    sched_p99_us: Option<Num>,
+    rows_per_sec: Num,
+    limit_mean: Option<Num>,
+    unanswered: u64,
+    process_cpu_share: Option<Num>,
+    machine_busy_share: Option<Num>,
+    pacer_used_share: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Speed<'a> {
+    phase: &'a str,
+    profile: &'a str,
+    kind: &'a str,
+    start_limit: Option<Num>,
+    end_limit: Option<Num>,
+    other_side_end_limit: Option<Num>,
+    settle_secs: Vec<Option<Num>>,
+    step_levels: Vec<Option<Num>>,
+    fg_p99_5s_after_step_us: Option<Num>,
+    tail_peak_to_peak: Num,
+    tail_reversals: usize,
+}
+
+#[derive(Serialize)]
+struct BarJ<'a> {
+    bar: &'a str,
+    value: &'a str,
+    pass: Option<bool>,
+}
+
+impl<'a> Machine<'a> {
+    fn of(r: &'a Report) -> Self {
+        let m = &r.machine;
+        Machine {
+            cpus: m.cpus,
+            workers: m.workers,
+            cpus_used: Num(m.cpus_used),
+            os: &m.os,
+            arch: &m.arch,
+            tokio_unstable: m.tokio_unstable,
+            fg_rate_per_sec: Num(m.rate),
+            fg_work_us: Num(m.work_us),
+            fg_process_cpu_per_request_us: opt(m.per_request_cpu_us),
+            fg_connections: m.conns,
+            elastic_tasks: m.elastic_tasks,
+            table_rows: m.rows,
+            chunk_rows: m.chunk_rows,
+            chunk_cpu_us: Num(m.chunk_cpu_us),
+            rows_per_cpu_sec: Num(m.rows_per_cpu_sec),
+            phase_secs: Num(m.phase_secs),
+            warmup_secs: Num(m.warmup_secs),
+            target_p99_us: m.target_us,
+            target_source: &m.target_source,
+            slice_ms: m.slice_ms,
+            quantum_us: m.quantum_us,
+            static_limit: Num(m.static_limit),
+            rounds: r.rounds(),
+            command: &m.command,
+        }
+    }
+}
+
+impl<'a> Phase<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        Phase {
+            name: &p.name,
+            fg: Fg {
+                requests: p.requests,
+                p50_us: opt(p.p50_us),
+                p99_us: opt(p.p99_us),
+                p999_us: opt(p.p999_us),
+                max_us: opt(p.max_us),
+            },
+            sched: Sched {
+                p99_us: opt(p.sched_p99_us),
+            },
+            elastic: Elastic {
+                rows_per_sec: Num(p.rows_per_sec),
+                cpu_share: Num(p.cpu_share),
+            },
+            limit: Limit {
+                mean: opt(p.limit_mean),
+                min: opt(p.limit_min),
+                max: opt(p.limit_max),
+            },
+        }
+    }
+}
+
+impl<'a> TimePoint<'a> {
+    fn of(t: &'a Point) -> Self {
+        TimePoint {
+            t_ms: t.t_ms,
+            phase: &t.phase,
+            limit: opt(t.limit),
+            sched_p99_us: opt(t.sched_p99_us),
+            fg_p99_us: opt(t.fg_p99_us),
+            elastic_rows_per_sec: Num(t.elastic_rows_per_sec),
+        }
+    }
+}
+
+impl<'a> PhaseExtras<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        PhaseExtras {
+            name: &p.name,
+            skipped: p.skipped.as_deref(),
+            rounds_fg_p99_us: p.p99_rounds.iter().copied().map(Num).collect(),
+            fg_p99_median_of_rounds_us: opt(p.p99_median),
+            cpu_share_from_rows: opt(p.cpu_share_from_rows),
+            measured_secs: Num(p.measured_secs),
+            unanswered: p.unanswered,
+            process_cpu_share: opt(p.process_cpu_share),
+            machine_busy_share: opt(p.machine_busy_share),
+            pacer_used_share: opt(p.used_share),
+            pauses: p.pauses,
+            paused_ms: Num(p.paused_ms),
+            requests_left_out: p.left_out,
+            fg_p99_with_pauses_us: opt(p.raw_p99_us),
+            brakes: p.brakes,
+        }
+    }
+}
+
+impl<'a> Segment<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        Segment {
+            name: &p.name,
+            round: p.round + 1,
+            skipped: p.skipped.as_deref(),
+            interrupted: p.interrupted,
+            start_ms: p.start_ms,
+            end_ms: p.end_ms,
+            step_ms: &p.step_ms,
+            measured_secs: Num(p.measured_secs),
+            requests: p.requests,
+            fg_p50_us: opt(p.p50_us),
+            fg_p99_us: opt(p.p99_us),
+            sched_p99_us: opt(p.sched_p99_us),
+            rows_per_sec: Num(p.rows_per_sec),
+            limit_mean: opt(p.limit_mean),
+            unanswered: p.unanswered,
+            process_cpu_share: opt(p.process_cpu_share),
+            machine_busy_share: opt(p.machine_busy_share),
+            pacer_used_share: opt(p.used_share),
+        }
+    }
+}
+
+impl<'a> Speed<'a> {
+    fn of(st: &'a Settle) -> Self {
+        Speed {
+            phase: &st.phase,
+            profile: st.profile(),
+            kind: st.kind.name(),
+            start_limit: opt(st.start_limit),
+            end_limit: opt(st.end_limit),
+            other_side_end_limit: opt(st.sibling_end),
+            settle_secs: st.settle_s.iter().map(|&x| opt(x)).collect(),
+            step_levels: st.step_levels.iter().map(|&x| opt(x)).collect(),
+            fg_p99_5s_after_step_us: opt(st.fg_p99_after_step_us),
+            tail_peak_to_peak: Num(st.tail_p2p),
+            tail_reversals: st.reversals,
+        }
+    }
+}
+
+impl<'a> BarJ<'a> {
+    fn of(b: &'a Bar) -> Self {
+        BarJ {
+            bar: &b.what,
+            value: &b.value,
+            pass: b.pass,
+        }
+    }
 }
 
 impl Report {
     pub fn to_json(&self) -> String {
-        let m = &self.machine;
-        let mut s = String::new();
-        s.push_str("{\n  \"machine\": {");
-        let _ = write!(
-            s,
-            "\"cpus\": {}, \"workers\": {}, \"cpus_used\": {}, \"os\": {}, \"arch\": {}, \"tokio_unstable\": {}, \
-             \"fg_rate_per_sec\": {}, \"fg_work_us\": {}, \"fg_process_cpu_per_request_us\": {}, \"fg_connections\": {}, \
-             \"elastic_tasks\": {}, \"table_rows\": {}, \"chunk_rows\": {}, \"chunk_cpu_us\": {}, \"rows_per_cpu_sec\": {}, \
-             \"phase_secs\": {}, \"warmup_secs\": {}, \"target_p99_us\": {}, \"target_source\": {}, \"slice_ms\": {}, \"quantum_us\": {}, \"static_limit\": {}, \"rounds\": {}, \"command\": {}",
-            m.cpus,
-            m.workers,
-            jnum(m.cpus_used),
-            jstr(&m.os),
-            jstr(&m.arch),
-            m.tokio_unstable,
-            jnum(m.rate),
-            jnum(m.work_us),
-            jopt(m.per_request_cpu_us),
-            m.conns,
-            m.elastic_tasks,
-            m.rows,
-            m.chunk_rows,
-            jnum(m.chunk_cpu_us),
-            jnum(m.rows_per_cpu_sec),
-            jnum(m.phase_secs),
-            jnum(m.warmup_secs),
-            jopt(m.target_us.map(|t| t as f64)),
-            jstr(&m.target_source),
-            m.slice_ms,
-            m.quantum_us,
-            jnum(m.static_limit),
-            self.rounds(),
-            jstr(&m.command)
-        );
-        s.push_str("},\n  \"phases\": [");
-        let ran: Vec<&PhaseResult> = self.phases.iter().filter(|p| p.skipped.is_none()).collect();
-        for (i, p) in ran.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"name\": {}, \"fg\": {{\"requests\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \"max_us\": {}}}, \
-                 \"sched\": {{\"p99_us\": {}}}, \"elastic\": {{\"rows_per_sec\": {}, \"cpu_share\": {}}}, \
-                 \"limit\": {{\"mean\": {}, \"min\": {}, \"max\": {}}}}}",
-                if i == 0 { "" } else { "," },
-                jstr(&p.name),
-                p.requests,
-                jopt(p.p50_us),
-                jopt(p.p99_us),
-                jopt(p.p999_us),
-                jopt(p.max_us),
-                jopt(p.sched_p99_us),
-                jnum(p.rows_per_sec),
-                jnum(p.cpu_share),
-                jopt(p.limit_mean),
-                jopt(p.limit_min),
-                jopt(p.limit_max)
-            );
-        }
-        s.push_str("\n  ],\n  \"timeline\": [");
-        for (i, t) in self.timeline.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"t_ms\": {}, \"phase\": {}, \"limit\": {}, \"sched_p99_us\": {}, \"fg_p99_us\": {}, \"elastic_rows_per_sec\": {}}}",
-                if i == 0 { "" } else { "," },
-                t.t_ms,
-                jstr(&t.phase),
-                jopt(t.limit),
-                jopt(t.sched_p99_us),
-                jopt(t.fg_p99_us),
-                jnum(t.elastic_rows_per_sec)
-            );
-        }
-        s.push_str("\n  ],\n");
-        // Extras beyond the issue's schema, kept out of the phase and timeline objects.
-        s.push_str("  \"timeline_sched_split\": [");
-        for (i, t) in self.timeline.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"t_ms\": {}, \"sched_fg_p99_us\": {}, \"sched_elastic_p99_us\": {}}}",
-                if i == 0 { "" } else { "," },
-                t.t_ms,
-                jopt(t.sched_fg_p99_us),
-                jopt(t.sched_elastic_p99_us)
-            );
-        }
-        s.push_str("\n  ],\n");
-        s.push_str("  \"phase_extras\": [");
-        for (i, p) in self.phases.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"name\": {}, \"skipped\": {}, \"rounds_fg_p99_us\": [{}], \"fg_p99_median_of_rounds_us\": {}, \
-                 \"cpu_share_from_rows\": {}, \"measured_secs\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}, \
-                 \"pauses\": {}, \"paused_ms\": {}, \"requests_left_out\": {}, \"fg_p99_with_pauses_us\": {}, \"brakes\": {}}}",
-                if i == 0 { "" } else { "," },
-                jstr(&p.name),
-                p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
-                p.p99_rounds.iter().map(|x| jnum(*x)).collect::<Vec<_>>().join(", "),
-                jopt(p.p99_median),
-                jopt(p.cpu_share_from_rows),
-                jnum(p.measured_secs),
-                p.unanswered,
-                jopt(p.process_cpu_share),
-                jopt(p.machine_busy_share),
-                jopt(p.used_share),
-                p.pauses,
-                jnum(p.paused_ms),
-                p.left_out,
-                jopt(p.raw_p99_us),
-                p.brakes
-            );
-        }
-        s.push_str("\n  ],\n  \"segments\": [");
-        for (i, p) in self.segments.iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"name\": {}, \"round\": {}, \"skipped\": {}, \"interrupted\": {}, \"start_ms\": {}, \"end_ms\": {}, \"step_ms\": [{}], \
-                 \"measured_secs\": {}, \"requests\": {}, \"fg_p50_us\": {}, \"fg_p99_us\": {}, \"sched_p99_us\": {}, \"rows_per_sec\": {}, \
-                 \"limit_mean\": {}, \"unanswered\": {}, \"process_cpu_share\": {}, \"machine_busy_share\": {}, \"pacer_used_share\": {}}}",
-                if i == 0 { "" } else { "," },
-                jstr(&p.name),
-                p.round + 1,
-                p.skipped.as_deref().map(jstr).unwrap_or("null".into()),
-                p.interrupted,
-                p.start_ms,
-                p.end_ms,
-                p.step_ms
-                    .iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                jnum(p.measured_secs),
-                p.requests,
-                jopt(p.p50_us),
-                jopt(p.p99_us),
-                jopt(p.sched_p99_us),
-                jnum(p.rows_per_sec),
-                jopt(p.limit_mean),
-                p.unanswered,
-                jopt(p.process_cpu_share),
-                jopt(p.machine_busy_share),
-                jopt(p.used_share)
-            );
-        }
-        s.push_str("\n  ],\n  \"controller_speed\": [");
-        for (i, st) in self.settles().iter().enumerate() {
-            let _ = write!(
-                s,
-                "{}\n    {{\"phase\": {}, \"profile\": {}, \"kind\": {}, \"start_limit\": {}, \"end_limit\": {}, \"other_side_end_limit\": {}, \
-                 \"settle_secs\": [{}], \"step_levels\": [{}], \"fg_p99_5s_after_step_us\": {}, \"tail_peak_to_peak\": {}, \"tail_reversals\": {}}}",
-                if i == 0 { "" } else { "," },
-                jstr(&st.phase),
-                jstr(st.profile()),
-                jstr(st.kind.name()),
-                jopt(st.start_limit),
-                jopt(st.end_limit),
-                jopt(st.sibling_end),
-                st.settle_s.iter().map(|x| jopt(*x)).collect::<Vec<_>>().join(", "),
-                st.step_levels.iter().map(|x| jopt(*x)).collect::<Vec<_>>().join(", "),
-                jopt(st.fg_p99_after_step_us),
-                jnum(st.tail_p2p),
-                st.reversals
-            );
-        }
-        for (key, median) in [("bars", false), ("bars_median_of_rounds", true)] {
-            let _ = write!(s, "\n  ],\n  \"{key}\": [");
-            for (i, b) in self.bars_on(median).iter().enumerate() {
-                let _ = write!(
-                    s,
-                    "{}\n    {{\"bar\": {}, \"value\": {}, \"pass\": {}}}",
-                    if i == 0 { "" } else { "," },
-                    jstr(&b.what),
-                    jstr(&b.value),
-                    b.pass.map(|p| p.to_string()).unwrap_or("null".into())
-                );
-            }
-        }
-        let _ = write!(s, "\n  ],\n  \"interrupted\": {}\n}}\n", self.interrupted);
+        let settles = self.settles();
+        let bars = self.bars_on(false);
+        let bars_median = self.bars_on(true);
+        let doc = Doc {
+            machine: Machine::of(self),
+            phases: (self.phases.iter())
+                .filter(|p| p.skipped.is_none())
+                .map(Phase::of)
+                .collect(),
+            timeline: self.timeline.iter().map(TimePoint::of).collect(),
+            timeline_sched_split: (self.timeline.iter())
+                .map(|t| SchedSplit {
+                    t_ms: t.t_ms,
+                    sched_fg_p99_us: opt(t.sched_fg_p99_us),
+                    sched_elastic_p99_us: opt(t.sched_elastic_p99_us),
+                })
+                .collect(),
+            phase_extras: self.phases.iter().map(PhaseExtras::of).collect(),
+            segments: self.segments.iter().map(Segment::of).collect(),
+            controller_speed: settles.iter().map(Speed::of).collect(),
+            bars: bars.iter().map(BarJ::of).collect(),
+            bars_median_of_rounds: bars_median.iter().map(BarJ::of).collect(),
+            interrupted: self.interrupted,
+        };
+        let mut s = serde_json::to_string_pretty(&doc).expect("the report serializes");
+        s.push('\n');
         s
     }
 }
