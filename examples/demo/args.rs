@@ -1,5 +1,7 @@
-//! Command-line flags of the demo (hand-rolled: no extra dependency).
+//! Command-line flags of the demo (clap, derive API).
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgAction, CommandFactory, Parser};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,6 +28,19 @@ pub enum Kind {
     Step,
 }
 
+/// Every kind, in the order of the help text.
+const ALL_KINDS: [Kind; 9] = [
+    Kind::Baseline,
+    Kind::Unthrottled,
+    Kind::Static,
+    Kind::Yield,
+    Kind::Dedicated,
+    Kind::Paced,
+    Kind::Low,
+    Kind::High,
+    Kind::Step,
+];
+
 impl Kind {
     pub fn name(self) -> &'static str {
         match self {
@@ -42,18 +57,7 @@ impl Kind {
     }
 
     fn parse(s: &str) -> Option<Kind> {
-        Some(match s {
-            "baseline" => Kind::Baseline,
-            "unthrottled" => Kind::Unthrottled,
-            "static" => Kind::Static,
-            "yield" => Kind::Yield,
-            "dedicated" => Kind::Dedicated,
-            "paced" => Kind::Paced,
-            "low" => Kind::Low,
-            "high" => Kind::High,
-            "step" => Kind::Step,
-            _ => return None,
-        })
+        ALL_KINDS.into_iter().find(|k| k.name() == s)
     }
 
     /// Phases that run the controller (and so take a profile).
@@ -119,10 +123,8 @@ impl PhaseSpec {
             None => (s, None),
         };
         let kind = Kind::parse(k).ok_or_else(|| {
-            format!(
-                "unknown phase {k:?}: expected one of {}",
-                ALL_KINDS.join(", ")
-            )
+            let all: Vec<&str> = ALL_KINDS.iter().map(|k| k.name()).collect();
+            format!("unknown phase {k:?}: expected one of {}", all.join(", "))
         })?;
         let profile = match p {
             None if kind.controlled() => Some(ProfileSpec::Default),
@@ -138,58 +140,14 @@ impl PhaseSpec {
     }
 }
 
-const ALL_KINDS: [&str; 9] = [
-    "baseline",
-    "unthrottled",
-    "static",
-    "yield",
-    "dedicated",
-    "paced",
-    "low",
-    "high",
-    "step",
-];
-
 pub const DEFAULT_PHASES: &str = "baseline,unthrottled,static,yield,dedicated,paced";
 
-/// Parsed flags.
-#[derive(Clone, Debug)]
-pub struct Args {
-    pub phases: Vec<PhaseSpec>,
-    pub phase_secs: f64,
-    pub warmup_secs: f64,
-    pub rounds: usize,
-    pub workers: usize,
-    pub rate: Option<f64>,
-    pub fg_load: f64,
-    pub work_us: f64,
-    pub conns: usize,
-    pub elastic_tasks: usize,
-    pub rows: usize,
-    pub chunk_rows: usize,
-    /// None: `auto`.
-    pub target_us: Option<u64>,
-    pub slice_ms: Option<u64>,
-    pub quantum_us: Option<u64>,
-    /// Backlog brake threshold: None = the library's default, Some(None) = off.
-    pub brake_us: Option<Option<u64>>,
-    pub static_limit: f64,
-    pub sample: Duration,
-    pub json: Option<PathBuf>,
-    pub html: Option<PathBuf>,
-    pub seed: u64,
-    /// Print where each phase's foreground latency goes, hop by hop.
-    pub hops: bool,
-    pub help: bool,
-}
-
-pub const USAGE: &str = "\
-usage: cargo run --release --example demo -- [FLAGS]
-
+const ABOUT: &str = "\
 The isolation experiment: a loopback TCP service (foreground) under open-loop Poisson load,
 next to a CPU-heavy export scan (elastic), in several phases of one run. Prints one line a
-second, a summary table at the end, and writes a JSON and an HTML report.
+second, a summary table at the end, and writes a JSON and an HTML report.";
 
+const PHASES_HELP: &str = "\
 Phases (run in the order given):
   baseline     foreground only
   unthrottled  + the scan, no control
@@ -201,280 +159,283 @@ Phases (run in the order given):
   step         paced from where the last paced phase ended, foreground load x1.5 from 1/3
                to 2/3 of the phase (settle time after a step in load)
   paced, low, high and step take an optional @PROFILE: default, cockroach, or a number
-  (the controller's adjustment delta per second, e.g. low@0.05).
+  (the controller's adjustment delta per second, e.g. low@0.05).";
 
-Flags:
-  --phases LIST        comma-separated phases [default: baseline,unthrottled,static,yield,dedicated,paced]
-  --speed              append the controller-speed phases: low, high and step for each --profiles entry
-  --profiles LIST      profiles for --speed [default: cockroach,default,0.02,0.1]
-  --phase-secs N       length of each phase in seconds, warm-up included [default: 15]
-  --warmup-secs N      start of each phase left out of its summary [default: 4]
-  --rounds N           run the phase list N times, interleaved, and merge each phase's rounds
-                       (this machine's noise comes in bursts of seconds) [default: 3]
-  --workers N          worker threads of the runtime under test [default: one per core]
-  --rate R             foreground requests per second [default: sized to --fg-load]
-  --fg-load F          foreground share of the machine's CPU when --rate is not given [default: 0.4]
-  --work-us N          CPU work per request in microseconds [default: 50]
-  --conns N            load-generator connections [default: 4]
-  --elastic-tasks N    concurrent scan tasks [default: 8]
-  --rows N             rows in the in-memory table [default: 1000000]
-  --chunk-rows N       rows per encoded chunk [default: 512]
-  --target-us N|auto   scheduling-latency p99 target of the controller; auto = the median
-                       window p99 the baseline phase measured + the poll quantum (100..5000 us;
-                       the library's default when no baseline runs first) [default: auto]
-  --brake-us N|off     foreground run-queue wait at which the paced phases' backlog brake
-                       stops elastic work [default: the library's, 4 x the target]
-  --static-limit F     share for the static phase [default: 0.25]
-  --slice-ms N         CPU time per grant, 10..=100 [default: the library's]
-  --quantum-us N       poll quantum of paced streams [default: the library's]
-  --sample-ms N        timeline resolution [default: 250]
-  --json PATH          write the JSON report here [default: target/demo/report.json]
-  --html PATH          write the HTML report here [default: target/demo/report.html]
-  --seed N             RNG seed [default: 1]
-  --hops               print, per phase, the mean time each request spent in each hop (client
-                       send lag, to the reader task, to the handler, work, to the writer, back),
-                       over all requests and over the slowest 1 %
-  -h, --help           this text
-
-Ctrl-C ends the run early and still writes the (partial) report.";
-
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse::<T>()
-        .map_err(|_| format!("bad value {v:?} for {flag}"))
+/// Parsed flags. Fields typed `std::option::Option` / `std::vec::Vec` (spelled out) take one
+/// value that their parser turns into an option or a list; a plain `Option` is a flag that may
+/// be absent.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "demo",
+    override_usage = "cargo run --release --example demo -- [FLAGS]",
+    about = ABOUT,
+    before_help = PHASES_HELP,
+    after_help = "Ctrl-C ends the run early and still writes the (partial) report.",
+    help_template = "{usage-heading} {usage}\n\n{about}\n\n{before-help}{all-args}{after-help}",
+    next_help_heading = "Flags",
+    args_override_self = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// comma-separated phases
+    #[arg(long = "phases", value_name = "LIST", default_value = DEFAULT_PHASES, value_parser = phase_list)]
+    phase_list: std::vec::Vec<PhaseSpec>,
+    /// append the controller-speed phases: low, high and step for each --profiles entry
+    #[arg(long)]
+    speed: bool,
+    /// profiles for --speed
+    #[arg(long, value_name = "LIST", default_value = "cockroach,default,0.02,0.1", value_parser = profile_list)]
+    profiles: std::vec::Vec<ProfileSpec>,
+    /// The phases to run: --phases, then the --speed phases.
+    #[arg(skip)]
+    pub phases: Vec<PhaseSpec>,
+    /// length of each phase in seconds, warm-up included
+    #[arg(long, value_name = "N", default_value = "15", value_parser = positive)]
+    pub phase_secs: f64,
+    /// start of each phase left out of its summary
+    #[arg(long, value_name = "N", default_value = "4", value_parser = non_negative)]
+    pub warmup_secs: f64,
+    /// run the phase list N times, interleaved, and merge each phase's rounds
+    /// (this machine's noise comes in bursts of seconds)
+    #[arg(long, value_name = "N", default_value = "3", value_parser = at_least_1)]
+    pub rounds: usize,
+    /// worker threads of the runtime under test [default: one per core]
+    #[arg(long, value_name = "N", default_value_t = cores(), hide_default_value = true, value_parser = at_least_1)]
+    pub workers: usize,
+    /// foreground requests per second [default: sized to --fg-load]
+    #[arg(long, value_name = "R", value_parser = positive)]
+    pub rate: Option<f64>,
+    /// foreground share of the machine's CPU when --rate is not given
+    #[arg(long, value_name = "F", default_value = "0.4", value_parser = share)]
+    pub fg_load: f64,
+    /// CPU work per request in microseconds
+    #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
+    pub work_us: f64,
+    /// load-generator connections
+    #[arg(long, value_name = "N", default_value = "4", value_parser = at_least_1)]
+    pub conns: usize,
+    /// concurrent scan tasks
+    #[arg(long, value_name = "N", default_value = "8", value_parser = at_least_1)]
+    pub elastic_tasks: usize,
+    /// rows in the in-memory table
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = at_least_1)]
+    pub rows: usize,
+    /// rows per encoded chunk
+    #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
+    pub chunk_rows: usize,
+    /// scheduling-latency p99 target of the controller; auto = the median window p99 the
+    /// baseline phase measured + the poll quantum (100..5000 us; the library's default when no
+    /// baseline runs first)
+    // None: auto.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = target_us)]
+    pub target_us: std::option::Option<u64>,
+    /// foreground run-queue wait at which the paced phases' backlog brake stops elastic work
+    /// [default: the library's, 4 x the target]
+    // None: the library's default; Some(None): off.
+    #[arg(long, value_name = "N|off", value_parser = brake_us)]
+    pub brake_us: Option<std::option::Option<u64>>,
+    /// share for the static phase
+    #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
+    pub static_limit: f64,
+    /// CPU time per grant, 10..=100 [default: the library's]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(10..=100))]
+    pub slice_ms: Option<u64>,
+    /// poll quantum of paced streams [default: the library's]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(10..=100_000))]
+    pub quantum_us: Option<u64>,
+    /// timeline resolution
+    #[arg(long = "sample-ms", value_name = "N", default_value = "250", value_parser = sample_ms)]
+    pub sample: Duration,
+    /// write the JSON report here [default: target/demo/report.json]
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// write the HTML report here [default: target/demo/report.html]
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
+    /// RNG seed
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub seed: u64,
+    /// print, per phase, the mean time each request spent in each hop (client send lag, to the
+    /// reader task, to the handler, work, to the writer, back), over all requests and over the
+    /// slowest 1 %
+    #[arg(long)]
+    pub hops: bool,
+    /// this text
+    #[arg(short = 'h', long = "help", action = ArgAction::Help)]
+    _help: Option<bool>,
 }
 
-fn positive_f64(flag: &str, v: &str) -> Result<f64, String> {
-    let x: f64 = num(flag, v)?;
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn number<T: std::str::FromStr<Err: std::fmt::Display>>(v: &str) -> Result<T, String> {
+    v.parse::<T>().map_err(|e| e.to_string())
+}
+
+fn positive(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
     if x.is_finite() && x > 0.0 {
         Ok(x)
     } else {
-        Err(format!("{flag} must be a positive number, got {v:?}"))
+        Err("must be a positive number".into())
     }
 }
 
-fn positive_usize(flag: &str, v: &str) -> Result<usize, String> {
-    let x: usize = num(flag, v)?;
-    if x > 0 {
+fn non_negative(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
+    if x.is_finite() && x >= 0.0 {
         Ok(x)
     } else {
-        Err(format!("{flag} must be at least 1, got {v:?}"))
+        Err("must be >= 0".into())
     }
 }
 
-fn share(flag: &str, v: &str) -> Result<f64, String> {
-    let x: f64 = num(flag, v)?;
+fn at_least_1(v: &str) -> Result<usize, String> {
+    match number(v)? {
+        0 => Err("must be at least 1".into()),
+        x => Ok(x),
+    }
+}
+
+fn share(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
     if x.is_finite() && x > 0.0 && x <= 1.0 {
         Ok(x)
     } else {
-        Err(format!("{flag} must be in (0, 1], got {v:?}"))
+        Err("must be in (0, 1]".into())
     }
 }
 
+fn in_range(v: &str, range: std::ops::RangeInclusive<u64>, or: &str) -> Result<u64, String> {
+    let x: u64 = number(v)?;
+    if range.contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!(
+            "must be in {}..={}{or}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+fn target_us(v: &str) -> Result<Option<u64>, String> {
+    match v {
+        "auto" => Ok(None),
+        _ => in_range(v, 50..=1_000_000, " or auto").map(Some),
+    }
+}
+
+fn brake_us(v: &str) -> Result<Option<u64>, String> {
+    match v {
+        "off" => Ok(None),
+        _ => in_range(v, 10..=1_000_000, " or off").map(Some),
+    }
+}
+
+fn sample_ms(v: &str) -> Result<Duration, String> {
+    in_range(v, 10..=10_000, "").map(Duration::from_millis)
+}
+
+/// Comma-separated items, blanks around and empty items left out.
 fn list(v: &str) -> impl Iterator<Item = &str> {
     v.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// Parse the flags (without the program name).
-pub fn parse<I: IntoIterator<Item = String>>(it: I) -> Result<Args, String> {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let mut a = Args {
-        phases: Vec::new(),
-        phase_secs: 15.0,
-        warmup_secs: 4.0,
-        rounds: 3,
-        workers: cores,
-        rate: None,
-        fg_load: 0.4,
-        work_us: 50.0,
-        conns: 4,
-        elastic_tasks: 8,
-        rows: 1_000_000,
-        chunk_rows: 512,
-        target_us: None,
-        slice_ms: None,
-        quantum_us: None,
-        brake_us: None,
-        static_limit: 0.25,
-        sample: Duration::from_millis(250),
-        json: None,
-        html: None,
-        seed: 1,
-        hops: false,
-        help: false,
-    };
-    let mut phases = DEFAULT_PHASES.to_string();
-    let mut speed = false;
-    let mut profiles = "cockroach,default,0.02,0.1".to_string();
-    let mut it = it.into_iter();
-    while let Some(flag) = it.next() {
-        // Accept both `--flag value` and `--flag=value`.
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (flag, None),
-        };
-        const KNOWN: &[&str] = &[
-            "-h",
-            "--help",
-            "--speed",
-            "--phases",
-            "--profiles",
-            "--phase-secs",
-            "--warmup-secs",
-            "--workers",
-            "--rate",
-            "--fg-load",
-            "--work-us",
-            "--conns",
-            "--elastic-tasks",
-            "--rows",
-            "--chunk-rows",
-            "--target-us",
-            "--static-limit",
-            "--sample-ms",
-            "--json",
-            "--html",
-            "--seed",
-            "--slice-ms",
-            "--quantum-us",
-            "--brake-us",
-            "--rounds",
-            "--hops",
-        ];
-        if !KNOWN.contains(&flag.as_str()) {
-            return Err(format!("unknown flag {flag:?}"));
+fn phase_list(v: &str) -> Result<Vec<PhaseSpec>, String> {
+    list(v).map(PhaseSpec::parse).collect()
+}
+
+fn profile_list(v: &str) -> Result<Vec<ProfileSpec>, String> {
+    list(v).map(ProfileSpec::parse).collect()
+}
+
+impl Args {
+    /// Parse the process's flags; on an error, print it with the usage line and exit with 2
+    /// (`-h` / `--help`: print the help and exit with 0).
+    pub fn from_env() -> Args {
+        Args::try_parse()
+            .and_then(Args::finish)
+            .unwrap_or_else(|mut e| {
+                if e.use_stderr() {
+                    let usage = Args::command().render_usage();
+                    e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+                }
+                e.exit()
+            })
+    }
+
+    /// Parse these flags (the first item is the program name).
+    #[cfg(test)]
+    fn parse_strs<I: IntoIterator<Item = &'static str>>(it: I) -> Result<Args, clap::Error> {
+        Args::try_parse_from(it)?.finish()
+    }
+
+    /// The checks across flags, and the phase list.
+    fn finish(mut self) -> Result<Args, clap::Error> {
+        let err = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
+        self.phases = self.phase_list.clone();
+        if self.speed {
+            if self.profiles.is_empty() {
+                return Err(err("--profiles is empty".into()));
+            }
+            for &p in &self.profiles {
+                for kind in [Kind::Low, Kind::High, Kind::Step] {
+                    self.phases.push(PhaseSpec {
+                        kind,
+                        profile: Some(p),
+                    });
+                }
+            }
         }
-        let takes_value = !matches!(flag.as_str(), "-h" | "--help" | "--speed" | "--hops");
-        let val = if takes_value {
-            match inline {
-                Some(v) => v,
-                None => it.next().ok_or_else(|| format!("{flag} needs a value"))?,
-            }
-        } else {
-            if inline.is_some() {
-                return Err(format!("{flag} takes no value"));
-            }
-            String::new()
-        };
-        let v = val.as_str();
-        match flag.as_str() {
-            "-h" | "--help" => a.help = true,
-            "--speed" => speed = true,
-            "--hops" => a.hops = true,
-            "--phases" => phases = v.to_string(),
-            "--profiles" => profiles = v.to_string(),
-            "--phase-secs" => a.phase_secs = positive_f64(&flag, v)?,
-            "--warmup-secs" => {
-                let x: f64 = num(&flag, v)?;
-                if !(x.is_finite() && x >= 0.0) {
-                    return Err(format!("{flag} must be >= 0, got {v:?}"));
-                }
-                a.warmup_secs = x;
-            }
-            "--workers" => a.workers = positive_usize(&flag, v)?,
-            "--rounds" => a.rounds = positive_usize(&flag, v)?,
-            "--rate" => a.rate = Some(positive_f64(&flag, v)?),
-            "--fg-load" => a.fg_load = share(&flag, v)?,
-            "--work-us" => a.work_us = positive_f64(&flag, v)?,
-            "--conns" => a.conns = positive_usize(&flag, v)?,
-            "--elastic-tasks" => a.elastic_tasks = positive_usize(&flag, v)?,
-            "--rows" => a.rows = positive_usize(&flag, v)?,
-            "--chunk-rows" => a.chunk_rows = positive_usize(&flag, v)?,
-            "--target-us" if v == "auto" => a.target_us = None,
-            "--target-us" => {
-                let x: u64 = num(&flag, v)?;
-                if !(50..=1_000_000).contains(&x) {
-                    return Err(format!("{flag} must be in 50..=1000000, got {v:?}"));
-                }
-                a.target_us = Some(x);
-            }
-            "--slice-ms" => {
-                let x: u64 = num(&flag, v)?;
-                if !(10..=100).contains(&x) {
-                    return Err(format!("{flag} must be in 10..=100, got {v:?}"));
-                }
-                a.slice_ms = Some(x);
-            }
-            "--quantum-us" => {
-                let x: u64 = num(&flag, v)?;
-                if !(10..=100_000).contains(&x) {
-                    return Err(format!("{flag} must be in 10..=100000, got {v:?}"));
-                }
-                a.quantum_us = Some(x);
-            }
-            "--brake-us" if v == "off" => a.brake_us = Some(None),
-            "--brake-us" => {
-                let x: u64 = num(&flag, v)?;
-                if !(10..=1_000_000).contains(&x) {
-                    return Err(format!("{flag} must be in 10..=1000000 or off, got {v:?}"));
-                }
-                a.brake_us = Some(Some(x));
-            }
-            "--static-limit" => a.static_limit = share(&flag, v)?,
-            "--sample-ms" => {
-                let x: u64 = num(&flag, v)?;
-                if !(10..=10_000).contains(&x) {
-                    return Err(format!("{flag} must be in 10..=10000, got {v:?}"));
-                }
-                a.sample = Duration::from_millis(x);
-            }
-            "--json" => a.json = Some(PathBuf::from(v)),
-            "--html" => a.html = Some(PathBuf::from(v)),
-            "--seed" => a.seed = num(&flag, v)?,
-            _ => return Err(format!("unknown flag {flag:?}")),
+        if self.phases.is_empty() {
+            return Err(err("no phases to run".into()));
         }
-    }
-    for p in list(&phases) {
-        a.phases.push(PhaseSpec::parse(p)?);
-    }
-    if speed {
-        let mut any = false;
-        for p in list(&profiles) {
-            let profile = Some(ProfileSpec::parse(p)?);
-            for kind in [Kind::Low, Kind::High, Kind::Step] {
-                a.phases.push(PhaseSpec { kind, profile });
-            }
-            any = true;
+        if self.warmup_secs >= self.phase_secs {
+            return Err(err(format!(
+                "--warmup-secs ({}) must be shorter than --phase-secs ({})",
+                self.warmup_secs, self.phase_secs
+            )));
         }
-        if !any {
-            return Err("--profiles is empty".into());
+        if self.rows < self.chunk_rows * self.elastic_tasks {
+            return Err(err(
+                "--rows must be at least --chunk-rows x --elastic-tasks".into(),
+            ));
         }
+        Ok(self)
     }
-    if a.phases.is_empty() && !a.help {
-        return Err("no phases to run".into());
-    }
-    if a.warmup_secs >= a.phase_secs {
-        return Err(format!(
-            "--warmup-secs ({}) must be shorter than --phase-secs ({})",
-            a.warmup_secs, a.phase_secs
-        ));
-    }
-    if a.rows < a.chunk_rows * a.elastic_tasks {
-        return Err("--rows must be at least --chunk-rows x --elastic-tasks".into());
-    }
-    Ok(a)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn p(s: &str) -> Result<Args, String> {
-        parse(s.split_whitespace().map(String::from))
+    fn p(s: &'static str) -> Result<Args, clap::Error> {
+        Args::parse_strs(std::iter::once("demo").chain(s.split_whitespace()))
     }
 
     #[test]
     fn defaults_and_errors() {
+        Args::command().debug_assert();
         let a = p("").unwrap();
         assert_eq!(a.phases.len(), 6);
+        assert_eq!(a.sample, Duration::from_millis(250));
+        assert_eq!((a.target_us, a.brake_us), (None, None));
         assert!(p("--bogus").is_err());
         assert!(p("--phase-secs").is_err());
         assert!(p("--phase-secs x").is_err());
         assert!(p("--phases nope").is_err());
         assert!(p("--phases baseline@0.1").is_err());
+        assert!(p("--warmup-secs 20").is_err());
         let a = p("--phases=paced@0.05,low@cockroach --speed --profiles 0.1").unwrap();
         assert_eq!(a.phases.len(), 5);
         assert_eq!(a.phases[0].name(), "paced@0.05");
+        let a = p("--target-us 300 --brake-us off --seed 2 --seed 3").unwrap();
+        assert_eq!(
+            (a.target_us, a.brake_us, a.seed),
+            (Some(300), Some(None), 3)
+        );
     }
 }

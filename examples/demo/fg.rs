@@ -11,7 +11,7 @@
 //! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
 //! the connection's writer task (hand-off 2), which writes it back.
 
-use crate::util::{new_hist, record, spin_us, Rng};
+use crate::util::{exp, new_hist, record, spin_us};
 use hdrhistogram::Histogram;
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -40,9 +40,19 @@ fn get(f: &[u8; FRAME], i: usize) -> u64 {
     u64::from_le_bytes(f[i * 8..i * 8 + 8].try_into().unwrap())
 }
 
+/// Bind the service to a loopback port and run its accept loop on `rt`; returns the address.
+pub fn start_server(rt: &tokio::runtime::Runtime, work_us: f64) -> Result<SocketAddr, String> {
+    let listener = rt
+        .block_on(TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    rt.spawn(serve(listener, work_us));
+    Ok(addr)
+}
+
 /// The server's accept loop: one reader task and one writer task per connection, one handler
 /// task per request.
-pub async fn serve(listener: TcpListener, work_us: f64) {
+async fn serve(listener: TcpListener, work_us: f64) {
     loop {
         let Ok((sock, _)) = listener.accept().await else {
             continue;
@@ -327,11 +337,11 @@ impl LoadGen {
             .name("loadgen-tx".into())
             .spawn(move || {
                 client_priority();
-                let mut rng = Rng::new(seed);
+                let mut rng = fastrand::Rng::with_seed(seed);
                 let mut next = st.now_ns() as f64;
                 let mut seq = 0u64;
                 while !stp.load(Ordering::Relaxed) {
-                    next += rng.exp(1e9 / rate.get());
+                    next += exp(&mut rng, 1e9 / rate.get());
                     let now = st.now_ns() as f64;
                     if next > now {
                         std::thread::sleep(Duration::from_nanos((next - now) as u64));

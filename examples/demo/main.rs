@@ -15,19 +15,21 @@ mod args;
 mod ctl;
 mod fg;
 mod pauses;
+mod phase;
 mod report;
 mod scan;
 mod util;
 
-use args::{Args, Kind, PhaseSpec, ProfileSpec};
+use args::{Args, Kind, PhaseSpec};
 use ctl::{Control, Mode, Tuning};
 use fg::{FgStats, LoadGen, Rate};
-use report::{PhaseResult, Point, Report};
-use scan::{Consume, Counters, ScanStream, Table};
+use phase::run_phase;
+use report::Report;
+use scan::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use util::{fmt_us, q_us};
+use util::fmt_us;
 
 /// `--target-us auto`: the baseline's median window p99 of scheduling latency plus one poll
 /// quantum: at the p99, a foreground task may wait behind about one elastic poll.
@@ -86,17 +88,7 @@ struct Ctx {
 }
 
 fn main() {
-    let args = match args::parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e}\n\n{}", args::USAGE);
-            std::process::exit(2);
-        }
-    };
-    if args.help {
-        println!("{}", args::USAGE);
-        return;
-    }
+    let args = Args::from_env();
     install_ctrl_c();
 
     let cpus = std::thread::available_parallelism()
@@ -294,12 +286,7 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
         .unwrap_or(1) as f64;
     let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
     let ctl = Control::new(a.workers, Mode::Unpaced, tuning(ctx))?;
-    let listener = ctl
-        .rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .map_err(|e| format!("bind: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    ctl.rt.spawn(fg::serve(listener, a.work_us));
+    let addr = fg::start_server(&ctl.rt, a.work_us)?;
     let stats = FgStats::new();
     let lg = LoadGen::start(
         addr,
@@ -347,292 +334,4 @@ fn tuning(ctx: &Ctx) -> Tuning {
         quantum_us: a.quantum_us,
         brake_us: a.brake_us,
     }
-}
-
-fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
-    let profile = spec.profile.unwrap_or(ProfileSpec::Default);
-    match spec.kind {
-        Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated => Mode::Unpaced,
-        Kind::Static => Mode::Fixed(ctx.args.static_limit),
-        // Later rounds resume where the last paced phase ended, like a service whose
-        // controller has been running all along.
-        Kind::Paced => Mode::Controlled {
-            profile,
-            initial: ctx
-                .rest_by_name
-                .get(&spec.name())
-                .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
-        },
-        Kind::Step => Mode::Controlled {
-            profile,
-            initial: ctx
-                .rest_level
-                .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
-        },
-        Kind::Low => Mode::Controlled {
-            profile,
-            initial: Some(report::LOW_START),
-        },
-        Kind::High => Mode::Controlled {
-            profile,
-            initial: Some(report::HIGH_START),
-        },
-    }
-}
-
-fn run_phase(ctx: &Ctx, spec: &PhaseSpec, timeline: &mut Vec<Point>) -> PhaseResult {
-    let name = spec.name();
-    let mut res = PhaseResult::new(&name, spec.kind);
-    res.start_ms = ctx.run_start.elapsed().as_millis() as u64;
-    let mode = mode_of(ctx, spec);
-    match run_phase_inner(ctx, spec, &name, mode, timeline, &mut res) {
-        Ok(()) => {}
-        Err(e) => {
-            eprintln!("[{name}] failed: {e}");
-            res.skipped = Some(e);
-        }
-    }
-    res.end_ms = ctx.run_start.elapsed().as_millis() as u64;
-    res
-}
-
-/// Counters at the start of a phase's measurement window.
-struct Mark {
-    at: Instant,
-    rows: u64,
-    cpu: Option<Duration>,
-    busy: Option<(Duration, Duration)>,
-    used_ns: u64,
-    brakes: u64,
-}
-
-fn run_phase_inner(
-    ctx: &Ctx,
-    spec: &PhaseSpec,
-    name: &str,
-    mode: Mode,
-    timeline: &mut Vec<Point>,
-    res: &mut PhaseResult,
-) -> Result<(), String> {
-    let a = &ctx.args;
-    let ctl = Control::new(a.workers, mode, tuning(ctx))?;
-    let listener = ctl
-        .rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .map_err(|e| format!("bind: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    ctl.rt.spawn(fg::serve(listener, a.work_us));
-
-    // The elastic scan.
-    let stop_scan = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(Counters::default());
-    let mut dedicated = None;
-    if spec.kind != Kind::Baseline {
-        let handle = if spec.kind == Kind::Dedicated {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("dedicated")
-                .enable_all()
-                .build()
-                .map_err(|e| format!("dedicated runtime: {e}"))?;
-            let h = rt.handle().clone();
-            dedicated = Some(rt);
-            h
-        } else {
-            ctl.rt.handle().clone()
-        };
-        let consume = if spec.kind == Kind::Yield {
-            Consume::YieldEach
-        } else {
-            Consume::Plain
-        };
-        let paced = !matches!(mode, Mode::Unpaced);
-        for (from, to) in scan::ranges(ctx.table.rows.len(), a.elastic_tasks) {
-            let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
-            if paced {
-                handle.spawn(scan::drive(ctl.paced(s), counters.clone(), consume));
-            } else {
-                handle.spawn(scan::drive(s, counters.clone(), consume));
-            }
-        }
-    }
-
-    let rate = Rate::new(ctx.rate);
-    let stats = FgStats::new();
-    let lg = LoadGen::start(
-        addr,
-        rate.clone(),
-        a.conns,
-        stats.clone(),
-        a.seed.wrapping_add(res.start_ms),
-    )
-    .map_err(|e| format!("load generator: {e}"))?;
-
-    let t0 = Instant::now();
-    let phase = Duration::from_secs_f64(a.phase_secs);
-    let warmup = Duration::from_secs_f64(a.warmup_secs);
-    let mut next = t0;
-    let mut last_rows = 0u64;
-    let mut last_t = t0;
-    let mut last_print = t0;
-    let mut print_rows = 0u64;
-    let mut measuring: Option<Mark> = None;
-    let mut limits = Vec::new();
-    let mut scheds = Vec::new();
-    let mut stepped = 0;
-    loop {
-        next += a.sample;
-        while Instant::now() < next && !stopped() {
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
-        }
-        let now = Instant::now();
-        let el = now - t0;
-        if measuring.is_none() && el >= warmup {
-            stats.measure_from_now();
-            measuring = Some(Mark {
-                at: now,
-                rows: counters.rows.load(Ordering::Relaxed),
-                cpu: util::process_cpu(),
-                busy: util::machine_busy(),
-                used_ns: ctl.full_snapshot().used.as_nanos() as u64,
-                brakes: ctl.full_snapshot().brakes,
-            });
-        }
-        if spec.kind == Kind::Step {
-            let third = phase / 3;
-            if stepped == 0 && el >= third {
-                rate.set(ctx.rate * report::STEP_FACTOR);
-                res.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
-                stepped = 1;
-            } else if stepped == 1 && el >= third * 2 {
-                rate.set(ctx.rate);
-                res.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
-                stepped = 2;
-            }
-        }
-        let snap = ctl.snapshot();
-        let h = stats.take_sample();
-        let rows = counters.rows.load(Ordering::Relaxed);
-        let rps = (rows - last_rows) as f64 / (now - last_t).as_secs_f64();
-        last_rows = rows;
-        last_t = now;
-        timeline.push(Point {
-            t_ms: ctx.run_start.elapsed().as_millis() as u64,
-            phase: name.to_string(),
-            limit: snap.limit,
-            sched_p99_us: snap.sched_p99_us,
-            sched_fg_p99_us: snap.sched_fg_p99_us,
-            sched_elastic_p99_us: snap.sched_elastic_p99_us,
-            fg_p99_us: q_us(&h, 0.99),
-            elastic_rows_per_sec: rps,
-        });
-        if measuring.is_some() {
-            if let Some(l) = snap.limit {
-                limits.push(l);
-            }
-            if let Some(s) = snap.sched_p99_us {
-                scheds.push(s);
-            }
-        }
-        if now - last_print >= Duration::from_millis(995) {
-            let h = stats.take_second();
-            let rps = (rows - print_rows) as f64 / (now - last_print).as_secs_f64();
-            print_rows = rows;
-            last_print = now;
-            println!(
-                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | limit {} | elastic {:>6.2}M rows/s",
-                name,
-                el.as_secs_f64(),
-                fmt_us(q_us(&h, 0.99)),
-                fmt_us(snap.sched_p99_us),
-                fmt_us(snap.sched_fg_p99_us),
-                snap.limit
-                    .map(|l| format!("{l:.3}"))
-                    .unwrap_or_else(|| "  -  ".into()),
-                rps / 1e6
-            );
-        }
-        if el >= phase || stopped() {
-            break;
-        }
-    }
-    stats.measure_until_now();
-    let end = Instant::now();
-    let rows_end = counters.rows.load(Ordering::Relaxed);
-    let cpu_end = util::process_cpu();
-    let busy_end = util::machine_busy();
-    let used_end = ctl.full_snapshot().used.as_nanos() as u64;
-    let brakes_end = ctl.full_snapshot().brakes;
-    res.interrupted = stopped();
-    res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
-    stop_scan.store(true, Ordering::SeqCst);
-    ctl.shutdown();
-    if let Some(rt) = dedicated {
-        rt.shutdown_timeout(Duration::from_secs(3));
-    }
-
-    if let Some(Mark {
-        at: m0,
-        rows: rows0,
-        cpu: cpu0,
-        busy: busy0,
-        used_ns: used0,
-        brakes: brakes0,
-    }) = measuring
-    {
-        let secs = (end - m0).as_secs_f64().max(1e-9);
-        let raw = stats.phase_hist();
-        let pz = ctx.pauses.between(m0, Instant::now());
-        res.pauses = pz.len();
-        res.paused_ms = pz
-            .iter()
-            .map(|&(a, b)| (b - a).as_secs_f64() * 1e3)
-            .sum::<f64>()
-            + 0.0; // an empty f64 sum is -0.0
-        let h = if ctx.pauses.realtime {
-            let (clean, left_out) = stats.phase_hist_without(&pz);
-            res.left_out = left_out;
-            clean
-        } else {
-            raw.clone()
-        };
-        if a.hops {
-            eprintln!("[{name}] hops: {}", stats.hop_report(&pz));
-        }
-        res.raw_p99_us = q_us(&raw, 0.99);
-        res.raw_hist = Some(raw);
-        res.rows = rows_end - rows0;
-        res.brakes = brakes_end - brakes0;
-        res.limits = limits.clone();
-        res.scheds = scheds.clone();
-        res.measured_secs = secs;
-        res.requests = h.len();
-        res.p50_us = q_us(&h, 0.50);
-        res.p99_us = q_us(&h, 0.99);
-        res.p999_us = q_us(&h, 0.999);
-        res.max_us = q_us(&h, 1.0);
-        res.sched_p99_us = report::mean(&scheds);
-        res.rows_per_sec = (rows_end - rows0) as f64 / secs;
-        res.cpu_share = res.rows_per_sec / (ctx.rows_per_cpu_sec * ctx.cpus);
-        if !matches!(mode, Mode::Unpaced) {
-            res.used_share = Some((used_end - used0) as f64 / 1e9 / secs / ctx.cpus);
-        }
-        res.limit_mean = report::mean(&limits);
-        res.limit_min = limits.iter().copied().reduce(f64::min);
-        res.limit_max = limits.iter().copied().reduce(f64::max);
-        res.hist = Some(h);
-        if let (Some(c0), Some(c1)) = (cpu0, cpu_end) {
-            let machine = std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1) as f64;
-            res.process_cpu_share = Some((c1 - c0).as_secs_f64() / secs / machine);
-        }
-        if let (Some((b0, t0)), Some((b1, t1))) = (busy0, busy_end) {
-            let dt = (t1 - t0).as_secs_f64();
-            if dt > 0.0 {
-                res.machine_busy_share = Some((b1 - b0).as_secs_f64() / dt);
-            }
-        }
-    }
-    Ok(())
 }

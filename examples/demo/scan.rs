@@ -2,7 +2,6 @@
 //! key range as a `Stream` of chunks (rows encoded with delta-varint keys, then CRC-32), and
 //! writes every chunk to its own async sink, like a writer to a file or a socket.
 
-use crate::util::Rng;
 use futures_util::stream::Stream;
 use futures_util::StreamExt;
 use std::pin::Pin;
@@ -28,17 +27,17 @@ pub struct Table {
 
 impl Table {
     pub fn build(n: usize, seed: u64) -> Table {
-        let mut rng = Rng::new(seed);
+        let mut rng = fastrand::Rng::with_seed(seed);
         let mut key = 1_000u64;
         let mut rows = Vec::with_capacity(n);
         for _ in 0..n {
-            key += 1 + rng.next_u64() % 64;
-            let ts = 1_700_000_000_000 + rng.next_u64() % 1_000_000_000;
+            key += rng.u64(1..=64);
+            let ts = 1_700_000_000_000 + rng.u64(..1_000_000_000);
             let mut value = [0u8; VALUE_LEN];
             // Half random bytes, half a repeating pattern: values look like real records.
             for (i, b) in value.iter_mut().enumerate() {
                 *b = if i < VALUE_LEN / 2 {
-                    rng.next_u64() as u8
+                    rng.u8(..)
                 } else {
                     b"abcdefgh"[i % 8]
                 };

@@ -1,41 +1,13 @@
-//! Small helpers: RNG, calibrated CPU spin, latency histograms, process CPU time.
+//! Small helpers: exponential draws, calibrated CPU spin, latency histograms, process CPU time.
 
 use hdrhistogram::Histogram;
 use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// xorshift64* : small, fast, good enough for arrival times and table contents.
-#[derive(Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        // splitmix the seed so 0 and small seeds work.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in (0, 1].
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-    }
-
-    /// Exponentially distributed with the given mean.
-    pub fn exp(&mut self, mean: f64) -> f64 {
-        -self.unit().ln() * mean
-    }
+/// Exponentially distributed with the given mean (inverse transform of a uniform in (0, 1]).
+pub fn exp(rng: &mut fastrand::Rng, mean: f64) -> f64 {
+    -(1.0 - rng.f64()).ln() * mean
 }
 
 /// Iterations of [`spin_iters`] per microsecond of CPU, measured once.

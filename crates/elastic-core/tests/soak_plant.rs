@@ -1,9 +1,9 @@
-//! Soak in simulated time (DESIGN.md §6, issue 7 item 5): the real [`StepController`],
+//! Soak in simulated time (docs/design.md §6, issue 7 item 5): the real [`StepController`],
 //! [`WorkQueue`] and its token bucket in a closed loop with a plant model, on a [`ManualClock`].
 //!
 //! # The plant
 //!
-//! Per seed (xorshift, so every run of a seed is the same): `cpus` ∈ {2, 4, 8}, a base
+//! Per seed (a seeded RNG, so every run of a seed is the same): `cpus` ∈ {2, 4, 8}, a base
 //! scheduling latency of 100..250 µs, and `cpus ..= 2·cpus + 2` elastic workers.
 //!
 //! * **Foreground demand** (a share of the CPUs) holds a level for 4..12 minutes, then steps to
@@ -108,34 +108,20 @@ const P99_CAP: f64 = 0.1;
 const NS: f64 = 1e9;
 
 // ---------------------------------------------------------------------------------------------
-// Randomness: xorshift64*, seeded through splitmix64 so nearby seeds give unrelated streams.
+// Randomness: fastrand's seeded generator (wyrand), one stream per (seed, purpose).
 
-struct Rng(u64);
+struct Rng(fastrand::Rng);
 
 impl Rng {
     fn new(seed: u64, stream: u64) -> Self {
-        let mut z = seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(stream.wrapping_mul(0xD1B5_4A32_D192_ED03))
-            .wrapping_add(0x2545_F491_4F6C_DD1D);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Self(z | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        // A distinct generator seed for each (seed, stream); wyrand mixes its state on output,
+        // so nearby seeds give unrelated streams.
+        Self(fastrand::Rng::with_seed((seed << 8) | stream))
     }
 
     /// Uniform in [0, 1).
     fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.f64()
     }
 
     fn range(&mut self, lo: f64, hi: f64) -> f64 {
@@ -143,7 +129,7 @@ impl Rng {
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
+        self.0.u64(..n)
     }
 
     /// Standard normal (Box–Muller).

@@ -1,0 +1,369 @@
+//! The JSON report (serde): the schema of issue 5 (`machine`, `phases`, `timeline`), and the
+//! extras kept beside it rather than in its objects.
+
+use super::settle::Settle;
+use super::{Bar, PhaseResult, Point, Report};
+use serde::{Serialize, Serializer};
+
+/// A number as the report writes it: rounded to 3 decimals, a whole number without a fraction,
+/// null when not finite.
+#[derive(Clone, Copy)]
+struct Num(f64);
+
+impl Serialize for Num {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !self.0.is_finite() {
+            return s.serialize_none();
+        }
+        let r = (self.0 * 1000.0).round() / 1000.0;
+        if r == r.trunc() && r.abs() < 1e15 {
+            s.serialize_i64(r as i64)
+        } else {
+            s.serialize_f64(r)
+        }
+    }
+}
+
+fn opt(x: Option<f64>) -> Option<Num> {
+    x.map(Num)
+}
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    machine: Machine<'a>,
+    phases: Vec<Phase<'a>>,
+    timeline: Vec<TimePoint<'a>>,
+    timeline_sched_split: Vec<SchedSplit>,
+    phase_extras: Vec<PhaseExtras<'a>>,
+    segments: Vec<Segment<'a>>,
+    controller_speed: Vec<Speed<'a>>,
+    bars: Vec<BarJ<'a>>,
+    bars_median_of_rounds: Vec<BarJ<'a>>,
+    interrupted: bool,
+}
+
+#[derive(Serialize)]
+struct Machine<'a> {
+    cpus: usize,
+    workers: usize,
+    cpus_used: Num,
+    os: &'a str,
+    arch: &'a str,
+    tokio_unstable: bool,
+    fg_rate_per_sec: Num,
+    fg_work_us: Num,
+    fg_process_cpu_per_request_us: Option<Num>,
+    fg_connections: usize,
+    elastic_tasks: usize,
+    table_rows: usize,
+    chunk_rows: usize,
+    chunk_cpu_us: Num,
+    rows_per_cpu_sec: Num,
+    phase_secs: Num,
+    warmup_secs: Num,
+    target_p99_us: Option<u64>,
+    target_source: &'a str,
+    slice_ms: u64,
+    quantum_us: u64,
+    static_limit: Num,
+    rounds: usize,
+    command: &'a str,
+}
+
+/// A phase that ran, all rounds merged.
+#[derive(Serialize)]
+struct Phase<'a> {
+    name: &'a str,
+    fg: Fg,
+    sched: Sched,
+    elastic: Elastic,
+    limit: Limit,
+}
+
+#[derive(Serialize)]
+struct Fg {
+    requests: u64,
+    p50_us: Option<Num>,
+    p99_us: Option<Num>,
+    p999_us: Option<Num>,
+    max_us: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Sched {
+    p99_us: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Elastic {
+    rows_per_sec: Num,
+    cpu_share: Num,
+}
+
+#[derive(Serialize)]
+struct Limit {
+    mean: Option<Num>,
+    min: Option<Num>,
+    max: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct TimePoint<'a> {
+    t_ms: u64,
+    phase: &'a str,
+    limit: Option<Num>,
+    sched_p99_us: Option<Num>,
+    fg_p99_us: Option<Num>,
+    elastic_rows_per_sec: Num,
+}
+
+#[derive(Serialize)]
+struct SchedSplit {
+    t_ms: u64,
+    sched_fg_p99_us: Option<Num>,
+    sched_elastic_p99_us: Option<Num>,
+}
+
+/// Every phase (skipped ones too), all rounds merged: what the issue's phase object leaves out.
+#[derive(Serialize)]
+struct PhaseExtras<'a> {
+    name: &'a str,
+    skipped: Option<&'a str>,
+    rounds_fg_p99_us: Vec<Num>,
+    fg_p99_median_of_rounds_us: Option<Num>,
+    cpu_share_from_rows: Option<Num>,
+    measured_secs: Num,
+    unanswered: u64,
+    process_cpu_share: Option<Num>,
+    machine_busy_share: Option<Num>,
+    pacer_used_share: Option<Num>,
+    pauses: usize,
+    paused_ms: Num,
+    requests_left_out: u64,
+    fg_p99_with_pauses_us: Option<Num>,
+    brakes: u64,
+}
+
+/// One phase of one round.
+#[derive(Serialize)]
+struct Segment<'a> {
+    name: &'a str,
+    round: usize,
+    skipped: Option<&'a str>,
+    interrupted: bool,
+    start_ms: u64,
+    end_ms: u64,
+    step_ms: &'a [u64],
+    measured_secs: Num,
+    requests: u64,
+    fg_p50_us: Option<Num>,
+    fg_p99_us: Option<Num>,
+    sched_p99_us: Option<Num>,
+    rows_per_sec: Num,
+    limit_mean: Option<Num>,
+    unanswered: u64,
+    process_cpu_share: Option<Num>,
+    machine_busy_share: Option<Num>,
+    pacer_used_share: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct Speed<'a> {
+    phase: &'a str,
+    profile: &'a str,
+    kind: &'a str,
+    start_limit: Option<Num>,
+    end_limit: Option<Num>,
+    other_side_end_limit: Option<Num>,
+    settle_secs: Vec<Option<Num>>,
+    step_levels: Vec<Option<Num>>,
+    fg_p99_5s_after_step_us: Option<Num>,
+    tail_peak_to_peak: Num,
+    tail_reversals: usize,
+}
+
+#[derive(Serialize)]
+struct BarJ<'a> {
+    bar: &'a str,
+    value: &'a str,
+    pass: Option<bool>,
+}
+
+impl<'a> Machine<'a> {
+    fn of(r: &'a Report) -> Self {
+        let m = &r.machine;
+        Machine {
+            cpus: m.cpus,
+            workers: m.workers,
+            cpus_used: Num(m.cpus_used),
+            os: &m.os,
+            arch: &m.arch,
+            tokio_unstable: m.tokio_unstable,
+            fg_rate_per_sec: Num(m.rate),
+            fg_work_us: Num(m.work_us),
+            fg_process_cpu_per_request_us: opt(m.per_request_cpu_us),
+            fg_connections: m.conns,
+            elastic_tasks: m.elastic_tasks,
+            table_rows: m.rows,
+            chunk_rows: m.chunk_rows,
+            chunk_cpu_us: Num(m.chunk_cpu_us),
+            rows_per_cpu_sec: Num(m.rows_per_cpu_sec),
+            phase_secs: Num(m.phase_secs),
+            warmup_secs: Num(m.warmup_secs),
+            target_p99_us: m.target_us,
+            target_source: &m.target_source,
+            slice_ms: m.slice_ms,
+            quantum_us: m.quantum_us,
+            static_limit: Num(m.static_limit),
+            rounds: r.rounds(),
+            command: &m.command,
+        }
+    }
+}
+
+impl<'a> Phase<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        Phase {
+            name: &p.name,
+            fg: Fg {
+                requests: p.requests,
+                p50_us: opt(p.p50_us),
+                p99_us: opt(p.p99_us),
+                p999_us: opt(p.p999_us),
+                max_us: opt(p.max_us),
+            },
+            sched: Sched {
+                p99_us: opt(p.sched_p99_us),
+            },
+            elastic: Elastic {
+                rows_per_sec: Num(p.rows_per_sec),
+                cpu_share: Num(p.cpu_share),
+            },
+            limit: Limit {
+                mean: opt(p.limit_mean),
+                min: opt(p.limit_min),
+                max: opt(p.limit_max),
+            },
+        }
+    }
+}
+
+impl<'a> TimePoint<'a> {
+    fn of(t: &'a Point) -> Self {
+        TimePoint {
+            t_ms: t.t_ms,
+            phase: &t.phase,
+            limit: opt(t.limit),
+            sched_p99_us: opt(t.sched_p99_us),
+            fg_p99_us: opt(t.fg_p99_us),
+            elastic_rows_per_sec: Num(t.elastic_rows_per_sec),
+        }
+    }
+}
+
+impl<'a> PhaseExtras<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        PhaseExtras {
+            name: &p.name,
+            skipped: p.skipped.as_deref(),
+            rounds_fg_p99_us: p.p99_rounds.iter().copied().map(Num).collect(),
+            fg_p99_median_of_rounds_us: opt(p.p99_median),
+            cpu_share_from_rows: opt(p.cpu_share_from_rows),
+            measured_secs: Num(p.measured_secs),
+            unanswered: p.unanswered,
+            process_cpu_share: opt(p.process_cpu_share),
+            machine_busy_share: opt(p.machine_busy_share),
+            pacer_used_share: opt(p.used_share),
+            pauses: p.pauses,
+            paused_ms: Num(p.paused_ms),
+            requests_left_out: p.left_out,
+            fg_p99_with_pauses_us: opt(p.raw_p99_us),
+            brakes: p.brakes,
+        }
+    }
+}
+
+impl<'a> Segment<'a> {
+    fn of(p: &'a PhaseResult) -> Self {
+        Segment {
+            name: &p.name,
+            round: p.round + 1,
+            skipped: p.skipped.as_deref(),
+            interrupted: p.interrupted,
+            start_ms: p.start_ms,
+            end_ms: p.end_ms,
+            step_ms: &p.step_ms,
+            measured_secs: Num(p.measured_secs),
+            requests: p.requests,
+            fg_p50_us: opt(p.p50_us),
+            fg_p99_us: opt(p.p99_us),
+            sched_p99_us: opt(p.sched_p99_us),
+            rows_per_sec: Num(p.rows_per_sec),
+            limit_mean: opt(p.limit_mean),
+            unanswered: p.unanswered,
+            process_cpu_share: opt(p.process_cpu_share),
+            machine_busy_share: opt(p.machine_busy_share),
+            pacer_used_share: opt(p.used_share),
+        }
+    }
+}
+
+impl<'a> Speed<'a> {
+    fn of(st: &'a Settle) -> Self {
+        Speed {
+            phase: &st.phase,
+            profile: st.profile(),
+            kind: st.kind.name(),
+            start_limit: opt(st.start_limit),
+            end_limit: opt(st.end_limit),
+            other_side_end_limit: opt(st.sibling_end),
+            settle_secs: st.settle_s.iter().map(|&x| opt(x)).collect(),
+            step_levels: st.step_levels.iter().map(|&x| opt(x)).collect(),
+            fg_p99_5s_after_step_us: opt(st.fg_p99_after_step_us),
+            tail_peak_to_peak: Num(st.tail_p2p),
+            tail_reversals: st.reversals,
+        }
+    }
+}
+
+impl<'a> BarJ<'a> {
+    fn of(b: &'a Bar) -> Self {
+        BarJ {
+            bar: &b.what,
+            value: &b.value,
+            pass: b.pass,
+        }
+    }
+}
+
+impl Report {
+    pub fn to_json(&self) -> String {
+        let settles = self.settles();
+        let bars = self.bars_on(false);
+        let bars_median = self.bars_on(true);
+        let doc = Doc {
+            machine: Machine::of(self),
+            phases: (self.phases.iter())
+                .filter(|p| p.skipped.is_none())
+                .map(Phase::of)
+                .collect(),
+            timeline: self.timeline.iter().map(TimePoint::of).collect(),
+            timeline_sched_split: (self.timeline.iter())
+                .map(|t| SchedSplit {
+                    t_ms: t.t_ms,
+                    sched_fg_p99_us: opt(t.sched_fg_p99_us),
+                    sched_elastic_p99_us: opt(t.sched_elastic_p99_us),
+                })
+                .collect(),
+            phase_extras: self.phases.iter().map(PhaseExtras::of).collect(),
+            segments: self.segments.iter().map(Segment::of).collect(),
+            controller_speed: settles.iter().map(Speed::of).collect(),
+            bars: bars.iter().map(BarJ::of).collect(),
+            bars_median_of_rounds: bars_median.iter().map(BarJ::of).collect(),
+            interrupted: self.interrupted,
+        };
+        let mut s = serde_json::to_string_pretty(&doc).expect("the report serializes");
+        s.push('\n');
+        s
+    }
+}

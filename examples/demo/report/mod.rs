@@ -1,0 +1,12 @@
+//! The report: the model (what was measured, each phase's rounds merged, the bars), the
+//! controller settle-time analysis, and one module per output: the terminal table (`text`),
+//! `json`, and `html` with its SVG plots (`svg`).
+
+mod html;
+mod json;
+mod model;
+mod settle;
+mod svg;
+mod text;
+
+pub use model::*;

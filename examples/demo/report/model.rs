@@ -1,0 +1,385 @@
+//! The report's model: the run's settings, each phase of each round, the rounds merged per
+//! phase, the timeline, and the verdicts against the bars.
+
+use crate::args::Kind;
+use crate::util::{new_hist, q_us};
+use hdrhistogram::Histogram;
+use std::path::PathBuf;
+
+/// Start of the limit in `low` phases (the controller's floor).
+pub const LOW_START: f64 = 0.05;
+/// Start of the limit in `high` phases (the controller's ceiling).
+pub const HIGH_START: f64 = 0.75;
+/// Foreground rate multiplier in the middle third of a `step` phase.
+pub const STEP_FACTOR: f64 = 1.5;
+
+pub fn default_path(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("demo")
+        .join(file)
+}
+
+pub fn mean(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        None
+    } else {
+        Some(v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
+/// One timeline sample.
+#[derive(Clone, Debug)]
+pub struct Point {
+    pub t_ms: u64,
+    pub phase: String,
+    pub limit: Option<f64>,
+    pub sched_p99_us: Option<f64>,
+    /// Not in the timeline schema: written as `timeline_sched_split`.
+    pub sched_fg_p99_us: Option<f64>,
+    pub sched_elastic_p99_us: Option<f64>,
+    pub fg_p99_us: Option<f64>,
+    pub elastic_rows_per_sec: f64,
+}
+
+/// Run configuration and machine facts.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    pub cpus: usize,
+    pub workers: usize,
+    pub cpus_used: f64,
+    pub os: String,
+    pub arch: String,
+    pub tokio_unstable: bool,
+    pub rate: f64,
+    pub work_us: f64,
+    pub per_request_cpu_us: Option<f64>,
+    pub conns: usize,
+    pub elastic_tasks: usize,
+    pub rows: usize,
+    pub chunk_rows: usize,
+    pub chunk_cpu_us: f64,
+    pub rows_per_cpu_sec: f64,
+    pub phase_secs: f64,
+    pub warmup_secs: f64,
+    pub target_us: Option<u64>,
+    pub target_source: String,
+    pub slice_ms: u64,
+    pub quantum_us: u64,
+    pub static_limit: f64,
+    pub command: String,
+}
+
+/// One phase's summary.
+#[derive(Clone, Debug)]
+pub struct PhaseResult {
+    pub name: String,
+    pub kind: Kind,
+    pub skipped: Option<String>,
+    pub interrupted: bool,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub step_ms: Vec<u64>,
+    pub measured_secs: f64,
+    pub requests: u64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub p999_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub sched_p99_us: Option<f64>,
+    pub rows_per_sec: f64,
+    pub cpu_share: f64,
+    pub limit_mean: Option<f64>,
+    pub limit_min: Option<f64>,
+    pub limit_max: Option<f64>,
+    pub unanswered: u64,
+    pub process_cpu_share: Option<f64>,
+    pub machine_busy_share: Option<f64>,
+    /// Elastic CPU the pacer measured (its `used_nanos`), as a share of the runtime's CPUs.
+    pub used_share: Option<f64>,
+    /// Round of the run (per-round segments), 0 for aggregates.
+    pub round: usize,
+    /// The measurement window's latency histogram (per-round segments).
+    pub hist: Option<Histogram<u64>>,
+    /// Limit and scheduling-p99 samples in the measurement window.
+    pub limits: Vec<f64>,
+    pub scheds: Vec<f64>,
+    /// Rows written in the measurement window.
+    pub rows: u64,
+    /// Elastic CPU share estimated from rows/s and the single-threaded calibration.
+    pub cpu_share_from_rows: Option<f64>,
+    /// Aggregates: each round's fg p99, and their median.
+    pub p99_rounds: Vec<f64>,
+    pub p99_median: Option<f64>,
+    /// Machine pauses during the measurement window, their total length, and the requests in
+    /// flight across them (left out of `hist` and its percentiles).
+    pub pauses: usize,
+    pub paused_ms: f64,
+    /// Times the pacer's backlog brake engaged in the window.
+    pub brakes: u64,
+    pub left_out: u64,
+    /// Every request of the window, pauses included, and its p99.
+    pub raw_hist: Option<Histogram<u64>>,
+    pub raw_p99_us: Option<f64>,
+}
+
+impl PhaseResult {
+    pub fn new(name: &str, kind: Kind) -> PhaseResult {
+        PhaseResult {
+            name: name.to_string(),
+            kind,
+            skipped: None,
+            interrupted: false,
+            start_ms: 0,
+            end_ms: 0,
+            step_ms: Vec::new(),
+            measured_secs: 0.0,
+            requests: 0,
+            p50_us: None,
+            p99_us: None,
+            p999_us: None,
+            max_us: None,
+            sched_p99_us: None,
+            rows_per_sec: 0.0,
+            cpu_share: 0.0,
+            limit_mean: None,
+            limit_min: None,
+            limit_max: None,
+            unanswered: 0,
+            process_cpu_share: None,
+            machine_busy_share: None,
+            used_share: None,
+            round: 0,
+            hist: None,
+            limits: Vec::new(),
+            scheds: Vec::new(),
+            rows: 0,
+            p99_rounds: Vec::new(),
+            p99_median: None,
+            cpu_share_from_rows: None,
+            pauses: 0,
+            paused_ms: 0.0,
+            brakes: 0,
+            left_out: 0,
+            raw_hist: None,
+            raw_p99_us: None,
+        }
+    }
+
+    pub(super) fn ran(&self) -> bool {
+        self.skipped.is_none() && self.requests > 0
+    }
+}
+
+/// Merge the rounds of each phase (first-appearance order): latency histograms merged, rows
+/// and CPU over the summed measurement time, limit and scheduling samples pooled.
+pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
+    let mut names: Vec<&str> = Vec::new();
+    for s in segs {
+        if !names.contains(&s.name.as_str()) {
+            names.push(&s.name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| {
+            let all: Vec<&PhaseResult> = segs.iter().filter(|s| s.name == n).collect();
+            let group: Vec<&PhaseResult> = all
+                .iter()
+                .copied()
+                .filter(|s| s.skipped.is_none() && s.hist.is_some())
+                .collect();
+            let mut r = PhaseResult::new(n, all[0].kind);
+            if group.is_empty() {
+                r.skipped = all[0].skipped.clone().or(Some("no data".into()));
+                r.interrupted = all.iter().any(|s| s.interrupted);
+                return r;
+            }
+            let mut h = new_hist();
+            for g in &group {
+                if let Some(gh) = &g.hist {
+                    let _ = h.add(gh);
+                }
+            }
+            let secs: f64 = group.iter().map(|g| g.measured_secs).sum::<f64>().max(1e-9);
+            let wmean = |f: &dyn Fn(&PhaseResult) -> Option<f64>| -> Option<f64> {
+                let v: Vec<(f64, f64)> = group
+                    .iter()
+                    .filter_map(|g| f(g).map(|x| (x, g.measured_secs)))
+                    .collect();
+                let w: f64 = v.iter().map(|x| x.1).sum();
+                (w > 0.0).then(|| v.iter().map(|x| x.0 * x.1).sum::<f64>() / w)
+            };
+            r.interrupted = all.iter().any(|s| s.interrupted);
+            r.measured_secs = secs;
+            r.requests = h.len();
+            r.p50_us = q_us(&h, 0.50);
+            r.p99_us = q_us(&h, 0.99);
+            r.p999_us = q_us(&h, 0.999);
+            r.max_us = q_us(&h, 1.0);
+            r.rows = group.iter().map(|g| g.rows).sum();
+            r.rows_per_sec = r.rows as f64 / secs;
+            r.cpu_share = wmean(&|g| Some(g.cpu_share)).unwrap_or(0.0);
+            r.limits = group
+                .iter()
+                .flat_map(|g| g.limits.iter().copied())
+                .collect();
+            r.scheds = group
+                .iter()
+                .flat_map(|g| g.scheds.iter().copied())
+                .collect();
+            r.sched_p99_us = mean(&r.scheds);
+            r.limit_mean = mean(&r.limits);
+            r.limit_min = r.limits.iter().copied().reduce(f64::min);
+            r.limit_max = r.limits.iter().copied().reduce(f64::max);
+            r.unanswered = group.iter().map(|g| g.unanswered).sum();
+            r.process_cpu_share = wmean(&|g| g.process_cpu_share);
+            r.machine_busy_share = wmean(&|g| g.machine_busy_share);
+            r.used_share = wmean(&|g| g.used_share);
+            r.p99_rounds = group.iter().filter_map(|g| g.p99_us).collect();
+            r.p99_median = median(&r.p99_rounds);
+            r.hist = Some(h);
+            r.pauses = group.iter().map(|g| g.pauses).sum();
+            r.brakes = group.iter().map(|g| g.brakes).sum();
+            r.paused_ms = group.iter().map(|g| g.paused_ms).sum();
+            r.left_out = group.iter().map(|g| g.left_out).sum();
+            let mut raw = new_hist();
+            for g in &group {
+                if let Some(gh) = &g.raw_hist {
+                    let _ = raw.add(gh);
+                }
+            }
+            r.raw_p99_us = q_us(&raw, 0.99);
+            r.raw_hist = Some(raw);
+            r
+        })
+        .collect()
+}
+
+/// Elastic CPU share from the process's CPU time: what a phase's process used above the
+/// baseline phase's (same service, same load, no scan), over the machine's CPUs. The
+/// single-threaded rows-per-CPU-second calibration is kept as `cpu_share_from_rows`; on this
+/// shared machine it moves by tens of percent between runs, the process CPU time does not.
+pub fn attribute_cpu(phases: &mut [PhaseResult], segments: &mut [PhaseResult]) {
+    let base = phases
+        .iter()
+        .find(|p| p.kind == Kind::Baseline)
+        .and_then(|p| p.process_cpu_share);
+    let Some(base) = base else {
+        return;
+    };
+    for p in phases.iter_mut().chain(segments.iter_mut()) {
+        p.cpu_share_from_rows = Some(p.cpu_share);
+        if let Some(c) = p.process_cpu_share {
+            p.cpu_share = if p.kind == Kind::Baseline {
+                0.0
+            } else {
+                (c - base).max(0.0)
+            };
+        }
+    }
+}
+
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The whole report.
+pub struct Report {
+    pub machine: Machine,
+    /// Each phase of each round, in run order.
+    pub segments: Vec<PhaseResult>,
+    /// Per phase name, the rounds merged.
+    pub phases: Vec<PhaseResult>,
+    pub timeline: Vec<Point>,
+    pub interrupted: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verdicts against the bars.
+
+/// One "done when" bar.
+pub struct Bar {
+    pub what: String,
+    pub value: String,
+    pub pass: Option<bool>,
+}
+
+impl Report {
+    pub(super) fn find(&self, name: &str) -> Option<&PhaseResult> {
+        self.phases.iter().find(|p| p.name == name && p.ran())
+    }
+
+    /// The bars, on the merged rounds (`median == false`) or on the median of the
+    /// rounds' fg p99 (`median == true`; throughput is always over all rounds).
+    pub fn bars_on(&self, median: bool) -> Vec<Bar> {
+        let p99 = |p: Option<&PhaseResult>| -> Option<f64> {
+            p.and_then(|p| if median { p.p99_median } else { p.p99_us })
+        };
+        let b = self.find("baseline");
+        let u = self.find("unthrottled");
+        let s = self.find("static");
+        let p = self.find("paced");
+        let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        };
+        let fmt = |r: Option<f64>| r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into());
+        let mut out = Vec::new();
+        let r = ratio(p99(u), p99(b));
+        out.push(Bar {
+            what: "unthrottled fg p99 >= 3x baseline (the experiment is real)".into(),
+            value: fmt(r),
+            pass: r.map(|r| r >= 3.0),
+        });
+        let r = ratio(p99(p), p99(b));
+        out.push(Bar {
+            what: "paced fg p99 <= 1.5x baseline".into(),
+            value: fmt(r),
+            pass: r.map(|r| r <= 1.5),
+        });
+        let r = ratio(p.map(|p| p.rows_per_sec), u.map(|u| u.rows_per_sec));
+        out.push(Bar {
+            what: "paced rows/s >= 0.6x unthrottled".into(),
+            value: fmt(r),
+            pass: r.map(|r| r >= 0.6),
+        });
+        let cmp = match (p, s, p99(p), p99(s)) {
+            (Some(p), Some(s), Some(pl), Some(sl)) => {
+                let lat_ok = pl <= sl;
+                let thr_ok = p.rows_per_sec >= s.rows_per_sec;
+                Some((
+                    format!(
+                        "p99 {} vs {}, rows/s {:.2}M vs {:.2}M",
+                        crate::util::fmt_us(Some(pl)),
+                        crate::util::fmt_us(Some(sl)),
+                        p.rows_per_sec / 1e6,
+                        s.rows_per_sec / 1e6
+                    ),
+                    lat_ok && thr_ok && (pl < sl || p.rows_per_sec > s.rows_per_sec),
+                ))
+            }
+            _ => None,
+        };
+        out.push(Bar {
+            what: "paced no worse than static on fg p99 and rows/s, better on one".into(),
+            value: cmp.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
+            pass: cmp.map(|c| c.1),
+        });
+        out
+    }
+
+    pub(super) fn rounds(&self) -> usize {
+        self.segments.iter().map(|s| s.round).max().unwrap_or(0) + 1
+    }
+}
