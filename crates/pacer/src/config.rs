@@ -92,7 +92,7 @@ pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 /// yields back to the scheduler. A foreground task that lands behind an elastic poll waits out
 /// the rest of it, so the quantum sets the foreground's typical extra wait once elastic work
 /// keeps the workers busy: in the demo at a 0.6 limit, foreground p99 was ~0.9 ms with 250 µs,
-/// ~0.75 ms with 100 µs and ~0.5 ms with 50 µs (docs/design-notes.md). A yield costs a
+/// ~0.75 ms with 100 µs and ~0.5 ms with 50 µs (docs/design.md §5). A yield costs a
 /// reschedule and an I/O driver poll, a few µs.
 pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(50);
 
