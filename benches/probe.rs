@@ -14,6 +14,11 @@
 //!   increments in the worker's own slot).
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
 //!   window with samples in several worker slots (what the governor does every tick).
+//! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
+//!   8 workers and I/O enabled, without and with an `IoProbe` running (a canary every 1 ms from
+//!   its writer thread, read by its task on the runtime; rotated every tick as in production).
+//!   The difference is what the I/O probe costs the foreground: its task's polls and I/O driver
+//!   events on the workers, and its writer thread's CPU.
 //!
 //! ```text
 //! cargo bench --bench probe
@@ -25,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use elastic_cpu_probe::{Probe, ProbeConfig};
+use elastic_cpu_probe::{IoProbe, IoProbeConfig, Probe, ProbeConfig};
 use tokio::runtime::Runtime;
 
 const TASKS: u64 = 64;
@@ -91,14 +96,22 @@ struct Rotator {
 
 impl Rotator {
     fn start(probe: &Probe) -> Rotator {
+        let probe = probe.clone();
+        Rotator::every(probe.config().tick, move || {
+            probe.rotate();
+            black_box(probe.window().queue_latency.all.p99);
+        })
+    }
+
+    /// Runs `rotate` every `tick` until dropped.
+    fn every(tick: Duration, rotate: impl Fn() + Send + 'static) -> Rotator {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (stop, probe) = (stop.clone(), probe.clone());
+            let stop = stop.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(probe.config().tick);
-                    probe.rotate();
-                    black_box(probe.window().queue_latency.all.p99);
+                    std::thread::sleep(tick);
+                    rotate();
                 }
             })
         };
@@ -267,5 +280,36 @@ fn histogram(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, probe_overhead, histogram);
+fn io_probe(c: &mut Criterion) {
+    let mut group = c.benchmark_group("io_probe");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for on in [false, true] {
+        // I/O enabled in both: only the probe differs.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(8)
+            .enable_io()
+            .build()
+            .unwrap();
+        let io =
+            on.then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
+        let _rotator = io.clone().map(|io| {
+            Rotator::every(io.config().probe.tick, move || {
+                io.rotate();
+                black_box(io.window().p99);
+            })
+        });
+        group.bench_function(if on { "on" } else { "off" }, |b| {
+            b.iter_custom(|polls| run_polls(&rt, polls, None))
+        });
+        if let Some(io) = &io {
+            assert!(io.received() > 0, "the I/O probe read no canary");
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, probe_overhead, histogram, io_probe);
 criterion_main!(benches);

@@ -100,12 +100,23 @@
 //! that falls out from a running window sum. [`Probe::window`] summarises that sum: cheap (a few
 //! histogram scans) and always available. An empty window answers `count == 0` and `None`
 //! percentiles, never 0 or NaN.
+//!
+//! # Waits tokio's clock does not see
+//!
+//! * [`IoProbe`]: from a socket becoming readable until the reader task is polled, through the
+//!   runtime's own I/O driver (a canary datagram every ~1 ms), in a window rotated like the
+//!   probe's.
+//! * [`RunQueueStats`]: time the threads of a [`ThreadRegistry`] spent runnable in the OS run
+//!   queue (Linux per-thread `schedstat`), per tick, per thread and summed.
 
 #![forbid(unsafe_code)]
 
 // Module layering: each module uses only the modules on its right, none uses the crate root, so
 // there is no import cycle.
 //   probe   -> config, hooks, sampler, shared, slot, window
+//   io_probe -> config, shared, slot, window
+//   run_queue -> threads
+//   threads: no crate imports
 //   hooks   -> shared
 //   sampler -> shared
 //   shared  -> config, slot, window
@@ -116,10 +127,13 @@ mod cgroup;
 mod config;
 mod hists;
 mod hooks;
+mod io_probe;
 mod probe;
+mod run_queue;
 mod sampler;
 mod shared;
 mod slot;
+mod threads;
 mod window;
 
 pub use cgroup::{
@@ -129,6 +143,9 @@ pub use cgroup::{
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;
 pub use hooks::mark_elastic_poll;
+pub use io_probe::{IoProbe, IoProbeConfig, IoProbeError};
 pub use probe::{Probe, Source};
+pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};
 pub use sampler::Sampler;
+pub use threads::{current_tid, ThreadRegistration, ThreadRegistry, ThreadRole};
 pub use window::{Split, Summary, Window};
