@@ -43,8 +43,10 @@ pub use elastic_cpu_pacer::{
     DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
 pub use elastic_cpu_probe::{
-    cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, NoQuota, Probe, ProbeConfig, QuotaReading,
-    QuotaSource, Sampler, Source, Split, Summary, Window,
+    cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig, IoProbeError,
+    NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource, RunQueueStats, RunQueueTick,
+    RunQueueUnavailable, Sampler, Source, Split, Summary, ThreadRegistration, ThreadRegistry,
+    ThreadRole, ThreadWait, Window,
 };
 
 /// The three crates, for what the facade does not re-export.
