@@ -238,6 +238,10 @@ pub struct Args {
     /// share for the static phase
     #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
     pub static_limit: f64,
+    /// a noisy neighbour: a separate process beside the service burning F of one core (in 10 ms
+    /// periods) through every phase, as another tenant of the machine would [default: none]
+    #[arg(long, value_name = "F", value_parser = share)]
+    pub neighbour: Option<f64>,
     /// CPU time per grant, 10..=100 [default: the library's]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(10..=100))]
     pub slice_ms: Option<u64>,

@@ -14,6 +14,7 @@
 mod args;
 mod ctl;
 mod fg;
+mod neighbour;
 mod pauses;
 mod phase;
 mod report;
@@ -88,6 +89,10 @@ struct Ctx {
 }
 
 fn main() {
+    // The noisy neighbour is this binary again, in burn mode (see `neighbour`).
+    if let Some(share) = neighbour::burn_mode() {
+        neighbour::burn(share);
+    }
     let args = Args::from_env();
     install_ctrl_c();
 
@@ -129,6 +134,16 @@ fn main() {
     if !ctx.pauses.realtime {
         eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
     }
+    // Started after calibration, so the spin and scan rates are measured on a quiet machine;
+    // it runs through every phase and stops when this guard drops.
+    let _neighbour = ctx.args.neighbour.map(|share| {
+        let n = neighbour::Neighbour::start(share).unwrap_or_else(|e| {
+            eprintln!("cannot start the neighbour process: {e}");
+            std::process::exit(2)
+        });
+        eprintln!("neighbour: a separate process burning {share} of a core in 10 ms periods");
+        n
+    });
     let mut per_request_cpu_us = None;
     ctx.rate = match ctx.args.rate {
         Some(r) => r,
@@ -178,6 +193,7 @@ fn main() {
                 .quantum_us
                 .unwrap_or(elastic_cpu::DEFAULT_QUANTUM.as_micros() as u64),
             static_limit: ctx.args.static_limit,
+            neighbour: ctx.args.neighbour,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         },
         segments: Vec::new(),

@@ -74,11 +74,11 @@ impl Report {
             h,
             "<div class=\"note\">{} CPUs ({} {}), runtime under test: {} workers; foreground {:.0} req/s Poisson over {} loopback TCP connections, {} us CPU per request, \
              latency from the intended send time; elastic: {} scan tasks over a {}-row sorted table, {}-row chunks ({:.0} us CPU each), \
-             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. Controller target p99 {} us ({}), slice {} ms, quantum {} us, static limit {}. tokio_unstable: {}.</div>",
+             {:.2}M rows per CPU-second single-threaded. Phases of {} s, the first {} s of each left out of its summary. Controller target p99 {} us ({}), slice {} ms, quantum {} us, static limit {}. Neighbour process: {}. tokio_unstable: {}.</div>",
             m.cpus, m.os, m.arch, m.workers, m.rate, m.conns, m.work_us, m.elastic_tasks, m.rows, m.chunk_rows, m.chunk_cpu_us,
             m.rows_per_cpu_sec / 1e6, m.phase_secs, m.warmup_secs,
             m.target_us.map(|t| t.to_string()).unwrap_or("-".into()), esc(&m.target_source), m.slice_ms, m.quantum_us, m.static_limit,
-            m.tokio_unstable
+            m.neighbour.map_or("none".to_string(), |f| format!("{f} of a core")), m.tokio_unstable
         );
 
         h.push_str("<h2>At a glance</h2>");

@@ -66,6 +66,7 @@ struct Machine<'a> {
     slice_ms: u64,
     quantum_us: u64,
     static_limit: Num,
+    neighbour: Option<Num>,
     rounds: usize,
     command: &'a str,
 }
@@ -215,6 +216,7 @@ impl<'a> Machine<'a> {
             slice_ms: m.slice_ms,
             quantum_us: m.quantum_us,
             static_limit: Num(m.static_limit),
+            neighbour: m.neighbour.map(Num),
             rounds: r.rounds(),
             command: &m.command,
         }

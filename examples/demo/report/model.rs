@@ -67,6 +67,8 @@ pub struct Machine {
     pub slice_ms: u64,
     pub quantum_us: u64,
     pub static_limit: f64,
+    /// Share of one core a neighbour process burned through the run, if any.
+    pub neighbour: Option<f64>,
     pub command: String,
 }
 
