@@ -337,8 +337,12 @@ impl ElasticBuilder {
         self
     }
 
-    /// The CPUs the bucket's rate is computed for. By default the runtime built through
-    /// [`Elastic::runtime`](crate::Elastic::runtime) sets `min(workers, available_parallelism)`.
+    /// The CPUs the bucket's rate is computed for; overrides everything else
+    /// ([`CpusSource::Builder`](crate::CpusSource::Builder)). By default the runtime built
+    /// through [`Elastic::runtime`](crate::Elastic::runtime) (or passed to
+    /// [`Elastic::attach`](crate::Elastic::attach)) sets the least of its worker threads, the
+    /// cgroup CPU quota (fractional: 1.5 stays 1.5) and the CPUs in the process's affinity mask
+    /// (see [`CpusSource`](crate::CpusSource)).
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
         self

@@ -7,12 +7,12 @@ use std::io;
 use std::sync::Arc;
 
 use elastic_cpu_core::{StepController, WorkQueue};
-use elastic_cpu_probe::{Probe, ProbeConfig};
+use elastic_cpu_probe::{cpu_affinity, cpu_quota, Probe, ProbeConfig};
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
-use crate::governor::{self, Control, Governor};
+use crate::governor::{self, choose_cpus, Control, CpusInputs, Governor};
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 use crate::shared::Shared;
@@ -41,6 +41,8 @@ use crate::snapshot::Snapshot;
 /// [`initial_limit`], else the [`min_limit`], and `n` is [`cpus`] if given, else
 /// `available_parallelism`. So elastic work may take up to that much at once right after the
 /// build before it is held to the rate. Attaching a runtime resizes the bucket for its CPUs
+/// (unless [`cpus`] was given: the least of its worker threads, the cgroup CPU quota kept
+/// fractional, and the CPUs in the affinity mask; see [`CpusSource`](crate::CpusSource))
 /// and keeps it full: a new rate moves the balance by the change in the one-second burst
 /// (a lower limit can push it into debt).
 ///
@@ -129,15 +131,21 @@ impl Elastic {
         self.shared.probe.instrument(builder)
     }
 
-    /// Tell this `Elastic` which runtime it governs: sizes the bucket for
-    /// min(workers, available parallelism) (unless [`ElasticBuilder::cpus`] fixed it) and,
-    /// without `tokio_unstable`, starts the sampling probe on it.
+    /// Tell this `Elastic` which runtime it governs: sizes the bucket (unless
+    /// [`ElasticBuilder::cpus`] fixed it) for the least of the runtime's worker threads, the
+    /// cgroup CPU quota (fractional: 1.5 CPUs stay 1.5) and the CPUs the process may run on (its
+    /// affinity mask; `available_parallelism` when that cannot be read), and, without
+    /// `tokio_unstable`, starts the sampling probe on it. [`Snapshot::cpus_source`] says which
+    /// figure it took. The quota and the mask are read here, once (a few small files).
     pub fn attach(&self, handle: &Handle) {
-        let workers = handle.metrics().num_workers().max(1) as f64;
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get() as f64)
-            .unwrap_or(workers);
-        self.control.attach_cpus(&self.shared, workers.min(cores));
+        let (cpus, source) = choose_cpus(&CpusInputs {
+            builder: self.control.builder_cpus(),
+            workers: handle.metrics().num_workers(),
+            quota: &cpu_quota(),
+            affinity: cpu_affinity(),
+            available: std::thread::available_parallelism().ok().map(|n| n.get()),
+        });
+        self.control.attach_cpus(&self.shared, cpus, source);
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
             self.shared
                 .keep_sampler(self.shared.probe.start_sampler(handle));
@@ -220,6 +228,7 @@ impl fmt::Debug for Elastic {
         f.debug_struct("Elastic")
             .field("limit", &self.control.limit())
             .field("cpus", &self.control.cpus())
+            .field("cpus_source", &self.control.cpus_source())
             .finish_non_exhaustive()
     }
 }
@@ -258,7 +267,8 @@ pub struct RuntimeBuilder<'e, B> {
 
 impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
-    /// probe started), CPUs = min(workers, available parallelism).
+    /// probe started), CPUs = the least of its workers, the cgroup CPU quota and the affinity
+    /// mask (see [`Elastic::attach`]).
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);

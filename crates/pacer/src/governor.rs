@@ -3,17 +3,17 @@
 //! the runtime it measures: a saturated runtime would delay the very loop that must react to it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use elastic_cpu_core::{rate_for, Clock, StepController};
-use elastic_cpu_probe::Window;
+use elastic_cpu_probe::{CgroupVersion, QuotaReading, Window};
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::shared::{Queue, QueueClock, Shared};
-use crate::snapshot::{Governed, Snapshot};
+use crate::snapshot::{CpusSource, Governed, Snapshot};
 
 /// What decides the limit and applies it: the controller (or the fixed limit), the backlog
 /// brake and the holder cap. It acts on the [`Shared`] state it is handed; the governor thread
@@ -32,15 +32,18 @@ pub(crate) struct Governor {
     limit: f64,
     /// CPUs the rate is computed for.
     cpus: f64,
-    /// `cpus` was given to the builder: `attach` leaves it alone.
-    cpus_fixed: bool,
+    /// Where `cpus` came from.
+    cpus_source: CpusSource,
+    /// `cpus` as given to the builder: `attach` leaves it alone.
+    builder_cpus: Option<f64>,
     ticks: u64,
     /// The longest wait for a grant in each tick of the probe window, newest last.
     waits: VecDeque<Duration>,
 }
 
 impl Governor {
-    /// `cpus` is `Some` when the builder fixed it.
+    /// `cpus` is `Some` when the builder fixed it; else `default_cpus` (available parallelism)
+    /// holds until a runtime is attached.
     pub(crate) fn new(
         controller: StepController,
         fixed: Option<f64>,
@@ -58,7 +61,12 @@ impl Governor {
             clock,
             cap_concurrency,
             cpus: cpus.unwrap_or(default_cpus),
-            cpus_fixed: cpus.is_some(),
+            cpus_source: if cpus.is_some() {
+                CpusSource::Builder
+            } else {
+                CpusSource::AvailableParallelism
+            },
+            builder_cpus: cpus,
             ticks: 0,
             waits: VecDeque::new(),
         }
@@ -128,10 +136,11 @@ impl Governor {
         rate_for(self.limit, self.cpus)
     }
 
-    /// Size the bucket for `cpus` (unless the builder fixed it).
-    fn attach_cpus(&mut self, shared: &Shared, cpus: f64) {
-        if !self.cpus_fixed {
+    /// Size the bucket for `cpus` from `source` (unless the builder fixed it).
+    fn attach_cpus(&mut self, shared: &Shared, cpus: f64, source: CpusSource) {
+        if self.builder_cpus.is_none() {
             self.cpus = cpus;
+            self.cpus_source = source;
             shared.queue.set_rate(self.rate());
         }
     }
@@ -148,6 +157,7 @@ pub(crate) struct Control {
     governor: Mutex<Governor>,
     limit: AtomicF64,
     cpus: AtomicF64,
+    cpus_source: AtomicU8,
     ticks: AtomicU64,
     braked_nanos: AtomicU64,
     longest_wait_nanos: AtomicU64,
@@ -160,6 +170,7 @@ impl Control {
         let control = Control {
             limit: AtomicF64::default(),
             cpus: AtomicF64::default(),
+            cpus_source: AtomicU8::new(0),
             ticks: AtomicU64::new(0),
             braked_nanos: AtomicU64::new(0),
             longest_wait_nanos: AtomicU64::new(0),
@@ -178,6 +189,8 @@ impl Control {
     fn publish(&self, g: &Governor) {
         self.limit.store(g.limit);
         self.cpus.store(g.cpus);
+        self.cpus_source
+            .store(encode_source(g.cpus_source), Ordering::Relaxed);
         self.ticks.store(g.ticks, Ordering::Relaxed);
         let braked = u64::try_from(g.braked_time().as_nanos()).unwrap_or(u64::MAX);
         self.braked_nanos.store(braked, Ordering::Relaxed);
@@ -205,10 +218,15 @@ impl Control {
     }
 
     /// [`Governor::attach_cpus`].
-    pub(crate) fn attach_cpus(&self, shared: &Shared, cpus: f64) {
+    pub(crate) fn attach_cpus(&self, shared: &Shared, cpus: f64, source: CpusSource) {
         let mut g = self.lock();
-        g.attach_cpus(shared, cpus);
+        g.attach_cpus(shared, cpus, source);
         self.publish(&g);
+    }
+
+    /// `cpus` as given to the builder.
+    pub(crate) fn builder_cpus(&self) -> Option<f64> {
+        self.lock().builder_cpus
     }
 
     /// The limit now.
@@ -221,12 +239,18 @@ impl Control {
         self.cpus.load()
     }
 
+    /// Where [`cpus`](Self::cpus) came from.
+    pub(crate) fn cpus_source(&self) -> CpusSource {
+        decode_source(self.cpus_source.load(Ordering::Relaxed))
+    }
+
     /// Everything at once: what the governor published, the probe `window` and the queue's
     /// ledger.
     pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
         let governed = Governed {
             limit: self.limit(),
             cpus: self.cpus(),
+            cpus_source: self.cpus_source(),
             ticks: self.ticks.load(Ordering::Relaxed),
             braked: shared.braked(),
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
@@ -246,6 +270,73 @@ impl AtomicF64 {
     }
     fn store(&self, v: f64) {
         self.0.store(v.to_bits(), Ordering::Relaxed)
+    }
+}
+
+/// What decides the CPUs the rate is computed for; read once, when a runtime is attached.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpusInputs<'a> {
+    /// [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), validated by the builder.
+    pub(crate) builder: Option<f64>,
+    /// The runtime's worker threads.
+    pub(crate) workers: usize,
+    /// The cgroup CPU quota.
+    pub(crate) quota: &'a QuotaReading,
+    /// CPUs in the affinity mask; `None`: unknown.
+    pub(crate) affinity: Option<usize>,
+    /// `std::thread::available_parallelism`; `None`: unknown.
+    pub(crate) available: Option<usize>,
+}
+
+/// The CPUs the rate is computed for and where the figure came from: the builder's value if
+/// given, else the least of the workers (at least 1), the quota (fractional) and the affinity
+/// count, or available parallelism when the affinity is unknown. A figure that is not a
+/// positive finite number is left out; on a tie the earlier in that order is named (see
+/// [`CpusSource`]).
+pub(crate) fn choose_cpus(inputs: &CpusInputs<'_>) -> (f64, CpusSource) {
+    if let Some(cpus) = inputs.builder {
+        return (cpus, CpusSource::Builder);
+    }
+    let mut best = (inputs.workers.max(1) as f64, CpusSource::Workers);
+    let mut consider = |cpus: f64, source: CpusSource| {
+        if cpus.is_finite() && cpus > 0.0 && cpus < best.0 {
+            best = (cpus, source);
+        }
+    };
+    if let QuotaReading::Limited(quota) = inputs.quota {
+        consider(quota.cpus, CpusSource::Quota(quota.version));
+    }
+    match (
+        inputs.affinity.filter(|&n| n > 0),
+        inputs.available.filter(|&n| n > 0),
+    ) {
+        (Some(n), _) => consider(n as f64, CpusSource::Affinity),
+        (None, Some(n)) => consider(n as f64, CpusSource::AvailableParallelism),
+        (None, None) => {}
+    }
+    best
+}
+
+/// [`CpusSource`] as published in an atomic.
+fn encode_source(source: CpusSource) -> u8 {
+    match source {
+        CpusSource::AvailableParallelism => 0,
+        CpusSource::Builder => 1,
+        CpusSource::Workers => 2,
+        CpusSource::Quota(CgroupVersion::V1) => 3,
+        CpusSource::Quota(CgroupVersion::V2) => 4,
+        CpusSource::Affinity => 5,
+    }
+}
+
+fn decode_source(code: u8) -> CpusSource {
+    match code {
+        1 => CpusSource::Builder,
+        2 => CpusSource::Workers,
+        3 => CpusSource::Quota(CgroupVersion::V1),
+        4 => CpusSource::Quota(CgroupVersion::V2),
+        5 => CpusSource::Affinity,
+        _ => CpusSource::AvailableParallelism,
     }
 }
 
@@ -319,6 +410,176 @@ fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration
         };
         if let Some(wait) = until.checked_duration_since(Instant::now()) {
             thread::park_timeout(wait);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use elastic_cpu_probe::{CpuQuota, NoQuota};
+
+    use super::*;
+
+    fn quota(cpus: f64, version: CgroupVersion) -> QuotaReading {
+        QuotaReading::Limited(CpuQuota {
+            cpus,
+            quota: Duration::from_millis(150),
+            period: Duration::from_millis(100),
+            version,
+            cgroup_dir: PathBuf::from("/sys/fs/cgroup/cpu/svc"),
+        })
+    }
+
+    fn unlimited() -> QuotaReading {
+        QuotaReading::NoQuota(NoQuota::Unlimited {
+            version: CgroupVersion::V2,
+            cgroup_dir: PathBuf::from("/sys/fs/cgroup"),
+        })
+    }
+
+    /// No builder value; 8 CPUs in the mask and available.
+    fn inputs(workers: usize, quota: &QuotaReading) -> CpusInputs<'_> {
+        CpusInputs {
+            builder: None,
+            workers,
+            quota,
+            affinity: Some(8),
+            available: Some(8),
+        }
+    }
+
+    #[test]
+    fn no_quota() {
+        let q = unlimited();
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+        let few_cpus = CpusInputs {
+            affinity: Some(4),
+            available: Some(4),
+            ..inputs(16, &q)
+        };
+        assert_eq!(choose_cpus(&few_cpus), (4.0, CpusSource::Affinity));
+        let unsupported = QuotaReading::NoQuota(NoQuota::Unsupported);
+        assert_eq!(
+            choose_cpus(&inputs(3, &unsupported)),
+            (3.0, CpusSource::Workers)
+        );
+    }
+
+    #[test]
+    fn a_fractional_quota_stays_fractional() {
+        let q = quota(1.5, CgroupVersion::V1);
+        assert_eq!(
+            choose_cpus(&inputs(2, &q)),
+            (1.5, CpusSource::Quota(CgroupVersion::V1))
+        );
+        // available_parallelism rounds the quota down; it is not consulted when the mask is
+        // known.
+        let rounded = CpusInputs {
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(
+            choose_cpus(&rounded),
+            (1.5, CpusSource::Quota(CgroupVersion::V1))
+        );
+        let q = quota(0.25, CgroupVersion::V2);
+        assert_eq!(
+            choose_cpus(&inputs(2, &q)),
+            (0.25, CpusSource::Quota(CgroupVersion::V2))
+        );
+    }
+
+    #[test]
+    fn fewer_workers_than_the_quota() {
+        let q = quota(4.0, CgroupVersion::V2);
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+        // A tie names the workers.
+        let q = quota(2.0, CgroupVersion::V2);
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+    }
+
+    #[test]
+    fn a_narrow_affinity_mask_beats_the_quota() {
+        let q = quota(1.5, CgroupVersion::V2);
+        let pinned = CpusInputs {
+            affinity: Some(1),
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(choose_cpus(&pinned), (1.0, CpusSource::Affinity));
+    }
+
+    #[test]
+    fn the_builder_value_wins() {
+        let q = quota(1.5, CgroupVersion::V1);
+        let given = CpusInputs {
+            builder: Some(6.0),
+            affinity: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(choose_cpus(&given), (6.0, CpusSource::Builder));
+    }
+
+    #[test]
+    fn malformed_inputs_fall_back() {
+        // An unreadable affinity mask: available_parallelism (which may round a quota down).
+        let q = unlimited();
+        let no_mask = CpusInputs {
+            affinity: None,
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(
+            choose_cpus(&no_mask),
+            (1.0, CpusSource::AvailableParallelism)
+        );
+        let zero_mask = CpusInputs {
+            affinity: Some(0),
+            ..no_mask
+        };
+        assert_eq!(
+            choose_cpus(&zero_mask),
+            (1.0, CpusSource::AvailableParallelism)
+        );
+        // Nothing known but the workers; no workers counts as one.
+        let nothing = CpusInputs {
+            affinity: None,
+            available: None,
+            ..inputs(0, &q)
+        };
+        assert_eq!(choose_cpus(&nothing), (1.0, CpusSource::Workers));
+        // A malformed quota file is no quota.
+        let malformed = QuotaReading::NoQuota(NoQuota::Malformed {
+            path: PathBuf::from("/sys/fs/cgroup/svc/cpu.max"),
+        });
+        assert_eq!(
+            choose_cpus(&inputs(2, &malformed)),
+            (2.0, CpusSource::Workers)
+        );
+        // A quota figure that is no number of CPUs is left out.
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -1.5] {
+            let q = quota(bad, CgroupVersion::V1);
+            assert_eq!(
+                choose_cpus(&inputs(2, &q)),
+                (2.0, CpusSource::Workers),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_source_survives_publishing() {
+        for source in [
+            CpusSource::Builder,
+            CpusSource::Workers,
+            CpusSource::Quota(CgroupVersion::V1),
+            CpusSource::Quota(CgroupVersion::V2),
+            CpusSource::Affinity,
+            CpusSource::AvailableParallelism,
+        ] {
+            assert_eq!(decode_source(encode_source(source)), source);
         }
     }
 }

@@ -62,11 +62,13 @@ pub use crate::ext::{PacedExt, PacedStreamExt};
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
-pub use crate::snapshot::Snapshot;
+pub use crate::snapshot::{CpusSource, Snapshot};
 
 // Every type the API above hands out or takes, nameable from here.
 /// The clocks `ElasticBuilder::manual` and `ElasticBuilder::running_clock` take (feature
 /// `test-util`).
 pub use elastic_cpu_core::{Clock, ManualClock};
 pub use elastic_cpu_core::{ControllerConfig, QueueSnapshot, SettingError};
+/// The cgroup version a [`CpusSource::Quota`] was read from.
+pub use elastic_cpu_probe::CgroupVersion;
 pub use elastic_cpu_probe::{Probe, ProbeConfig, Sampler, Source, Split, Summary, Window};

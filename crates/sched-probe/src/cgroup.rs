@@ -46,6 +46,13 @@
 //! cgroup was throttled (it ran out of quota before the period ended) and the total time it
 //! spent throttled. A cgroup's counters count its *own* quota running out, so
 //! [`QuotaReading::throttling`] reads them at the level whose limit is the tightest.
+//!
+//! # Affinity
+//!
+//! [`cpu_affinity`] counts the CPUs the process may run on (its affinity mask, e.g. restricted by
+//! `taskset` or a cpuset), from the `Cpus_allowed_list:` line of `/proc/self/status`;
+//! [`cpu_affinity_in`] reads the same from injected text. Together with the quota it bounds the
+//! CPU a process can use: a 1.5-CPU quota on a process pinned to one core still gets one.
 
 use std::fmt;
 use std::fs::File;
@@ -57,6 +64,11 @@ use std::time::Duration;
 const SYS_FS_CGROUP: &str = "/sys/fs/cgroup";
 /// Where the kernel lists the current process's cgroups.
 const PROC_SELF_CGROUP: &str = "/proc/self/cgroup";
+/// Where the kernel lists the current process's status, `Cpus_allowed_list:` among it.
+const PROC_SELF_STATUS: &str = "/proc/self/status";
+/// CPU numbers at or above this are not CPUs a kernel has (`NR_CPUS` is at most 8192): a list
+/// naming one is garbage.
+const MAX_CPU_ID: usize = 1 << 20;
 
 /// The kernel refuses periods outside 1 ms ..= 1 s and quotas below 1 ms (in µs, as in the files);
 /// a file saying otherwise is not a quota the kernel enforces.
@@ -609,4 +621,86 @@ fn read_small(path: &Path) -> FileRead {
             error: e.kind(),
         }),
     }
+}
+
+/// CPUs the current process may run on: its affinity mask, counted from the
+/// `Cpus_allowed_list:` line of `/proc/self/status`. `None` when the file cannot be read or the
+/// line is missing or malformed, and on other platforms than Linux (and Android); then count
+/// with [`std::thread::available_parallelism`] instead.
+///
+/// The mask is the process's main thread's as the kernel reports it; threads that changed their
+/// own affinity since are not seen. Reads one small file: call it at startup, not per request.
+pub fn cpu_affinity() -> Option<usize> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        match read_small(Path::new(PROC_SELF_STATUS)) {
+            FileRead::Text(text) => cpu_affinity_in(&text),
+            FileRead::Missing | FileRead::Failed(_) => None,
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = PROC_SELF_STATUS;
+        None
+    }
+}
+
+/// The CPU count of the `Cpus_allowed_list:` line in `proc_self_status` (the text of
+/// `/proc/self/status`); `None` when the line is missing or malformed. Never panics.
+///
+/// ```
+/// use elastic_cpu_probe::cpu_affinity_in;
+/// let status = "Name:\tsvc\nCpus_allowed:\tf0f\nCpus_allowed_list:\t0-3,8,10-11\n";
+/// assert_eq!(cpu_affinity_in(status), Some(7));
+/// assert_eq!(cpu_affinity_in("Name:\tsvc\n"), None);
+/// ```
+pub fn cpu_affinity_in(proc_self_status: &str) -> Option<usize> {
+    proc_self_status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .and_then(parse_cpu_list)
+}
+
+/// Counts the CPUs of a kernel CPU list (`0-3,8,10-11` → 7), as in `Cpus_allowed_list:` or
+/// `cpuset.cpus`. Surrounding whitespace is ignored. `None` for an empty list, a reversed range,
+/// a CPU named twice, a number no kernel has, or anything else that is not such a list.
+///
+/// ```
+/// use elastic_cpu_probe::parse_cpu_list;
+/// assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(7));
+/// assert_eq!(parse_cpu_list(" 5\n"), Some(1));
+/// assert_eq!(parse_cpu_list("3-1"), None);
+/// ```
+pub fn parse_cpu_list(list: &str) -> Option<usize> {
+    let list = list.trim();
+    if list.is_empty() {
+        return None;
+    }
+    let mut count = 0usize;
+    // The kernel writes ranges ascending and disjoint; anything else is not its list (and
+    // overlapping ranges would be counted twice).
+    let mut next_free = 0usize;
+    for part in list.split(',') {
+        let (first, last) = match part.split_once('-') {
+            Some((first, last)) => (cpu_id(first)?, cpu_id(last)?),
+            None => {
+                let id = cpu_id(part)?;
+                (id, id)
+            }
+        };
+        if first > last || first < next_free {
+            return None;
+        }
+        count += last - first + 1;
+        next_free = last + 1;
+    }
+    Some(count)
+}
+
+/// One CPU number of a CPU list: plain decimal digits, below [`MAX_CPU_ID`].
+fn cpu_id(text: &str) -> Option<usize> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<usize>().ok().filter(|&id| id < MAX_CPU_ID)
 }

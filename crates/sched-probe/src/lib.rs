@@ -137,8 +137,8 @@ mod threads;
 mod window;
 
 pub use cgroup::{
-    cpu_quota, cpu_quota_at, CgroupVersion, CpuQuota, CpuThrottling, NoQuota, QuotaReading,
-    QuotaSource,
+    cpu_affinity, cpu_affinity_in, cpu_quota, cpu_quota_at, parse_cpu_list, CgroupVersion,
+    CpuQuota, CpuThrottling, NoQuota, QuotaReading, QuotaSource,
 };
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;

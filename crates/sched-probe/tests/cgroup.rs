@@ -1,7 +1,9 @@
-//! The cgroup CPU quota reader on fake cgroup trees (v1, v2, nested, broken), and `cpu.stat`.
+//! The cgroup CPU quota reader on fake cgroup trees (v1, v2, nested, broken), `cpu.stat`, and
+//! the affinity count of `/proc/self/status`.
 
 use elastic_cpu_probe::{
-    cpu_quota, cpu_quota_at, CgroupVersion, CpuThrottling, NoQuota, QuotaReading, QuotaSource,
+    cpu_affinity, cpu_affinity_in, cpu_quota, cpu_quota_at, parse_cpu_list, CgroupVersion,
+    CpuThrottling, NoQuota, QuotaReading, QuotaSource,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -574,4 +576,79 @@ fn the_real_system_does_not_panic() {
     }
     let throttling = reading.throttling();
     println!("{reading}; throttling: {throttling:?}");
+}
+
+#[test]
+fn cpu_lists_are_counted() {
+    let cases = [
+        ("0", 1),
+        ("0-1", 2),
+        ("0-3,8,10-11", 7),
+        ("  0-3,8,10-11\n", 7),
+        ("5", 1),
+        ("1,3,5,7", 4),
+        ("0-1048575", 1_048_576),
+    ];
+    for (list, count) in cases {
+        assert_eq!(parse_cpu_list(list), Some(count), "{list:?}");
+    }
+}
+
+#[test]
+fn malformed_cpu_lists_are_none() {
+    for list in [
+        "",
+        " ",
+        "\n",
+        ",",
+        "0,",
+        ",0",
+        "0-",
+        "-3",
+        "3-1",
+        "0-3,2",
+        "0,0",
+        "1,0",
+        "a",
+        "0-x",
+        "0--3",
+        "0-3-5",
+        "+1",
+        "-1",
+        "0x3",
+        "1 2",
+        "0;1",
+        "1048576",
+        "0-1048576",
+        "99999999999999999999999",
+        "٣",
+    ] {
+        assert_eq!(parse_cpu_list(list), None, "{list:?}");
+    }
+}
+
+#[test]
+fn affinity_from_status_text() {
+    let status = "Name:\tsvc\nState:\tR (running)\nCpus_allowed:\tf0f\n\
+                  Cpus_allowed_list:\t0-3,8,10-11\nMems_allowed_list:\t0\n";
+    assert_eq!(cpu_affinity_in(status), Some(7));
+    // Missing line, empty or garbage value, empty text: no count.
+    assert_eq!(cpu_affinity_in("Name:\tsvc\nCpus_allowed:\t3\n"), None);
+    assert_eq!(cpu_affinity_in("Cpus_allowed_list:\n"), None);
+    assert_eq!(cpu_affinity_in("Cpus_allowed_list:\tgarbage\n"), None);
+    assert_eq!(cpu_affinity_in(""), None);
+    // `Mems_allowed_list` is not mistaken for it.
+    assert_eq!(cpu_affinity_in("Mems_allowed_list:\t0-3\n"), None);
+}
+
+#[test]
+fn the_real_affinity_is_sane() {
+    let affinity = cpu_affinity();
+    if cfg!(target_os = "linux") {
+        let n = affinity.expect("Cpus_allowed_list in /proc/self/status");
+        // available_parallelism counts the same mask, then rounds a quota down.
+        let available = std::thread::available_parallelism().unwrap().get();
+        assert!(n >= 1 && n >= available, "{n} < {available}");
+    }
+    println!("affinity: {affinity:?} CPUs");
 }
