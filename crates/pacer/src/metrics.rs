@@ -21,7 +21,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_cpus",
         "count",
-        "CPUs the token rate is computed for: min(workers, available parallelism)",
+        "CPUs the token rate is computed for: the least of workers, the cgroup CPU quota and the affinity mask",
     ),
     (
         "elastic_cpu_sched_latency_p99_seconds",
