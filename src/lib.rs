@@ -38,15 +38,15 @@ pub use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, QueueSnapshot, 
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
-    BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
-    Profile, RuntimeBuilder, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
-    DEFAULT_QUANTUM, DEFAULT_SLICE,
+    BuildError, CpusSource, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
+    PacedStreamExt, Pacer, Profile, RuntimeBuilder, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX,
+    DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
 pub use elastic_cpu_probe::{
-    cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig, IoProbeError,
-    NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource, RunQueueStats, RunQueueTick,
-    RunQueueUnavailable, Sampler, Source, Split, Summary, ThreadRegistration, ThreadRegistry,
-    ThreadRole, ThreadWait, Window,
+    cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig,
+    IoProbeError, NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource, RunQueueStats,
+    RunQueueTick, RunQueueUnavailable, Sampler, Source, Split, Summary, ThreadRegistration,
+    ThreadRegistry, ThreadRole, ThreadWait, Window,
 };
 
 /// The three crates, for what the facade does not re-export.
