@@ -4,29 +4,11 @@
 
 mod common;
 
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::assert_ledger_balanced;
+use common::{assert_ledger_balanced, must_finish, spin};
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
-
-/// Run `f` on a thread; fail (instead of hanging the suite) if it has not finished in 120 s.
-fn must_finish<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(120))
-        .unwrap_or_else(|_| panic!("{what} hung"))
-}
 
 /// xorshift64*: a deterministic source of abort points.
 struct Rng(u64);
@@ -113,7 +95,7 @@ fn abort_cycles(elastic: Elastic, cycles: usize, seed: u64) {
 
 #[test]
 fn aborted_paced_tasks_leave_no_grant_behind() {
-    must_finish("abort stress", || {
+    must_finish("abort stress", Duration::from_secs(120), || {
         let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
         abort_cycles(elastic, 1_000, 0x9e37_79b9);
     });
@@ -121,12 +103,16 @@ fn aborted_paced_tasks_leave_no_grant_behind() {
 
 #[test]
 fn aborted_paced_tasks_leave_no_grant_behind_with_the_controller_and_brake() {
-    must_finish("abort stress (controller)", || {
-        let elastic = Elastic::builder()
-            .target_p99(Duration::from_micros(100))
-            .brake_at(Duration::from_micros(50))
-            .build()
-            .unwrap();
-        abort_cycles(elastic, 1_000, 0x51_7cc1);
-    });
+    must_finish(
+        "abort stress (controller)",
+        Duration::from_secs(120),
+        || {
+            let elastic = Elastic::builder()
+                .target_p99(Duration::from_micros(100))
+                .brake_at(Duration::from_micros(50))
+                .build()
+                .unwrap();
+            abort_cycles(elastic, 1_000, 0x51_7cc1);
+        },
+    );
 }

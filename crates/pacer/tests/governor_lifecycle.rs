@@ -1,24 +1,14 @@
 //! The governor thread ticks on its own and ends when the last handle is gone. One test in
 //! this file: it counts this process's governor threads.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use elastic_cpu_pacer::{Elastic, PacedExt};
+use std::time::Duration;
 
-/// Threads alive in this process (Linux). Thread names are not reliable in every sandbox,
-/// so the test counts threads: everything it started must be gone at the end.
+use common::eventually;
 #[cfg(target_os = "linux")]
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use common::threads;
+use elastic_cpu_pacer::{Elastic, PacedExt};
 
 #[test]
 fn governor_ticks_and_stops_with_the_last_handle() {
@@ -31,7 +21,9 @@ fn governor_ticks_and_stops_with_the_last_handle() {
         .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
         .build()
         .unwrap();
-    eventually("ticks", || elastic.snapshot().ticks >= 3);
+    eventually("ticks", Duration::from_secs(30), || {
+        elastic.snapshot().ticks >= 3
+    });
 
     // A paced task outliving the user's handle keeps the governor (and its grants) alive.
     let clone = elastic.clone();
@@ -39,12 +31,18 @@ fn governor_ticks_and_stops_with_the_last_handle() {
     drop(elastic);
     rt.block_on(task).unwrap();
     let ticks = clone.snapshot().ticks;
-    eventually("ticks after the first handle is dropped", || {
-        clone.snapshot().ticks > ticks
-    });
+    eventually(
+        "ticks after the first handle is dropped",
+        Duration::from_secs(30),
+        || clone.snapshot().ticks > ticks,
+    );
 
     drop(clone);
     drop(rt);
     #[cfg(target_os = "linux")]
-    eventually("governor and worker threads exit", || threads() == before);
+    eventually(
+        "governor and worker threads exit",
+        Duration::from_secs(30),
+        || threads() == before,
+    );
 }

@@ -3,19 +3,11 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::assert_ledger_balanced;
+use common::{assert_ledger_balanced, must_finish, spin};
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
 
 fn runtime(elastic: &Elastic, workers: usize) -> tokio::runtime::Runtime {
     elastic
@@ -26,16 +18,6 @@ fn runtime(elastic: &Elastic, workers: usize) -> tokio::runtime::Runtime {
         )
         .build()
         .unwrap()
-}
-
-/// Run `f` on a thread; fail (instead of hanging the suite) if it has not finished in 60 s.
-fn must_finish<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{what} hung"))
 }
 
 #[test]
@@ -185,7 +167,9 @@ fn runtime_shutdown_with_waiters_does_not_hang() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(elastic.snapshot().waiters > 0);
-    must_finish("runtime shutdown", move || drop(rt));
+    must_finish("runtime shutdown", Duration::from_secs(60), move || {
+        drop(rt)
+    });
     let s = elastic.snapshot();
     assert_eq!(s.waiters, 0, "dropped tasks leave the queue");
     assert_ledger_balanced(&s);
@@ -210,7 +194,7 @@ fn pace_blocking_on_plain_threads_is_settled() {
             })
         })
         .collect();
-    must_finish("blocking pacers", move || {
+    must_finish("blocking pacers", Duration::from_secs(60), move || {
         for t in threads {
             t.join().unwrap();
         }

@@ -7,46 +7,18 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use common::assert_ledger_balanced;
+#[cfg(target_os = "linux")]
+use common::threads;
+use common::{assert_ledger_balanced, eventually, must_finish, spin};
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
 
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
-
-/// Threads alive in this process (Linux).
-#[cfg(target_os = "linux")]
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
-/// Run `f` on a thread; fail (instead of hanging the suite) if it has not finished in 120 s.
-fn must_finish<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} hung"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} failed (see above)"),
-    }
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+/// The hang guard of each part, and of each wait inside one.
+const PART: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A low limit and a hair-trigger brake: most of the load waits for grants, some holds, and
 /// the foreground spinners below set the brake off now and then.
@@ -69,6 +41,33 @@ fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
         )
         .build()
         .unwrap()
+}
+
+/// An `Elastic`, its runtime and the load below, running until at least 20 grants went out.
+struct Loaded {
+    elastic: Elastic,
+    rt: tokio::runtime::Runtime,
+    stop: Arc<AtomicBool>,
+    progress: Arc<AtomicU64>,
+    blocking: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn loaded() -> Loaded {
+    let elastic = elastic();
+    let rt = runtime(&elastic);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    let blocking = load(&rt, &elastic, &stop, &progress);
+    eventually("grants handed out", WAIT, || {
+        elastic.snapshot().queue.grants >= 20
+    });
+    Loaded {
+        elastic,
+        rt,
+        stop,
+        progress,
+        blocking,
+    }
 }
 
 /// Thousands of paced tasks of every kind, a few foreground spinners, and `pace_blocking`
@@ -141,15 +140,14 @@ fn dropping_the_runtime_or_every_handle_under_load_hangs_nothing_and_leaks_nothi
     let before = threads();
 
     // 1. Drop the runtime while everything waits, holds, yields or is braked.
-    must_finish("runtime drop under load", || {
-        let elastic = elastic();
-        let rt = runtime(&elastic);
-        let stop = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(AtomicU64::new(0));
-        let blocking = load(&rt, &elastic, &stop, &progress);
-        eventually("grants handed out", || {
-            elastic.snapshot().queue.grants >= 20
-        });
+    must_finish("runtime drop under load", PART, || {
+        let Loaded {
+            elastic,
+            rt,
+            stop,
+            blocking,
+            ..
+        } = loaded();
         drop(rt);
         stop.store(true, Ordering::Relaxed);
         for t in blocking {
@@ -163,18 +161,17 @@ fn dropping_the_runtime_or_every_handle_under_load_hangs_nothing_and_leaks_nothi
 
     // 2. Drop every `Elastic` handle first: the paced work keeps the governor alive and goes on
     //    being granted; then the runtime goes, and with it the last reference.
-    must_finish("handle drop, then runtime drop, under load", || {
-        let elastic = elastic();
-        let rt = runtime(&elastic);
-        let stop = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(AtomicU64::new(0));
-        let blocking = load(&rt, &elastic, &stop, &progress);
-        eventually("grants handed out", || {
-            elastic.snapshot().queue.grants >= 20
-        });
+    must_finish("handle drop, then runtime drop, under load", PART, || {
+        let Loaded {
+            elastic,
+            rt,
+            stop,
+            progress,
+            blocking,
+        } = loaded();
         drop(elastic);
         let at_drop = progress.load(Ordering::Relaxed);
-        eventually("paced loops go on without any handle", || {
+        eventually("paced loops go on without any handle", WAIT, || {
             progress.load(Ordering::Relaxed) > at_drop + 1_000
         });
         // The runtime goes first: its thousands of queued tasks are ahead of the blocking
@@ -188,5 +185,7 @@ fn dropping_the_runtime_or_every_handle_under_load_hangs_nothing_and_leaks_nothi
 
     // Every thread this test started (workers, governors, samplers, blocking loops) is gone.
     #[cfg(target_os = "linux")]
-    eventually("every thread started here exits", || threads() == before);
+    eventually("every thread started here exits", WAIT, || {
+        threads() == before
+    });
 }

@@ -2,22 +2,12 @@
 //! stops on drop and by itself when the runtime is gone, and a runtime without I/O is a typed
 //! error. Counts with generous deadlines; no timing assertions.
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::wait_until;
+use std::time::Duration;
 
 use elastic_cpu_probe::{IoProbe, IoProbeConfig, IoProbeError, ProbeConfig};
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn wait_until(mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "condition not met before the deadline"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Nothing leaves the window during a test.
 fn config() -> IoProbeConfig {

@@ -2,10 +2,13 @@
 //! (Linux only). Its own test binary, so no other test's probe threads are counted.
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
+mod common;
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
 #[test]
 fn drop_ends_the_writer_thread() {
+    use common::wait_until;
     use elastic_cpu_probe::{IoProbe, IoProbeConfig};
-    use std::time::{Duration, Instant};
 
     /// Threads of this process named like the writer.
     fn writers() -> usize {
@@ -14,13 +17,6 @@ fn drop_ends_the_writer_thread() {
             .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
             .filter(|comm| comm.trim_end() == "io-probe-canary")
             .count()
-    }
-    fn wait_until(mut cond: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(start.elapsed() < Duration::from_secs(60), "deadline");
-            std::thread::sleep(Duration::from_millis(5));
-        }
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -3,11 +3,12 @@
 //! timing assertions. Runs with and without `tokio_unstable` (with hooks the runtime's own polls
 //! add samples too, hence `>=`).
 
-use std::time::{Duration, Instant};
+mod common;
+
+use common::wait_until;
+use std::time::Duration;
 
 use elastic_cpu_probe::{Probe, ProbeConfig};
-
-const DEADLINE: Duration = Duration::from_secs(60);
 
 fn long_window() -> Probe {
     // Nothing leaves the window during the test.
@@ -17,17 +18,6 @@ fn long_window() -> Probe {
         ..ProbeConfig::default()
     })
     .unwrap()
-}
-
-fn wait_until(mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "condition not met before the deadline"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn window_queue_count(probe: &Probe) -> u64 {

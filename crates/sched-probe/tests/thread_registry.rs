@@ -1,21 +1,11 @@
 //! The thread registry: by hand, through the scoped guard, and filled by tokio's thread hooks
 //! (Linux: real tids). Counts only, with generous deadlines; no timing assertions.
 
+mod common;
+
+use common::wait_until;
 use elastic_cpu_probe::{current_tid, ThreadRegistry, ThreadRole};
-use std::time::{Duration, Instant};
-
-const DEADLINE: Duration = Duration::from_secs(60);
-
-fn wait_until(mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "condition not met before the deadline"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use std::time::Duration;
 
 const LINUX: bool = cfg!(any(target_os = "linux", target_os = "android"));
 

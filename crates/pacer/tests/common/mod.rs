@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::{Elastic, Snapshot};
@@ -78,4 +79,46 @@ pub fn assert_ledger_balanced(s: &Snapshot) {
         nanos(s.used),
         "ledger unbalanced: {s:#?}"
     );
+}
+
+/// Burn `d` of the calling thread's time (stands in for CPU-heavy work on a real runtime).
+pub fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Threads alive in this process (Linux). Thread names are not reliable in every sandbox, so
+/// tests count threads: everything they started must be gone at the end.
+#[cfg(target_os = "linux")]
+pub fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// Run `f` on a thread; fail (instead of hanging the suite) if it has not finished `within`.
+/// A hang guard, not a timing assertion.
+pub fn must_finish<T: Send + 'static>(
+    what: &str,
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(within) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} hung"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} failed (see above)"),
+    }
+}
+
+/// Wait until `cond` holds; fail if it has not `within` (a hang guard).
+pub fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
