@@ -38,9 +38,9 @@ pub use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, QueueSnapshot, 
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
-    BuildError, CpusSource, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
-    PacedStreamExt, Pacer, Profile, RuntimeBuilder, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX,
-    DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM, DEFAULT_SLICE,
+    BuildError, CpusSource, Elastic, ElasticBuilder, IdlePriority, IdleRuntime, Pace, Paced,
+    PacedExt, PacedStream, PacedStreamExt, Pacer, Profile, RuntimeBuilder, Snapshot, SpawnError,
+    BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM, DEFAULT_SLICE,
 };
 pub use elastic_cpu_probe::{
     cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig,

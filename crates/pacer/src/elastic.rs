@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
 use crate::governor::{self, choose_cpus, Control, CpusInputs, Governor};
+use crate::idle_pool::IdleRuntime;
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 use crate::shared::Shared;
@@ -150,6 +151,26 @@ impl Elastic {
             self.shared
                 .keep_sampler(self.shared.probe.start_sampler(handle));
         }
+    }
+
+    /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
+    /// work paced by this `Elastic`. The foreground runtime is the one given to
+    /// [`runtime`](Self::runtime) or [`attach`](Self::attach): the limit follows its probe,
+    /// and its CPUs size the bucket.
+    ///
+    /// Errors: `workers == 0` is an [`io::ErrorKind::InvalidInput`] error wrapping a
+    /// [`SettingError`]; the OS refusing to start threads is the runtime builder's error. The
+    /// OS refusing to lower the priority is not an error: [`IdleRuntime::priority`] says what
+    /// the threads got.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let err = elastic.idle_runtime(0).err().unwrap();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
+        IdleRuntime::new(self.shared.clone(), workers)
     }
 
     /// A [`Pacer`] for one loop of elastic work.

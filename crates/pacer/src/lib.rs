@@ -44,6 +44,7 @@ mod elastic;
 mod ext;
 mod governor;
 mod grant;
+mod idle_pool;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paced;
@@ -58,6 +59,7 @@ pub use crate::config::{
 };
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};
 pub use crate::ext::{PacedExt, PacedStreamExt};
+pub use crate::idle_pool::{IdlePriority, IdleRuntime};
 #[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};

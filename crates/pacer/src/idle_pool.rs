@@ -1,0 +1,245 @@
+//! The idle-priority elastic pool: a companion tokio runtime whose threads run at the lowest
+//! priority the OS offers (`SCHED_IDLE` on Linux), for elastic work that is still paced by the
+//! same `Elastic` that governs the foreground runtime.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use elastic_cpu_core::SettingError;
+use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::task::JoinHandle;
+
+use crate::paced::Paced;
+use crate::shared::Shared;
+
+/// How long [`Elastic::idle_runtime`] waits for its worker threads to start and report the
+/// priority they got (they start at once; this only bounds a stuck OS).
+const START_WAIT: Duration = Duration::from_secs(5);
+
+/// The priority the idle pool's threads got from the OS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IdlePriority {
+    /// Linux `SCHED_IDLE`: the kernel runs the thread only when no normal thread wants its
+    /// core, and preempts it the moment one does.
+    SchedIdle,
+    /// Not Linux: the lowest priority the OS offers normal threads (nice 19, or the platform's
+    /// minimum). Foreground threads win most contention, not all of it.
+    Lowest,
+    /// The OS refused to lower the priority (or no thread has started): the pool runs at
+    /// normal priority, so it is a plain second runtime, still paced.
+    Unchanged,
+}
+
+impl IdlePriority {
+    /// How the priority is named in output: `SCHED_IDLE`, `lowest (nice 19)`, `normal`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IdlePriority::SchedIdle => "SCHED_IDLE",
+            IdlePriority::Lowest => "lowest (nice 19 or the platform's minimum)",
+            IdlePriority::Unchanged => "normal (the OS refused a lower priority)",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            IdlePriority::SchedIdle => 1,
+            IdlePriority::Lowest => 2,
+            IdlePriority::Unchanged => 3,
+        }
+    }
+
+    fn from_code(c: u8) -> IdlePriority {
+        match c {
+            1 => IdlePriority::SchedIdle,
+            2 => IdlePriority::Lowest,
+            _ => IdlePriority::Unchanged,
+        }
+    }
+}
+
+impl fmt::Display for IdlePriority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// Lower the calling thread to the lowest priority the OS offers.
+#[cfg(target_os = "linux")]
+fn lower_this_thread() -> IdlePriority {
+    use thread_priority::unix::{
+        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+        ThreadSchedulePolicy,
+    };
+    use thread_priority::ThreadPriority;
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    match set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+        Ok(()) => IdlePriority::SchedIdle,
+        Err(_) => IdlePriority::Unchanged,
+    }
+}
+
+/// Lower the calling thread to the lowest priority the OS offers.
+#[cfg(not(target_os = "linux"))]
+fn lower_this_thread() -> IdlePriority {
+    match thread_priority::set_current_thread_priority(thread_priority::ThreadPriority::Min) {
+        Ok(()) => IdlePriority::Lowest,
+        Err(_) => IdlePriority::Unchanged,
+    }
+}
+
+/// What the pool's threads report as they start: how many started, and the worst priority any
+/// of them got (a pool is only as idle as its least idle thread).
+struct Started {
+    count: Mutex<usize>,
+    cv: Condvar,
+    worst: AtomicU8,
+}
+
+impl Started {
+    fn record(&self, got: IdlePriority) {
+        self.worst.fetch_max(got.code(), Ordering::SeqCst);
+        let mut n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        *n += 1;
+        self.cv.notify_all();
+    }
+
+    fn wait_for(&self, threads: usize) {
+        let n = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.cv.wait_timeout_while(n, START_WAIT, |n| *n < threads);
+    }
+
+    fn priority(&self) -> IdlePriority {
+        match self.worst.load(Ordering::SeqCst) {
+            0 => IdlePriority::Unchanged,
+            c => IdlePriority::from_code(c),
+        }
+    }
+}
+
+/// A companion tokio runtime for elastic work, its threads at the lowest OS priority
+/// (`SCHED_IDLE` on Linux), made by [`Elastic::idle_runtime`](crate::Elastic::idle_runtime). Everything spawned through
+/// [`spawn`](Self::spawn) is paced by the [`Elastic`](crate::Elastic) it came from: the same token bucket, the
+/// same limit, steered by the controller on the *foreground* runtime's probe.
+///
+/// ```
+/// use elastic_cpu_pacer::Elastic;
+/// let elastic = Elastic::builder().build()?;
+/// let fg = elastic
+///     .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all())
+///     .build()?;
+/// let idle = elastic.idle_runtime(2)?;
+/// println!("elastic threads at {}", idle.priority());
+/// let scan = idle.spawn(async { (0..1_000_000u64).map(|x| x % 7).sum::<u64>() });
+/// let total = fg.block_on(scan)?;
+/// assert_eq!(total, 2_999_997);
+/// idle.shutdown_timeout(std::time::Duration::from_secs(1));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Two brakes in series
+///
+/// The kernel keeps elastic threads off a core the moment a foreground thread wants it, so a
+/// foreground task never waits behind an elastic poll (same-runtime [`paced`] work makes it wait
+/// up to one poll quantum). The token bucket still caps elastic CPU at the limit: inside a CPU
+/// quota (a container's limit) idle-priority threads spend the quota like any other, and
+/// unpaced they get the whole cgroup throttled, foreground included; paced, they stay within
+/// what the controller sees the foreground can spare.
+///
+/// # When to use same-runtime `paced` instead
+///
+/// At idle priority, elastic work runs only while a core is otherwise idle. If it holds a lock
+/// (a `std::sync::Mutex`, a database page latch, a connection pool slot) that a foreground task
+/// needs, the foreground waits for a thread the kernel will not run while the foreground keeps
+/// the cores busy: priority inversion, and the foreground can stall for as long as the cores
+/// stay busy. Use same-runtime [`paced`] work when elastic work shares locks or other
+/// exclusive resources with the foreground, when it must make progress on a saturated machine
+/// (at idle priority it gets nothing there; paced it gets at least the controller's floor), or
+/// where lowering a thread's priority is not allowed. Use the idle pool for self-contained
+/// CPU work (scans, encoding, compression) that touches the foreground only through channels.
+///
+/// # Threads and the probe
+///
+/// The pool's runtime has no probe hooks: its polls never enter the foreground runtime's
+/// scheduling-latency signal (without `tokio_unstable`, paced polls still feed their poll
+/// times to the probe as elastic poll times, as on any runtime). Its worker threads (and its
+/// blocking-pool threads) are named `elastic-cpu-idle` and lower their own priority as they
+/// start. Dropping the `IdleRuntime` shuts it down like dropping a tokio [`Runtime`]; use
+/// [`shutdown_timeout`](Self::shutdown_timeout) to bound the wait.
+///
+/// [`paced`]: crate::PacedExt::paced
+pub struct IdleRuntime {
+    rt: Runtime,
+    /// The pacing state of the `Elastic` it was made from.
+    shared: Arc<Shared>,
+    started: Arc<Started>,
+}
+
+impl IdleRuntime {
+    /// See [`Elastic::idle_runtime`](crate::Elastic::idle_runtime).
+    pub(crate) fn new(shared: Arc<Shared>, workers: usize) -> io::Result<IdleRuntime> {
+        if workers == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                SettingError::new("idle_runtime(workers)", workers, "at least 1"),
+            ));
+        }
+        let started = Arc::new(Started {
+            count: Mutex::new(0),
+            cv: Condvar::new(),
+            worst: AtomicU8::new(0),
+        });
+        let on_start = started.clone();
+        let rt = Builder::new_multi_thread()
+            .worker_threads(workers)
+            .thread_name("elastic-cpu-idle")
+            .on_thread_start(move || on_start.record(lower_this_thread()))
+            .enable_all()
+            .build()?;
+        started.wait_for(workers);
+        Ok(IdleRuntime {
+            rt,
+            shared,
+            started,
+        })
+    }
+
+    /// Spawn `future` on the pool as paced elastic work (as [`Elastic::spawn_on`](crate::Elastic::spawn_on) does).
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.rt.spawn(Paced::new(future, self.shared.clone()))
+    }
+
+    /// The pool's runtime handle: for work that paces itself (a [`Pacer`](crate::Pacer), a
+    /// [`PacedStream`](crate::PacedStream)) or, knowingly, for unpaced work.
+    pub fn handle(&self) -> &Handle {
+        self.rt.handle()
+    }
+
+    /// The priority the pool's threads got (the least idle of them).
+    pub fn priority(&self) -> IdlePriority {
+        self.started.priority()
+    }
+
+    /// Shut the pool down, waiting at most `timeout` for its tasks to stop and its threads to
+    /// end (as [`Runtime::shutdown_timeout`]).
+    pub fn shutdown_timeout(self, timeout: Duration) {
+        self.rt.shutdown_timeout(timeout);
+    }
+}
+
+impl fmt::Debug for IdleRuntime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdleRuntime")
+            .field("priority", &self.priority())
+            .field("workers", &self.rt.metrics().num_workers())
+            .finish_non_exhaustive()
+    }
+}

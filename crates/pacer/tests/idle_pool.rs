@@ -1,0 +1,210 @@
+//! The idle-priority elastic pool: its threads really run at the lowest OS priority, paced work
+//! on it balances the ledger and stays out of the foreground probe, shutdown is clean.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_ledger_balanced, eventually, must_finish, spin};
+use elastic_cpu_pacer::{Elastic, IdlePriority, PacedStreamExt};
+use futures_util::StreamExt;
+
+/// The scheduling policy of the calling thread, from `/proc/thread-self/stat` (field 41), read
+/// independently of how the pool set it. 5 is `SCHED_IDLE`.
+#[cfg(target_os = "linux")]
+fn this_thread_policy() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // Fields after the parenthesised command name start at field 3.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace()
+        .nth(41 - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The calling thread's id, from `/proc/thread-self/stat` (field 1).
+#[cfg(target_os = "linux")]
+fn this_thread_id() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    stat.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[cfg(target_os = "linux")]
+const SCHED_IDLE: u32 = 5;
+
+fn foreground(elastic: &Elastic) -> tokio::runtime::Runtime {
+    elastic
+        .runtime(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all(),
+        )
+        .build()
+        .unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn every_pool_thread_runs_at_sched_idle_and_the_foreground_does_not() {
+    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(3).unwrap();
+    assert_eq!(idle.priority(), IdlePriority::SchedIdle);
+    // Many tasks at once, each blocking its thread a little, so every worker runs some.
+    let tasks: Vec<_> = (0..24)
+        .map(|_| {
+            idle.spawn(async {
+                std::thread::sleep(Duration::from_millis(2));
+                (
+                    std::thread::current().name().map(str::to_owned),
+                    this_thread_policy(),
+                )
+            })
+        })
+        .collect();
+    let blocking = idle.handle().spawn_blocking(|| {
+        (
+            std::thread::current().name().map(str::to_owned),
+            this_thread_policy(),
+        )
+    });
+    let (seen, blocking) = must_finish("the pool's tasks", Duration::from_secs(30), move || {
+        fg.block_on(async {
+            let mut seen = Vec::new();
+            for t in tasks {
+                seen.push(t.await.unwrap());
+            }
+            (seen, blocking.await.unwrap())
+        })
+    });
+    for (name, policy) in seen.iter().chain([&blocking]) {
+        assert_eq!(name.as_deref(), Some("elastic-cpu-idle"));
+        assert_eq!(*policy, SCHED_IDLE, "{name:?}");
+    }
+    let fg = foreground(&elastic);
+    let fg_policy = fg.block_on(async { tokio::spawn(async { this_thread_policy() }).await });
+    assert_ne!(fg_policy.unwrap(), SCHED_IDLE);
+    assert_ne!(this_thread_policy(), SCHED_IDLE);
+}
+
+#[test]
+fn zero_workers_is_a_typed_error() {
+    let elastic = Elastic::builder().build().unwrap();
+    let err = elastic.idle_runtime(0).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let setting = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<elastic_cpu_pacer::SettingError>())
+        .expect("a SettingError inside");
+    assert!(
+        setting.to_string().contains("idle_runtime(workers)"),
+        "{setting}"
+    );
+}
+
+#[test]
+fn paced_work_on_the_pool_balances_the_ledger_and_stays_out_of_the_fg_probe() {
+    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(2).unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        tasks.push(idle.spawn(async {
+            for _ in 0..20 {
+                spin(Duration::from_micros(200));
+                tokio::task::yield_now().await;
+            }
+        }));
+        let stream = futures_util::stream::iter(0..50)
+            .map(|_| spin(Duration::from_micros(100)))
+            .paced(&elastic)
+            .for_each(|_| async {});
+        tasks.push(idle.handle().spawn(stream));
+    }
+    must_finish(
+        "paced work on the pool",
+        Duration::from_secs(60),
+        move || {
+            fg.block_on(async {
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            });
+            fg
+        },
+    );
+    // Let the governor close an interval or two so the window holds what was recorded.
+    std::thread::sleep(Duration::from_millis(300));
+    let s = elastic.snapshot();
+    assert!(s.used > Duration::ZERO && s.queue.grants > 0, "{s:#?}");
+    assert_eq!(s.waiters, 0);
+    assert_ledger_balanced(&s);
+    // The pool has no probe hooks: none of its polls is an elastic queue-latency sample.
+    assert_eq!(s.window.queue_latency.elastic.count, 0, "{s:#?}");
+}
+
+#[test]
+fn shutdown_is_clean_with_work_still_waiting_for_grants() {
+    // A tiny fixed limit: most of the work is queued for a grant when the pool shuts down.
+    let elastic = Elastic::builder().fixed_limit(0.01).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(2).unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            idle.spawn(async {
+                loop {
+                    spin(Duration::from_micros(500));
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    // The pool's thread ids, seen from tasks that block their thread a little.
+    #[cfg(target_os = "linux")]
+    let tids: Vec<u32> = {
+        let probes: Vec<_> = (0..16)
+            .map(|_| {
+                idle.handle().spawn(async {
+                    std::thread::sleep(Duration::from_millis(2));
+                    this_thread_id()
+                })
+            })
+            .collect();
+        let mut tids: Vec<u32> = fg.block_on(async {
+            let mut v = Vec::new();
+            for p in probes {
+                v.push(p.await.unwrap());
+            }
+            v
+        });
+        tids.sort_unstable();
+        tids.dedup();
+        tids
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    must_finish("the pool's shutdown", Duration::from_secs(30), move || {
+        idle.shutdown_timeout(Duration::from_secs(10));
+    });
+    // Every task was cancelled, none hangs, and the pool's threads are gone.
+    let results = must_finish("the cancelled tasks", Duration::from_secs(30), move || {
+        fg.block_on(async {
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await);
+            }
+            out
+        })
+    });
+    assert!(results
+        .iter()
+        .all(|r| r.as_ref().is_err_and(|e| e.is_cancelled())));
+    #[cfg(target_os = "linux")]
+    eventually("the pool's threads to end", Duration::from_secs(30), || {
+        tids.iter()
+            .all(|t| !std::path::Path::new(&format!("/proc/self/task/{t}")).exists())
+    });
+    let s = elastic.snapshot();
+    assert_eq!(s.waiters, 0, "{s:#?}");
+    assert_ledger_balanced(&s);
+}
