@@ -123,6 +123,13 @@ impl Control {
         s.paced(&self.elastic)
     }
 
+    /// The library's idle-priority pool for this runtime's elastic handle.
+    pub fn idle_runtime(&self, workers: usize) -> Result<elastic_cpu::IdleRuntime, String> {
+        self.elastic
+            .idle_runtime(workers)
+            .map_err(|e| format!("idle runtime: {e}"))
+    }
+
     pub fn shutdown(self) {
         self.rt.shutdown_timeout(Duration::from_secs(3));
         drop(self.elastic);

@@ -17,14 +17,16 @@ mod fg;
 mod neighbour;
 mod pauses;
 mod phase;
+mod quota;
 mod report;
 mod scan;
 mod util;
 
-use args::{Args, Kind, PhaseSpec};
+use args::{Args, Env, Kind, PhaseSpec};
 use ctl::{Control, Mode, Tuning};
 use fg::{FgStats, LoadGen, Rate};
-use phase::run_phase;
+use phase::{rest_key, run_phase};
+use quota::QuotaCgroup;
 use report::Report;
 use scan::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +64,7 @@ fn install_ctrl_c() {
                     STOP.store(true, Ordering::SeqCst);
                 }
                 if tokio::signal::ctrl_c().await.is_ok() {
+                    quota::cleanup_active();
                     std::process::exit(130);
                 }
             });
@@ -86,6 +89,12 @@ struct Ctx {
     rest_by_name: std::collections::HashMap<String, f64>,
     /// Machine pauses (the whole VM descheduled), to leave out of the latency figures.
     pauses: pauses::Pauses,
+    /// Where the phases run now.
+    env: Env,
+    /// The machine's cores, read at the start (on the host).
+    machine_cpus: usize,
+    /// The quota cgroup the process is in (quota environment).
+    quota: Option<QuotaCgroup>,
 }
 
 fn main() {
@@ -129,8 +138,18 @@ fn main() {
         target_source: String::new(),
         rest_by_name: Default::default(),
         pauses: pauses::Pauses::start(),
+        env: Env::Host,
+        machine_cpus,
+        quota: None,
         args,
     };
+    // An explicit --cpu-quota that cannot work ends the run before it starts.
+    if let Some(Some(cpus)) = ctx.args.cpu_quota {
+        if let Err(why) = QuotaCgroup::enter(cpus) {
+            eprintln!("error: cannot run under a CPU quota of {cpus} CPUs: {why}");
+            std::process::exit(2);
+        }
+    }
     if !ctx.pauses.realtime {
         eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
     }
@@ -200,6 +219,7 @@ fn main() {
         phases: Vec::new(),
         timeline: Vec::new(),
         interrupted: false,
+        notes: Vec::new(),
     };
 
     let lib_target = elastic_cpu::Profile::Default
@@ -220,48 +240,57 @@ fn main() {
         }
     }
     ctx.run_start = Instant::now();
-    let plan: Vec<(usize, PhaseSpec)> = (0..ctx.args.rounds)
-        .flat_map(|round| ctx.args.phases.iter().map(move |p| (round, p.clone())))
-        .collect();
-    for (round, spec) in plan {
+    let envs = match ctx.args.cpu_quota {
+        Some(None) => vec![Env::Host],
+        _ => vec![Env::Host, Env::Quota],
+    };
+    let mut host_target = None;
+    for env in envs {
         if stopped() {
             break;
         }
-        let mut r = run_phase(&ctx, &spec, &mut rep.timeline);
-        r.round = round;
-        if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
-            let t = match report::median(&r.scheds) {
-                Some(m) => auto_target_us(m, quantum_us(&ctx)),
-                None => lib_target,
-            };
-            ctx.target_us = Some(t);
-            ctx.target_source = format!(
-                "auto: the baseline's median window p99 ({}) + the quantum ({})",
-                fmt_us(report::median(&r.scheds)),
-                fmt_us(Some(quantum_us(&ctx) as f64))
-            );
-            eprintln!(
-                "controller target p99: {} ({})",
-                fmt_us(Some(t as f64)),
-                ctx.target_source
-            );
-        }
-        if spec.kind == Kind::Paced && r.skipped.is_none() {
-            let lim: Vec<f64> = rep
-                .timeline
-                .iter()
-                .filter(|p| p.phase == r.name && p.t_ms >= r.start_ms && p.t_ms <= r.end_ms)
-                .filter_map(|p| p.limit)
-                .collect();
-            let n = lim.len().div_ceil(4);
-            ctx.rest_level = report::mean(&lim[lim.len() - n..]);
-            if let Some(l) = ctx.rest_level {
-                ctx.rest_by_name.insert(r.name.clone(), l);
+        let phases = match env {
+            Env::Host => ctx.args.phases.clone(),
+            Env::Quota => ctx.args.quota_phases.clone(),
+        };
+        if env == Env::Quota {
+            let cpus = ctx.args.cpu_quota.flatten().unwrap_or(DEFAULT_QUOTA);
+            match QuotaCgroup::enter(cpus) {
+                Ok(q) => {
+                    eprintln!(
+                        "quota: the process now runs in {} (cgroup {}), {cpus} CPUs per 100 ms period",
+                        q.dir.display(),
+                        q.version
+                    );
+                    ctx.quota = Some(q);
+                }
+                Err(why) if ctx.args.cpu_quota.is_some() => {
+                    eprintln!("error: cannot run under a CPU quota of {cpus} CPUs: {why}");
+                    std::process::exit(2);
+                }
+                Err(why) => {
+                    let note = format!(
+                        "quota environment skipped: this machine does not let the demo make a cgroup with a CPU quota ({why})"
+                    );
+                    println!("{note}");
+                    rep.notes.push(note);
+                    continue;
+                }
+            }
+            host_target = ctx.target_us;
+            // The auto target comes from this environment's own baseline.
+            if ctx.args.target_us.is_none()
+                && phases.first().map(|p| p.kind) == Some(Kind::Baseline)
+            {
+                ctx.target_us = None;
             }
         }
-        rep.segments.push(r);
+        ctx.env = env;
+        run_env(&mut ctx, &phases, &mut rep, lib_target);
+        // Leave the quota cgroup (back to where the process came from) and remove it.
+        ctx.quota = None;
     }
-    rep.machine.target_us = ctx.target_us.or(Some(lib_target));
+    rep.machine.target_us = host_target.or(ctx.target_us).or(Some(lib_target));
     rep.machine.target_source = ctx.target_source.clone();
     rep.phases = report::aggregate(&rep.segments);
     report::attribute_cpu(&mut rep.phases, &mut rep.segments);
@@ -288,8 +317,64 @@ fn main() {
             Err(e) => eprintln!("error: writing {}: {e}", path.display()),
         }
     }
+    for n in &rep.notes {
+        println!("{n}");
+    }
     if rep.interrupted {
         println!("(partial report: the run was interrupted)");
+    }
+}
+
+/// The quota of the default run's quota environment, in CPUs.
+const DEFAULT_QUOTA: f64 = 1.5;
+
+/// Run `phases` for every round in the current environment, into `rep`.
+fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u64) {
+    let plan: Vec<(usize, PhaseSpec)> = (0..ctx.args.rounds)
+        .flat_map(|round| phases.iter().map(move |p| (round, p.clone())))
+        .collect();
+    for (round, spec) in plan {
+        if stopped() {
+            break;
+        }
+        let mut r = run_phase(ctx, &spec, &mut rep.timeline);
+        r.round = round;
+        if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
+            let t = match report::median(&r.scheds) {
+                Some(m) => auto_target_us(m, quantum_us(ctx)),
+                None => lib_target,
+            };
+            ctx.target_us = Some(t);
+            ctx.target_source = format!(
+                "auto: the baseline's median window p99 ({}) + the quantum ({})",
+                fmt_us(report::median(&r.scheds)),
+                fmt_us(Some(quantum_us(ctx) as f64))
+            );
+            eprintln!(
+                "controller target p99 ({}): {} ({})",
+                ctx.env.name(),
+                fmt_us(Some(t as f64)),
+                ctx.target_source
+            );
+        }
+        if matches!(spec.kind, Kind::Paced | Kind::PacedIdle) && r.skipped.is_none() {
+            let label = r.label();
+            let lim: Vec<f64> = rep
+                .timeline
+                .iter()
+                .filter(|p| p.phase == label && p.t_ms >= r.start_ms && p.t_ms <= r.end_ms)
+                .filter_map(|p| p.limit)
+                .collect();
+            let n = lim.len().div_ceil(4);
+            let rest = report::mean(&lim[lim.len() - n..]);
+            if spec.kind == Kind::Paced {
+                ctx.rest_level = rest;
+            }
+            if let Some(l) = rest {
+                ctx.rest_by_name.insert(rest_key(ctx, &spec), l);
+            }
+        }
+        rep.segments.push(r);
     }
 }
 

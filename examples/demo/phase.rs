@@ -15,15 +15,19 @@ use std::time::{Duration, Instant};
 fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
     let profile = spec.profile.unwrap_or(ProfileSpec::Default);
     match spec.kind {
-        Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated => Mode::Unpaced,
+        Kind::Baseline
+        | Kind::Unthrottled
+        | Kind::Yield
+        | Kind::Dedicated
+        | Kind::IdleRuntime => Mode::Unpaced,
         Kind::Static => Mode::Fixed(ctx.args.static_limit),
         // Later rounds resume where the last paced phase ended, like a service whose
         // controller has been running all along.
-        Kind::Paced => Mode::Controlled {
+        Kind::Paced | Kind::PacedIdle => Mode::Controlled {
             profile,
             initial: ctx
                 .rest_by_name
-                .get(&spec.name())
+                .get(&rest_key(ctx, spec))
                 .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
         },
         Kind::Step => Mode::Controlled {
@@ -43,9 +47,20 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
     }
 }
 
+/// Where a paced phase's resting limit is kept between rounds: per environment and phase.
+pub fn rest_key(ctx: &Ctx, spec: &PhaseSpec) -> String {
+    format!("{}/{}", ctx.env.name(), spec.name())
+}
+
 pub fn run_phase(ctx: &Ctx, spec: &PhaseSpec, timeline: &mut Vec<Point>) -> PhaseResult {
     let name = spec.name();
-    let mut res = PhaseResult::new(&name, spec.kind);
+    let mut res = PhaseResult::new(&name, spec.kind, ctx.env);
+    res.quota_cpus = ctx.quota.as_ref().map(|q| q.cpus);
+    if spec.kind.controlled() {
+        res.target_us = ctx.target_us;
+    }
+    // The timeline and the report label quota phases `quota:NAME`.
+    let name = res.label();
     res.start_ms = ctx.run_start.elapsed().as_millis() as u64;
     let mode = mode_of(ctx, spec);
     match run_phase_inner(ctx, spec, &name, mode, timeline, &mut res) {
@@ -67,6 +82,7 @@ struct Mark {
     busy: Option<(Duration, Duration)>,
     used_ns: u64,
     brakes: u64,
+    throttling: Option<elastic_cpu::CpuThrottling>,
 }
 
 fn run_phase_inner(
@@ -85,19 +101,59 @@ fn run_phase_inner(
     let stop_scan = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let mut dedicated = None;
+    let mut idle_pool = None;
     if spec.kind != Kind::Baseline {
-        let handle = if spec.kind == Kind::Dedicated {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("dedicated")
-                .enable_all()
-                .build()
-                .map_err(|e| format!("dedicated runtime: {e}"))?;
-            let h = rt.handle().clone();
-            dedicated = Some(rt);
-            h
-        } else {
-            ctl.rt.handle().clone()
+        // The machine's cores (inside a quota, available_parallelism rounds the quota down).
+        let cores = ctx.machine_cpus;
+        let handle = match spec.kind {
+            Kind::Dedicated => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("dedicated")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("dedicated runtime: {e}"))?;
+                let h = rt.handle().clone();
+                dedicated = Some(rt);
+                h
+            }
+            Kind::IdleRuntime => {
+                // What a Linux user would write instead of this library: the scan on its own
+                // runtime, one worker per core, each thread switched to SCHED_IDLE.
+                let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+                let seen = got.clone();
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(cores)
+                    .thread_name("idle-runtime")
+                    .on_thread_start(move || {
+                        let p = util::lowest_priority();
+                        seen.lock().unwrap().push(p);
+                    })
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("idle runtime: {e}"))?;
+                let h = rt.handle().clone();
+                dedicated = Some(rt);
+                std::thread::sleep(Duration::from_millis(20));
+                let got = got.lock().unwrap().clone();
+                let what = match got.iter().copied().collect::<Option<Vec<_>>>() {
+                    Some(v) if !v.is_empty() => v[0].to_string(),
+                    _ => "normal priority (the OS refused a lower one)".into(),
+                };
+                eprintln!("[{name}] scan on a separate {cores}-worker runtime at {what}");
+                h
+            }
+            Kind::PacedIdle => {
+                let pool = ctl.idle_runtime(cores)?;
+                eprintln!(
+                    "[{name}] scan paced on the library's idle pool, {cores} workers at {}",
+                    pool.priority()
+                );
+                let h = pool.handle().clone();
+                idle_pool = Some(pool);
+                h
+            }
+            _ => ctl.rt.handle().clone(),
         };
         let consume = if spec.kind == Kind::Yield {
             Consume::YieldEach
@@ -154,6 +210,7 @@ fn run_phase_inner(
                 busy: util::machine_busy(),
                 used_ns: ctl.full_snapshot().used.as_nanos() as u64,
                 brakes: ctl.full_snapshot().brakes,
+                throttling: ctx.quota.as_ref().and_then(|q| q.throttling()),
             });
         }
         if spec.kind == Kind::Step {
@@ -221,12 +278,16 @@ fn run_phase_inner(
     let busy_end = util::machine_busy();
     let used_end = ctl.full_snapshot().used.as_nanos() as u64;
     let brakes_end = ctl.full_snapshot().brakes;
+    let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
     stop_scan.store(true, Ordering::SeqCst);
     ctl.shutdown();
     if let Some(rt) = dedicated {
         rt.shutdown_timeout(Duration::from_secs(3));
+    }
+    if let Some(pool) = idle_pool {
+        pool.shutdown_timeout(Duration::from_secs(3));
     }
 
     if let Some(Mark {
@@ -236,6 +297,7 @@ fn run_phase_inner(
         busy: busy0,
         used_ns: used0,
         brakes: brakes0,
+        throttling: throttling0,
     }) = measuring
     {
         let secs = (end - m0).as_secs_f64().max(1e-9);
@@ -280,10 +342,15 @@ fn run_phase_inner(
         res.limit_max = limits.iter().copied().reduce(f64::max);
         res.hist = Some(h);
         if let (Some(c0), Some(c1)) = (cpu0, cpu_end) {
-            let machine = std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1) as f64;
+            let machine = ctx.machine_cpus as f64;
             res.process_cpu_share = Some((c1 - c0).as_secs_f64() / secs / machine);
+            res.process_cpus = Some((c1 - c0).as_secs_f64() / secs);
+        }
+        if let (Some(t0), Some(t1)) = (throttling0, throttling_end) {
+            let d = t1.since(&t0);
+            res.periods = Some(d.periods);
+            res.throttled_periods = Some(d.throttled_periods);
+            res.throttled_ms = Some(d.throttled_time.as_secs_f64() * 1e3);
         }
         if let (Some((b0, t0)), Some((b1, t1))) = (busy0, busy_end) {
             let dt = (t1 - t0).as_secs_f64();

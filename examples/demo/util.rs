@@ -103,3 +103,22 @@ pub fn fmt_us(us: Option<f64>) -> String {
         Some(u) => format!("{u:.0}us"),
     }
 }
+
+/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, nice
+/// 19 elsewhere. Returns what it got, for the output (None: refused).
+#[cfg(target_os = "linux")]
+pub fn lowest_priority() -> Option<&'static str> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
+    let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+    ok.then_some("SCHED_IDLE")
+}
+
+/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, nice
+/// 19 elsewhere. Returns what it got, for the output (None: refused).
+#[cfg(not(target_os = "linux"))]
+pub fn lowest_priority() -> Option<&'static str> {
+    // SAFETY: plain syscall with valid arguments (0: the caller).
+    let ok = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } == 0;
+    ok.then_some("nice 19 (SCHED_IDLE is Linux only)")
+}

@@ -3,11 +3,22 @@
 
 use super::svg::{esc, Axis, Line};
 use super::{Bar, Point, Report};
-use crate::args::Kind;
+use crate::args::{Env, Kind};
 use crate::util::fmt_us;
 use std::fmt::Write as _;
 
 impl Report {
+    /// `host` or `quota of 1.5 CPUs (cgroup v1)`.
+    pub fn env_title(&self, env: Env) -> String {
+        match env {
+            Env::Host => "host".into(),
+            Env::Quota => match self.phases.iter().find_map(|p| p.quota_cpus) {
+                Some(q) => format!("inside a CPU quota of {q} CPUs"),
+                None => "inside a CPU quota".into(),
+            },
+        }
+    }
+
     pub fn to_html(&self) -> String {
         let m = &self.machine;
         let t_max = self
@@ -33,7 +44,7 @@ impl Report {
             .iter()
             .map(|p| p.elastic_rows_per_sec)
             .fold(1.0f64, f64::max);
-        let baseline = self.find("baseline");
+        let baseline = self.find(Env::Host, "baseline");
         let b99 = baseline.and_then(|b| b.p99_us);
         let mut fg_refs = Vec::new();
         let (l1, l2);
@@ -81,8 +92,10 @@ impl Report {
             m.neighbour.map_or("none".to_string(), |f| format!("{f} of a core")), m.tokio_unstable
         );
 
-        h.push_str("<h2>At a glance</h2>");
-        h.push_str(&self.summary_svg());
+        for env in self.envs() {
+            let _ = write!(h, "<h2>At a glance: {}</h2>", esc(&self.env_title(env)));
+            h.push_str(&self.summary_svg(env));
+        }
 
         // Bars.
         let rounds = self.rounds();
@@ -120,14 +133,17 @@ impl Report {
         h.push_str("</table>");
 
         // Summary table.
-        h.push_str("<h2>Summary per phase</h2><table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
-            <th>sched p99</th><th>elastic rows/s</th><th>rows/s / unthrottled</th><th>elastic CPU share</th><th>limit mean [min, max]</th><th>process CPU</th><th>unanswered</th></tr>");
-        let unth = self.find("unthrottled").map(|u| u.rows_per_sec);
-        for p in &self.phases {
+        for env in self.envs() {
+        let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
+        let _ = write!(h, "<h2>Summary per phase: {}</h2>", esc(&self.env_title(env)));
+        h.push_str("<table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
+            <th>sched p99</th><th>elastic rows/s</th><th>rows/s / unthrottled</th><th>elastic CPU share</th><th>limit mean [min, max]</th><th>process CPU</th><th>process CPUs</th><th>throttled periods</th><th>throttled time</th><th>unanswered</th></tr>");
+        let unth = self.find(env, "unthrottled").map(|u| u.rows_per_sec);
+        for p in self.phases.iter().filter(|p| p.env == env) {
             if let Some(why) = &p.skipped {
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td colspan=\"14\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
+                    "<tr><td>{}</td><td colspan=\"17\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
                     esc(&p.name),
                     esc(why)
                 );
@@ -174,7 +190,7 @@ impl Report {
             };
             let _ = write!(
                 h,
-                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&p.name),
                 if p.interrupted { " (interrupted)" } else { "" },
                 p.requests,
@@ -189,13 +205,26 @@ impl Report {
                 p.process_cpu_share
                     .map(|c| format!("{:.0}%", c * 100.0))
                     .unwrap_or("-".into()),
+                p.process_cpus
+                    .map(|c| format!("{c:.2}"))
+                    .unwrap_or("-".into()),
+                match (p.throttled_periods, p.periods) {
+                    (Some(t), Some(n)) => format!("{t} of {n}"),
+                    _ => "-".into(),
+                },
+                p.throttled_ms
+                    .map(|m| format!("{m:.0} ms"))
+                    .unwrap_or("-".into()),
                 p.unanswered
             );
         }
-        h.push_str("</table><div class=\"note\">fg: request latency from the intended send time (open loop). sched p99: mean of the library's \
+        h.push_str("</table>");
+        }
+        h.push_str("<div class=\"note\">fg: request latency from the intended send time (open loop). sched p99: mean of the library's \
             window p99 of scheduling latency (all tasks) sampled through the phase. process CPU: this process's CPU time (server, load generator, scan) over the \
             machine's CPUs. elastic CPU share: process CPU above the baseline phase's, over the machine's CPUs (when a baseline ran; \
-            otherwise rows/s over the single-threaded rows per CPU-second).</div>");
+            otherwise rows/s over the single-threaded rows per CPU-second). process CPUs: the process's CPU time per wall second. \
+            throttled: enforcement periods of the quota cgroup in which it ran out of quota, and the time its threads were held back.</div>");
 
         // Plots.
         h.push_str("<h2>Over time</h2>");

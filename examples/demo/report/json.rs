@@ -79,6 +79,19 @@ struct Phase<'a> {
     sched: Sched,
     elastic: Elastic,
     limit: Limit,
+    env: &'static str,
+    quota_cpus: Option<Num>,
+    process_cpus: Option<Num>,
+    throttled: Throttled,
+}
+
+/// The quota cgroup's throttling over the measurement window (zeros on the host).
+#[derive(Serialize)]
+struct Throttled {
+    periods: u64,
+    ms: Num,
+    /// Enforcement periods in the window (not in the object: the denominator).
+    of_periods: u64,
 }
 
 #[derive(Serialize)]
@@ -129,6 +142,8 @@ struct SchedSplit {
 #[derive(Serialize)]
 struct PhaseExtras<'a> {
     name: &'a str,
+    env: &'static str,
+    target_p99_us: Option<u64>,
     skipped: Option<&'a str>,
     rounds_fg_p99_us: Vec<Num>,
     fg_p99_median_of_rounds_us: Option<Num>,
@@ -149,6 +164,10 @@ struct PhaseExtras<'a> {
 #[derive(Serialize)]
 struct Segment<'a> {
     name: &'a str,
+    env: &'static str,
+    process_cpus: Option<Num>,
+    throttled_periods: Option<u64>,
+    throttled_ms: Option<Num>,
     round: usize,
     skipped: Option<&'a str>,
     interrupted: bool,
@@ -246,6 +265,14 @@ impl<'a> Phase<'a> {
                 min: opt(p.limit_min),
                 max: opt(p.limit_max),
             },
+            env: p.env.name(),
+            quota_cpus: opt(p.quota_cpus),
+            process_cpus: opt(p.process_cpus),
+            throttled: Throttled {
+                periods: p.throttled_periods.unwrap_or(0),
+                ms: Num(p.throttled_ms.unwrap_or(0.0)),
+                of_periods: p.periods.unwrap_or(0),
+            },
         }
     }
 }
@@ -267,6 +294,8 @@ impl<'a> PhaseExtras<'a> {
     fn of(p: &'a PhaseResult) -> Self {
         PhaseExtras {
             name: &p.name,
+            env: p.env.name(),
+            target_p99_us: p.target_us,
             skipped: p.skipped.as_deref(),
             rounds_fg_p99_us: p.p99_rounds.iter().copied().map(Num).collect(),
             fg_p99_median_of_rounds_us: opt(p.p99_median),
@@ -289,6 +318,10 @@ impl<'a> Segment<'a> {
     fn of(p: &'a PhaseResult) -> Self {
         Segment {
             name: &p.name,
+            env: p.env.name(),
+            process_cpus: opt(p.process_cpus),
+            throttled_periods: p.throttled_periods,
+            throttled_ms: opt(p.throttled_ms),
             round: p.round + 1,
             skipped: p.skipped.as_deref(),
             interrupted: p.interrupted,

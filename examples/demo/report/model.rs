@@ -1,7 +1,7 @@
 //! The report's model: the run's settings, each phase of each round, the rounds merged per
 //! phase, the timeline, and the verdicts against the bars.
 
-use crate::args::Kind;
+use crate::args::{Env, Kind};
 use crate::util::{new_hist, q_us};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
@@ -77,6 +77,19 @@ pub struct Machine {
 pub struct PhaseResult {
     pub name: String,
     pub kind: Kind,
+    /// Host or inside the CPU quota.
+    pub env: Env,
+    /// The quota in CPUs (quota environment).
+    pub quota_cpus: Option<f64>,
+    /// The process's CPU time per wall second over the measurement window.
+    pub process_cpus: Option<f64>,
+    /// The quota cgroup's enforcement periods, throttled periods and throttled time over the
+    /// measurement window (quota environment).
+    pub periods: Option<u64>,
+    pub throttled_periods: Option<u64>,
+    pub throttled_ms: Option<f64>,
+    /// The controller's target in this phase (paced phases).
+    pub target_us: Option<u64>,
     pub skipped: Option<String>,
     pub interrupted: bool,
     pub start_ms: u64,
@@ -126,10 +139,17 @@ pub struct PhaseResult {
 }
 
 impl PhaseResult {
-    pub fn new(name: &str, kind: Kind) -> PhaseResult {
+    pub fn new(name: &str, kind: Kind, env: Env) -> PhaseResult {
         PhaseResult {
             name: name.to_string(),
             kind,
+            env,
+            quota_cpus: None,
+            process_cpus: None,
+            periods: None,
+            throttled_periods: None,
+            throttled_ms: None,
+            target_us: None,
             skipped: None,
             interrupted: false,
             start_ms: 0,
@@ -171,27 +191,41 @@ impl PhaseResult {
     pub(super) fn ran(&self) -> bool {
         self.skipped.is_none() && self.requests > 0
     }
+
+    /// The phase's name with its environment where that is not the host: `paced`,
+    /// `quota:paced`.
+    pub fn label(&self) -> String {
+        match self.env {
+            Env::Host => self.name.clone(),
+            Env::Quota => format!("quota:{}", self.name),
+        }
+    }
 }
 
 /// Merge the rounds of each phase (first-appearance order): latency histograms merged, rows
 /// and CPU over the summed measurement time, limit and scheduling samples pooled.
 pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
-    let mut names: Vec<&str> = Vec::new();
+    let mut names: Vec<(Env, &str)> = Vec::new();
     for s in segs {
-        if !names.contains(&s.name.as_str()) {
-            names.push(&s.name);
+        if !names.contains(&(s.env, s.name.as_str())) {
+            names.push((s.env, &s.name));
         }
     }
     names
         .into_iter()
-        .map(|n| {
-            let all: Vec<&PhaseResult> = segs.iter().filter(|s| s.name == n).collect();
+        .map(|(env, n)| {
+            let all: Vec<&PhaseResult> = segs
+                .iter()
+                .filter(|s| s.name == n && s.env == env)
+                .collect();
             let group: Vec<&PhaseResult> = all
                 .iter()
                 .copied()
                 .filter(|s| s.skipped.is_none() && s.hist.is_some())
                 .collect();
-            let mut r = PhaseResult::new(n, all[0].kind);
+            let mut r = PhaseResult::new(n, all[0].kind, env);
+            r.quota_cpus = all[0].quota_cpus;
+            r.target_us = all[0].target_us;
             if group.is_empty() {
                 r.skipped = all[0].skipped.clone().or(Some("no data".into()));
                 r.interrupted = all.iter().any(|s| s.interrupted);
@@ -238,6 +272,13 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             r.process_cpu_share = wmean(&|g| g.process_cpu_share);
             r.machine_busy_share = wmean(&|g| g.machine_busy_share);
             r.used_share = wmean(&|g| g.used_share);
+            r.process_cpus = wmean(&|g| g.process_cpus);
+            let sum = |f: &dyn Fn(&PhaseResult) -> Option<u64>| -> Option<u64> {
+                group.iter().map(|g| f(g)).sum()
+            };
+            r.periods = sum(&|g| g.periods);
+            r.throttled_periods = sum(&|g| g.throttled_periods);
+            r.throttled_ms = group.iter().map(|g| g.throttled_ms).sum();
             r.p99_rounds = group.iter().filter_map(|g| g.p99_us).collect();
             r.p99_median = median(&r.p99_rounds);
             r.hist = Some(h);
@@ -263,14 +304,25 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
 /// single-threaded rows-per-CPU-second calibration is kept as `cpu_share_from_rows`; on this
 /// shared machine it moves by tens of percent between runs, the process CPU time does not.
 pub fn attribute_cpu(phases: &mut [PhaseResult], segments: &mut [PhaseResult]) {
+    for env in [Env::Host, Env::Quota] {
+        attribute_cpu_in(env, phases, segments);
+    }
+}
+
+/// [`attribute_cpu`] for one environment, against that environment's baseline.
+fn attribute_cpu_in(env: Env, phases: &mut [PhaseResult], segments: &mut [PhaseResult]) {
     let base = phases
         .iter()
-        .find(|p| p.kind == Kind::Baseline)
+        .find(|p| p.kind == Kind::Baseline && p.env == env)
         .and_then(|p| p.process_cpu_share);
     let Some(base) = base else {
         return;
     };
-    for p in phases.iter_mut().chain(segments.iter_mut()) {
+    for p in phases
+        .iter_mut()
+        .chain(segments.iter_mut())
+        .filter(|p| p.env == env)
+    {
         p.cpu_share_from_rows = Some(p.cpu_share);
         if let Some(c) = p.process_cpu_share {
             p.cpu_share = if p.kind == Kind::Baseline {
@@ -280,6 +332,17 @@ pub fn attribute_cpu(phases: &mut [PhaseResult], segments: &mut [PhaseResult]) {
             };
         }
     }
+}
+
+fn ratio(x: Option<f64>, y: Option<f64>) -> Option<f64> {
+    match (x, y) {
+        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+        _ => None,
+    }
+}
+
+fn fmt_x(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into())
 }
 
 pub fn median(v: &[f64]) -> Option<f64> {
@@ -305,6 +368,8 @@ pub struct Report {
     pub phases: Vec<PhaseResult>,
     pub timeline: Vec<Point>,
     pub interrupted: bool,
+    /// Lines the run wants the reader to see (an environment skipped, and why).
+    pub notes: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,44 +383,73 @@ pub struct Bar {
 }
 
 impl Report {
-    pub(super) fn find(&self, name: &str) -> Option<&PhaseResult> {
-        self.phases.iter().find(|p| p.name == name && p.ran())
+    pub(super) fn find(&self, env: Env, name: &str) -> Option<&PhaseResult> {
+        self.phases
+            .iter()
+            .find(|p| p.name == name && p.env == env && p.ran())
+    }
+
+    /// The environments that ran, in run order.
+    pub fn envs(&self) -> Vec<Env> {
+        let mut v = Vec::new();
+        for p in &self.segments {
+            if !v.contains(&p.env) {
+                v.push(p.env);
+            }
+        }
+        v
     }
 
     /// The bars, on the merged rounds (`median == false`) or on the median of the
-    /// rounds' fg p99 (`median == true`; throughput is always over all rounds).
+    /// rounds' fg p99 (`median == true`; throughput and CPU are always over all rounds), for
+    /// every environment that ran.
     pub fn bars_on(&self, median: bool) -> Vec<Bar> {
-        let p99 = |p: Option<&PhaseResult>| -> Option<f64> {
-            p.and_then(|p| if median { p.p99_median } else { p.p99_us })
-        };
-        let b = self.find("baseline");
-        let u = self.find("unthrottled");
-        let s = self.find("static");
-        let p = self.find("paced");
-        let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
-            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-            _ => None,
-        };
-        let fmt = |r: Option<f64>| r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into());
         let mut out = Vec::new();
+        for env in self.envs() {
+            match env {
+                Env::Host => self.host_bars(median, &mut out),
+                Env::Quota => self.quota_bars(median, &mut out),
+            }
+        }
+        out
+    }
+
+    fn p99_of(p: Option<&PhaseResult>, median: bool) -> Option<f64> {
+        p.and_then(|p| if median { p.p99_median } else { p.p99_us })
+    }
+
+    fn host_bars(&self, median: bool, out: &mut Vec<Bar>) {
+        let env = Env::Host;
+        let p99 = |p| Self::p99_of(p, median);
+        let b = self.find(env, "baseline");
+        let u = self.find(env, "unthrottled");
+        let s = self.find(env, "static");
+        let p = self.find(env, "paced");
+        let ir = self.find(env, "idle-runtime");
+        let pi = self.find(env, "paced-idle");
+        let mut bar = |what: &str, value: String, pass: Option<bool>| {
+            out.push(Bar {
+                what: format!("host: {what}"),
+                value,
+                pass,
+            })
+        };
         let r = ratio(p99(u), p99(b));
-        out.push(Bar {
-            what: "unthrottled fg p99 >= 3x baseline (the experiment is real)".into(),
-            value: fmt(r),
-            pass: r.map(|r| r >= 3.0),
-        });
+        bar(
+            "unthrottled fg p99 >= 3x baseline (the experiment is real)",
+            fmt_x(r),
+            r.map(|r| r >= 3.0),
+        );
         let r = ratio(p99(p), p99(b));
-        out.push(Bar {
-            what: "paced fg p99 <= 1.5x baseline".into(),
-            value: fmt(r),
-            pass: r.map(|r| r <= 1.5),
-        });
+        bar("paced fg p99 <= 1.5x baseline", fmt_x(r), r.map(|r| r <= 1.5));
+        let r = ratio(p99(pi), p99(b));
+        bar(
+            "paced-idle fg p99 <= 1.5x baseline",
+            fmt_x(r),
+            r.map(|r| r <= 1.5),
+        );
         let r = ratio(p.map(|p| p.rows_per_sec), u.map(|u| u.rows_per_sec));
-        out.push(Bar {
-            what: "paced rows/s >= 0.6x unthrottled".into(),
-            value: fmt(r),
-            pass: r.map(|r| r >= 0.6),
-        });
+        bar("paced rows/s >= 0.6x unthrottled", fmt_x(r), r.map(|r| r >= 0.6));
         let cmp = match (p, s, p99(p), p99(s)) {
             (Some(p), Some(s), Some(pl), Some(sl)) => {
                 let lat_ok = pl <= sl;
@@ -373,12 +467,77 @@ impl Report {
             }
             _ => None,
         };
-        out.push(Bar {
-            what: "paced no worse than static on fg p99 and rows/s, better on one".into(),
-            value: cmp.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
-            pass: cmp.map(|c| c.1),
-        });
-        out
+        bar(
+            "paced no worse than static on fg p99 and rows/s, better on one",
+            cmp.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
+            cmp.map(|c| c.1),
+        );
+        let r = ratio(p99(pi), p99(ir));
+        bar(
+            "paced-idle fg p99 <= 1.1x idle-runtime",
+            fmt_x(r),
+            r.map(|r| r <= 1.1),
+        );
+        let r = ratio(pi.map(|p| p.rows_per_sec), ir.map(|p| p.rows_per_sec));
+        bar(
+            "paced-idle rows/s >= 0.9x idle-runtime",
+            fmt_x(r),
+            r.map(|r| r >= 0.9),
+        );
+    }
+
+    fn quota_bars(&self, median: bool, out: &mut Vec<Bar>) {
+        let env = Env::Quota;
+        let p99 = |p| Self::p99_of(p, median);
+        let b = self.find(env, "baseline");
+        let ir = self.find(env, "idle-runtime");
+        let quota = self
+            .phases
+            .iter()
+            .find(|p| p.env == env)
+            .and_then(|p| p.quota_cpus);
+        let q = quota.map(|q| format!("{q}")).unwrap_or("?".into());
+        let mut bar = |what: String, value: String, pass: Option<bool>| {
+            out.push(Bar {
+                what: format!("quota {q}: {what}"),
+                value,
+                pass,
+            })
+        };
+        let r = ratio(p99(ir), p99(b));
+        bar(
+            "idle-runtime fg p99 >= 5x baseline (the experiment is real)".into(),
+            fmt_x(r),
+            r.map(|r| r >= 5.0),
+        );
+        for name in ["paced", "paced-idle"] {
+            let p = self.find(env, name);
+            let r = ratio(p99(p), p99(b));
+            bar(
+                format!("{name} fg p99 <= 1.5x baseline"),
+                fmt_x(r),
+                r.map(|r| r <= 1.5),
+            );
+            let base = b.and_then(|b| b.process_cpus);
+            let cpu = match (p.and_then(|p| p.process_cpus), base, quota) {
+                (Some(c), Some(base), Some(q)) if q > base => {
+                    let share = (c - base) / (q - base);
+                    Some((
+                        format!(
+                            "{:.2} of the spare quota ({c:.2} - {base:.2} CPUs of {q} - {base:.2})",
+                            share
+                        ),
+                        share >= 0.6,
+                    ))
+                }
+                _ => None,
+            };
+            bar(
+                format!("{name} elastic CPU >= 0.6x (quota - baseline's process CPUs)"),
+                cpu.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
+                cpu.map(|c| c.1),
+            );
+        }
     }
 
     pub(super) fn rounds(&self) -> usize {

@@ -115,7 +115,7 @@ impl Report {
     fn points3_of(&self, p: &PhaseResult) -> Vec<(f64, f64, Option<f64>)> {
         self.timeline
             .iter()
-            .filter(|x| x.phase == p.name && x.t_ms >= p.start_ms && x.t_ms <= p.end_ms)
+            .filter(|x| x.phase == p.label() && x.t_ms >= p.start_ms && x.t_ms <= p.end_ms)
             .filter_map(|x| {
                 x.limit.map(|l| {
                     (
@@ -249,7 +249,7 @@ impl Report {
                         st.fg_p99_after_step_us = self
                             .timeline
                             .iter()
-                            .filter(|x| x.phase == p.name && x.t_ms >= up && x.t_ms < up + 5000)
+                            .filter(|x| x.phase == p.label() && x.t_ms >= up && x.t_ms < up + 5000)
                             .filter_map(|x| x.fg_p99_us)
                             .reduce(f64::max);
                     }

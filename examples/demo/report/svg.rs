@@ -2,7 +2,7 @@
 //! polyline per phase and series, reference lines) and the at-a-glance bar panels.
 
 use super::{PhaseResult, Point, Report};
-use crate::args::Kind;
+use crate::args::{Env, Kind};
 use crate::util::fmt_us;
 use std::fmt::Write as _;
 
@@ -32,7 +32,8 @@ fn phase_color(kind: Kind) -> &'static str {
         Kind::Static => PHASE_COLORS[2],
         Kind::Yield => PHASE_COLORS[6],
         Kind::Dedicated => PHASE_COLORS[5],
-        Kind::Paced => PHASE_COLORS[3],
+        Kind::IdleRuntime => PHASE_COLORS[1],
+        Kind::Paced | Kind::PacedIdle => PHASE_COLORS[3],
         Kind::Low => PHASE_COLORS[4],
         Kind::High => PHASE_COLORS[8],
         Kind::Step => PHASE_COLORS[7],
@@ -154,7 +155,7 @@ impl Report {
                 "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#445\" font-size=\"10\">{}</text>",
                 x0 + 3.0,
                 MT + 11.0,
-                esc(&p.name)
+                esc(&p.label())
             );
         }
         // Grid and ticks.
@@ -267,8 +268,12 @@ impl Report {
     }
 
     /// Two bar panels, one row per phase: foreground p99 (log) and elastic rows/s.
-    pub(super) fn summary_svg(&self) -> String {
-        let ran: Vec<&PhaseResult> = self.phases.iter().filter(|p| p.ran()).collect();
+    pub(super) fn summary_svg(&self, env: Env) -> String {
+        let ran: Vec<&PhaseResult> = self
+            .phases
+            .iter()
+            .filter(|p| p.ran() && p.env == env)
+            .collect();
         if ran.is_empty() {
             return String::new();
         }
@@ -317,7 +322,7 @@ impl Report {
             );
             v *= 10.0;
         }
-        let b99 = self.find("baseline").and_then(|b| b.p99_us);
+        let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
         for (i, p) in ran.iter().enumerate() {
             let y = top + row_h * i as f64;
             let _ = write!(
@@ -379,7 +384,7 @@ impl Report {
                 );
             }
         }
-        if let Some(u) = self.find("unthrottled").map(|u| u.rows_per_sec) {
+        if let Some(u) = self.find(env, "unthrottled").map(|u| u.rows_per_sec) {
             for (i, (m, c, l)) in [
                 (1.0, "#555", "unthrottled"),
                 (0.6, "#c60", "0.6x unthrottled"),
