@@ -156,10 +156,12 @@ impl Elastic {
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
     /// work paced by this `Elastic`. The foreground runtime is the one given to
     /// [`runtime`](Self::runtime) or [`attach`](Self::attach): the limit follows its probe,
-    /// and its CPUs size the bucket.
+    /// and its CPUs size the bucket. Use it for self-contained CPU work; work that shares
+    /// locks with the foreground belongs in same-runtime [`paced`](crate::PacedExt::paced)
+    /// work (see [`IdleRuntime`]: at idle priority a lock holder starves).
     ///
     /// Errors: `workers == 0` is an [`io::ErrorKind::InvalidInput`] error wrapping a
-    /// [`SettingError`]; the OS refusing to start threads is the runtime builder's error. The
+    /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the runtime builder's error. The
     /// OS refusing to lower the priority is not an error: [`IdleRuntime::priority`] says what
     /// the threads got.
     ///
