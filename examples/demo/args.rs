@@ -488,7 +488,10 @@ mod tests {
         assert!(p("--cpu-quota 0").is_err());
         assert!(p("--cpu-quota x").is_err());
         assert!(p("--quota-phases nope").is_err());
-        assert_eq!(p("--phases paced-idle@0.05").unwrap().phases[0].name(), "paced-idle@0.05");
+        assert_eq!(
+            p("--phases paced-idle@0.05").unwrap().phases[0].name(),
+            "paced-idle@0.05"
+        );
         assert!(p("--phases idle-runtime@0.05").is_err());
         assert_eq!(a.sample, Duration::from_millis(250));
         assert_eq!((a.target_us, a.brake_us), (None, None));

@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
     let profile = spec.profile.unwrap_or(ProfileSpec::Default);
     match spec.kind {
-        Kind::Baseline
-        | Kind::Unthrottled
-        | Kind::Yield
-        | Kind::Dedicated
-        | Kind::IdleRuntime => Mode::Unpaced,
+        Kind::Baseline | Kind::Unthrottled | Kind::Yield | Kind::Dedicated | Kind::IdleRuntime => {
+            Mode::Unpaced
+        }
         Kind::Static => Mode::Fixed(ctx.args.static_limit),
         // Later rounds resume where the last paced phase ended, like a service whose
         // controller has been running all along.

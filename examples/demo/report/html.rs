@@ -134,61 +134,65 @@ impl Report {
 
         // Summary table.
         for env in self.envs() {
-        let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
-        let _ = write!(h, "<h2>Summary per phase: {}</h2>", esc(&self.env_title(env)));
-        h.push_str("<table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
+            let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
+            let _ = write!(
+                h,
+                "<h2>Summary per phase: {}</h2>",
+                esc(&self.env_title(env))
+            );
+            h.push_str("<table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
             <th>sched p99</th><th>elastic rows/s</th><th>rows/s / unthrottled</th><th>elastic CPU share</th><th>limit mean [min, max]</th><th>process CPU</th><th>process CPUs</th><th>throttled periods</th><th>throttled time</th><th>unanswered</th></tr>");
-        let unth = self.find(env, "unthrottled").map(|u| u.rows_per_sec);
-        for p in self.phases.iter().filter(|p| p.env == env) {
-            if let Some(why) = &p.skipped {
-                let _ = write!(
+            let unth = self.find(env, "unthrottled").map(|u| u.rows_per_sec);
+            for p in self.phases.iter().filter(|p| p.env == env) {
+                if let Some(why) = &p.skipped {
+                    let _ = write!(
                     h,
                     "<tr><td>{}</td><td colspan=\"17\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
                     esc(&p.name),
                     esc(why)
                 );
-                continue;
-            }
-            let rel = match (p.p99_us, b99) {
-                (Some(x), Some(b)) if b > 0.0 => {
-                    let r = x / b;
-                    let cls = if r <= 1.5 {
-                        "good"
-                    } else if r >= 3.0 {
-                        "bad"
-                    } else {
-                        ""
-                    };
-                    format!("<td class=\"{cls}\">{r:.2}x</td>")
+                    continue;
                 }
-                _ => "<td>-</td>".into(),
-            };
-            let relr = match unth {
-                Some(u) if u > 0.0 && p.kind != Kind::Baseline => {
-                    let r = p.rows_per_sec / u;
-                    let cls = if r >= 0.6 { "good" } else { "" };
-                    format!("<td class=\"{cls}\">{r:.2}x</td>")
-                }
-                _ => "<td>-</td>".into(),
-            };
-            let lim = match (p.limit_mean, p.limit_min, p.limit_max) {
-                (Some(a), Some(b), Some(c)) => format!("{a:.3} [{b:.2}, {c:.2}]"),
-                _ => "-".into(),
-            };
-            let per_round = if p.p99_rounds.len() > 1 {
-                format!(
-                    "{} ({})",
-                    p.p99_rounds
-                        .iter()
-                        .map(|x| fmt_us(Some(*x)))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    fmt_us(p.p99_median)
-                )
-            } else {
-                "-".into()
-            };
-            let _ = write!(
+                let rel = match (p.p99_us, b99) {
+                    (Some(x), Some(b)) if b > 0.0 => {
+                        let r = x / b;
+                        let cls = if r <= 1.5 {
+                            "good"
+                        } else if r >= 3.0 {
+                            "bad"
+                        } else {
+                            ""
+                        };
+                        format!("<td class=\"{cls}\">{r:.2}x</td>")
+                    }
+                    _ => "<td>-</td>".into(),
+                };
+                let relr = match unth {
+                    Some(u) if u > 0.0 && p.kind != Kind::Baseline => {
+                        let r = p.rows_per_sec / u;
+                        let cls = if r >= 0.6 { "good" } else { "" };
+                        format!("<td class=\"{cls}\">{r:.2}x</td>")
+                    }
+                    _ => "<td>-</td>".into(),
+                };
+                let lim = match (p.limit_mean, p.limit_min, p.limit_max) {
+                    (Some(a), Some(b), Some(c)) => format!("{a:.3} [{b:.2}, {c:.2}]"),
+                    _ => "-".into(),
+                };
+                let per_round = if p.p99_rounds.len() > 1 {
+                    format!(
+                        "{} ({})",
+                        p.p99_rounds
+                            .iter()
+                            .map(|x| fmt_us(Some(*x)))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        fmt_us(p.p99_median)
+                    )
+                } else {
+                    "-".into()
+                };
+                let _ = write!(
                 h,
                 "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&p.name),
@@ -217,8 +221,8 @@ impl Report {
                     .unwrap_or("-".into()),
                 p.unanswered
             );
-        }
-        h.push_str("</table>");
+            }
+            h.push_str("</table>");
         }
         h.push_str("<div class=\"note\">fg: request latency from the intended send time (open loop). sched p99: mean of the library's \
             window p99 of scheduling latency (all tasks) sampled through the phase. process CPU: this process's CPU time (server, load generator, scan) over the \

@@ -441,7 +441,11 @@ impl Report {
             r.map(|r| r >= 3.0),
         );
         let r = ratio(p99(p), p99(b));
-        bar("paced fg p99 <= 1.5x baseline", fmt_x(r), r.map(|r| r <= 1.5));
+        bar(
+            "paced fg p99 <= 1.5x baseline",
+            fmt_x(r),
+            r.map(|r| r <= 1.5),
+        );
         let r = ratio(p99(pi), p99(b));
         bar(
             "paced-idle fg p99 <= 1.5x baseline",
@@ -449,7 +453,11 @@ impl Report {
             r.map(|r| r <= 1.5),
         );
         let r = ratio(p.map(|p| p.rows_per_sec), u.map(|u| u.rows_per_sec));
-        bar("paced rows/s >= 0.6x unthrottled", fmt_x(r), r.map(|r| r >= 0.6));
+        bar(
+            "paced rows/s >= 0.6x unthrottled",
+            fmt_x(r),
+            r.map(|r| r >= 0.6),
+        );
         let cmp = match (p, s, p99(p), p99(s)) {
             (Some(p), Some(s), Some(pl), Some(sl)) => {
                 let lat_ok = pl <= sl;
