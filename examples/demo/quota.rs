@@ -30,9 +30,14 @@ pub struct QuotaCgroup {
 /// Where this process's cgroup of the `cpu` controller is: `(v1 mount + path)` candidates
 /// first (the v1 controller, when mounted, is the one that enforces), then the v2 one.
 fn candidates() -> Vec<(&'static str, PathBuf)> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
-        return Vec::new();
-    };
+    match std::fs::read_to_string("/proc/self/cgroup") {
+        Ok(text) => candidates_in(&text),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [`candidates`] from the text of `/proc/self/cgroup`.
+fn candidates_in(text: &str) -> Vec<(&'static str, PathBuf)> {
     let mut v1 = Vec::new();
     let mut v2 = Vec::new();
     for line in text.lines() {
@@ -203,5 +208,40 @@ impl Drop for QuotaCgroup {
                 eprintln!("warning: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_cgroup_is_found_in_v1_and_v2_lines() {
+        let text = "9:name=systemd:/\n4:memory:/m\n2:cpu,cpuacct:/svc/a\n0::/user.slice\n";
+        let c = candidates_in(text);
+        assert_eq!(
+            c[0],
+            ("v1", PathBuf::from("/sys/fs/cgroup/cpu/svc/a")),
+            "{c:?}"
+        );
+        assert_eq!(c[1].1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/svc/a"));
+        assert_eq!(c[2], ("v2", PathBuf::from("/sys/fs/cgroup/user.slice")));
+        assert_eq!(c.len(), 4);
+        // cpuacct alone is not the cpu controller; garbage lines are skipped.
+        assert!(candidates_in("3:cpuacct:/x\nnonsense\n").is_empty());
+    }
+
+    #[test]
+    fn a_cgroup_without_the_cpu_files_is_refused_with_why() {
+        let dir = std::env::temp_dir().join(format!("demo-quota-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let v1 = make("v1", &dir, 1.5).unwrap_err();
+        assert!(v1.contains("cpu.cfs_quota_us"), "{v1}");
+        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        assert!(v2.contains("cgroup.controllers"), "{v2}");
+        std::fs::write(dir.join("cgroup.controllers"), "memory io").unwrap();
+        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        assert!(v2.contains("does not offer the cpu controller"), "{v2}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
