@@ -130,6 +130,19 @@ impl Control {
             .map_err(|e| format!("idle runtime: {e}"))
     }
 
+    /// Record `n` foreground scheduling-latency samples of `wait` in the probe (the demo's
+    /// experimental throttling signal).
+    pub fn feed_wait(elastic: &Elastic, wait: Duration, n: usize) {
+        for _ in 0..n {
+            elastic.probe().record_poll(Some(wait), None, false);
+        }
+    }
+
+    /// The elastic handle (cheap clone).
+    pub fn elastic(&self) -> Elastic {
+        self.elastic.clone()
+    }
+
     pub fn shutdown(self) {
         self.rt.shutdown_timeout(Duration::from_secs(3));
         drop(self.elastic);
