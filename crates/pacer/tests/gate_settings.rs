@@ -86,16 +86,15 @@ fn waiting_callers_are_released_when_the_governor_thread_ends() {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                // One long setup puts the bucket (10 ms a second) deep into debt.
-                let p = gate.admit(Duration::from_secs(1)).await.unwrap();
-                spin(Duration::from_millis(30));
-                drop(p);
+                // One setup held: at 0.01 of one CPU the gate runs one setup at a time.
+                let held = gate.admit(Duration::from_secs(1)).await.unwrap();
                 let waiting = tokio::spawn(gate.admit(Duration::from_secs(3600)));
                 tokio::task::yield_now().await;
                 assert_eq!(gate.snapshot().queue_len, 1);
                 drop(elastic);
                 let r = waiting.await.unwrap().unwrap_err();
                 assert_eq!(r.reason(), RejectReason::Closed);
+                drop(held);
             });
         },
     );
@@ -133,8 +132,9 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
             assert_eq!(&client.await.unwrap(), b"ok");
             assert_eq!(gate.snapshot().admitted, 1);
 
-            // Refused: a gate that can admit nothing in time (deadline 1 ms, a queue of one,
-            // in debt) hands the stream to on_reject, which writes the hint.
+            // Refused: a gate whose one place for a setup is taken (0.01 of 2 CPUs) and whose
+            // deadline is 1 ms: the attempt expires on the governor's next tick and the stream
+            // goes to on_reject, which writes the hint.
             let tight = elastic
                 .connection_gate(
                     GateSettings::new()
@@ -143,9 +143,7 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
                         .initial_share(0.01),
                 )
                 .unwrap();
-            let p = tight.admit(Duration::from_secs(1)).await.unwrap();
-            spin(Duration::from_millis(100));
-            drop(p);
+            let held = tight.admit(Duration::from_secs(1)).await.unwrap();
             let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let listener = GatedListener::on_reject(tcp, tight.clone(), |mut stream, _, r| {
                 tokio::spawn(async move {
@@ -160,7 +158,8 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
             let mut line = String::new();
             s.read_to_string(&mut line).await.unwrap();
             assert!(line.starts_with("retry-after-ms "), "{line:?}");
-            assert_eq!(tight.snapshot().rejected, 1);
+            assert_eq!(tight.snapshot().expired, 1);
+            drop(held);
         });
     });
 }
