@@ -227,11 +227,10 @@ pub struct Args {
     // None: the default (1.5, lenient); Some(None): off; Some(Some(f)): strict.
     #[arg(long, value_name = "F|off", value_parser = cpu_quota)]
     pub cpu_quota: Option<std::option::Option<f64>>,
-    /// experimental: in the quota environment's paced phases, feed the cgroup's throttled time
-    /// to the controller as foreground scheduling latency (throttled → the window p99 rises →
-    /// the limit steps down)
+    /// turn off the library's cgroup throttling signal (a throttled period steps the limit
+    /// down for a probe window: `ElasticBuilder::throttle_signal`), for an A/B inside a quota
     #[arg(long)]
-    pub throttle_signal: bool,
+    pub no_throttle_signal: bool,
     /// append the controller-speed phases: low, high and step for each --profiles entry
     #[arg(long)]
     speed: bool,

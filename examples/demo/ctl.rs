@@ -31,6 +31,8 @@ pub struct Tuning {
     pub slice_ms: Option<u64>,
     pub quantum_us: Option<u64>,
     pub brake_us: Option<Option<u64>>,
+    /// The library's cgroup throttling signal (on by default).
+    pub throttle_signal: bool,
 }
 
 /// What the monitor reads every sample.
@@ -83,6 +85,7 @@ impl Control {
         if let Some(q) = tune.quantum_us {
             b = b.quantum(Duration::from_micros(q));
         }
+        b = b.throttle_signal(tune.throttle_signal);
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = elastic
             .runtime(
@@ -128,19 +131,6 @@ impl Control {
         self.elastic
             .idle_runtime(workers)
             .map_err(|e| format!("idle runtime: {e}"))
-    }
-
-    /// Record `n` foreground scheduling-latency samples of `wait` in the probe (the demo's
-    /// experimental throttling signal).
-    pub fn feed_wait(elastic: &Elastic, wait: Duration, n: usize) {
-        for _ in 0..n {
-            elastic.probe().record_poll(Some(wait), None, false);
-        }
-    }
-
-    /// The elastic handle (cheap clone).
-    pub fn elastic(&self) -> Elastic {
-        self.elastic.clone()
     }
 
     pub fn shutdown(self) {

@@ -434,5 +434,6 @@ fn tuning(ctx: &Ctx) -> Tuning {
         slice_ms: a.slice_ms,
         quantum_us: a.quantum_us,
         brake_us: a.brake_us,
+        throttle_signal: !a.no_throttle_signal,
     }
 }

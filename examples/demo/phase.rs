@@ -169,35 +169,6 @@ fn run_phase_inner(
         }
     }
 
-    // Experimental: the cgroup's throttling as a second control signal. Throttled time is time
-    // the service's runnable tasks waited, which the probe's hooks mostly miss (a throttled
-    // stretch holds up few task polls but many requests): each tick that saw throttling adds
-    // enough samples of that wait (2 % of the window's) to lift the window p99 above the target.
-    let throttle_feed = match (&ctx.quota, mode) {
-        (Some(q), Mode::Controlled { .. }) if a.throttle_signal => {
-            let dir = q.dir.clone();
-            let elastic = ctl.elastic();
-            let stop = stop_scan.clone();
-            Some(std::thread::spawn(move || {
-                let mut last = elastic_cpu::CpuThrottling::read(&dir);
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(10));
-                    let now = elastic_cpu::CpuThrottling::read(&dir);
-                    if let (Some(n), Some(l)) = (now, last) {
-                        let d = n.since(&l).throttled_time;
-                        if !d.is_zero() {
-                            let count = elastic.snapshot().window.queue_latency.all.count;
-                            let k = ((count as f64 * 0.02).ceil() as usize).clamp(1, 20_000);
-                            Control::feed_wait(&elastic, d, k);
-                        }
-                    }
-                    last = now;
-                }
-            }))
-        }
-        _ => None,
-    };
-
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();
     let lg = LoadGen::start(
@@ -309,9 +280,6 @@ fn run_phase_inner(
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
     stop_scan.store(true, Ordering::SeqCst);
-    if let Some(t) = throttle_feed {
-        let _ = t.join();
-    }
     ctl.shutdown();
     if let Some(rt) = dedicated {
         rt.shutdown_timeout(Duration::from_secs(3));

@@ -124,6 +124,7 @@ pub struct ElasticBuilder {
     pub(crate) cpus: Option<f64>,
     pub(crate) brake: BrakeSetting,
     pub(crate) cap_concurrency: bool,
+    pub(crate) throttle_signal: bool,
 }
 
 /// How the builder was told to set up the backlog brake.
@@ -163,6 +164,7 @@ impl Default for ElasticBuilder {
             cpus: None,
             brake: BrakeSetting::Default,
             cap_concurrency: true,
+            throttle_signal: true,
         }
     }
 }
@@ -256,6 +258,23 @@ impl ElasticBuilder {
     /// ```
     pub fn cap_concurrency(mut self, on: bool) -> Self {
         self.cap_concurrency = on;
+        self
+    }
+
+    /// Whether the cgroup's CPU throttling steers the limit too (default: on). Inside a CPU quota
+    /// the kernel stops the whole cgroup, foreground included, for the rest of each period whose
+    /// quota is spent, and the probe hardly sees it. With this on, the governor reads the
+    /// cgroup's `cpu.stat` once per tick (once a runtime with a quota is attached) and counts a
+    /// tick that saw a throttled period as over the target for a whole probe window, as if the
+    /// foreground had waited that long. Without a quota it reads nothing. A fixed limit ignores
+    /// it. [`Snapshot::throttled_periods`](crate::Snapshot::throttled_periods) counts them.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().throttle_signal(false).build().unwrap();
+    /// assert_eq!(elastic.snapshot().throttled_periods, 0);
+    /// ```
+    pub fn throttle_signal(mut self, on: bool) -> Self {
+        self.throttle_signal = on;
         self
     }
 

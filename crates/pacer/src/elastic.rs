@@ -7,7 +7,7 @@ use std::io;
 use std::sync::Arc;
 
 use elastic_cpu_core::{SettingError, StepController, WorkQueue};
-use elastic_cpu_probe::{cpu_affinity, cpu_quota, Probe, ProbeConfig};
+use elastic_cpu_probe::{cpu_affinity, cpu_quota, Probe, ProbeConfig, QuotaReading};
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
@@ -96,6 +96,11 @@ impl ElasticBuilder {
             self.cpus,
             default_cpus,
         );
+        let governor = if self.throttle_signal {
+            governor
+        } else {
+            governor.without_throttle_signal()
+        };
         let shared = Arc::new(Shared::new(
             WorkQueue::new(clock, governor.rate()),
             self.slice,
@@ -138,16 +143,22 @@ impl Elastic {
     /// cgroup CPU quota (fractional: 1.5 CPUs stay 1.5) and the CPUs the process may run on (its
     /// affinity mask; `available_parallelism` when that cannot be read), and, without
     /// `tokio_unstable`, starts the sampling probe on it. [`Snapshot::cpus_source`] says which
-    /// figure it took. The quota and the mask are read here, once (a few small files).
+    /// figure it took. The quota and the mask are read here, once (a few small files). With a
+    /// quota, the governor watches the cgroup's throttling from now on
+    /// ([`ElasticBuilder::throttle_signal`]).
     pub fn attach(&self, handle: &Handle) {
+        let quota = cpu_quota();
         let (cpus, source) = choose_cpus(&CpusInputs {
             builder: self.control.builder_cpus(),
             workers: handle.metrics().num_workers(),
-            quota: &cpu_quota(),
+            quota: &quota,
             affinity: cpu_affinity(),
             available: std::thread::available_parallelism().ok().map(|n| n.get()),
         });
         self.control.attach_cpus(&self.shared, cpus, source);
+        if let QuotaReading::Limited(quota) = quota {
+            self.control.watch_throttling(quota.cgroup_dir);
+        }
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
             self.shared
                 .keep_sampler(self.shared.probe.start_sampler(handle));
@@ -224,6 +235,14 @@ impl Elastic {
         F::Output: Send + 'static,
     {
         handle.spawn(Paced::new(future, self.shared.clone()))
+    }
+
+    /// Watch the cgroup in `cgroup_dir` for CPU throttling, as [`attach`](Self::attach) does for
+    /// the process's own cgroup when it has a quota (feature `test-util`): tests point it at a
+    /// fake `cpu.stat`.
+    #[cfg(feature = "test-util")]
+    pub fn watch_throttling(&self, cgroup_dir: impl Into<std::path::PathBuf>) {
+        self.control.watch_throttling(cgroup_dir.into());
     }
 
     /// Run one governor tick now, with the configured tick as its period (feature

@@ -3,6 +3,7 @@
 //! the runtime it measures: a saturated runtime would delay the very loop that must react to it.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
@@ -18,6 +19,7 @@ use crate::gate::GateSettings;
 use crate::running::RunningTime;
 use crate::shared::{Queue, QueueClock, Shared};
 use crate::snapshot::{CpusSource, Governed, Snapshot};
+use crate::throttle::ThrottleWatch;
 
 /// What decides the limit and applies it: the controller (or the fixed limit), the backlog
 /// brake and the holder cap. It acts on the [`Shared`] state it is handed; the governor thread
@@ -47,6 +49,8 @@ pub(crate) struct Governor {
     gates: Vec<GateLink>,
     /// Gates made so far (their metrics label).
     gates_made: usize,
+    /// The cgroup's throttling, read once per tick once a quota is seen (`None`: off).
+    throttle: Option<ThrottleWatch>,
 }
 
 impl Governor {
@@ -79,6 +83,7 @@ impl Governor {
             waits: VecDeque::new(),
             gates: Vec::new(),
             gates_made: 0,
+            throttle: Some(ThrottleWatch::default()),
         }
     }
 
@@ -88,7 +93,14 @@ impl Governor {
         self.brake_step(shared);
         shared.probe.rotate();
         let window = shared.probe.window();
-        let p99 = window.queue_latency.all.p99;
+        let intervals = shared.probe.config().intervals();
+        // A throttled cgroup stopped the foreground too: over the target, whatever the probe saw.
+        let throttled = self.throttle.as_mut().is_some_and(|w| w.tick(intervals));
+        let p99 = if throttled {
+            Some(Duration::MAX)
+        } else {
+            window.queue_latency.all.p99
+        };
         // Grants waiters at the old rate and clears "had waiters since the last tick".
         let had_waiters = shared.queue.tick();
         self.limit = match self.fixed {
@@ -99,10 +111,10 @@ impl Governor {
         self.cap_holders(shared);
         self.ticks += 1;
         self.waits.push_back(shared.queue.take_longest_wait());
-        while self.waits.len() > shared.probe.config().intervals() {
+        while self.waits.len() > intervals {
             self.waits.pop_front();
         }
-        let (cpus, intervals) = (self.cpus, shared.probe.config().intervals());
+        let cpus = self.cpus;
         self.gates
             .retain_mut(|gate| gate.tick(p99, period, cpus, intervals));
         window
@@ -189,6 +201,19 @@ impl Governor {
         }
     }
 
+    /// Leave the cgroup's throttling out of the signal.
+    pub(crate) fn without_throttle_signal(mut self) -> Governor {
+        self.throttle = None;
+        self
+    }
+
+    /// Watch the cgroup in `dir` for throttling from now on (if the signal is on).
+    fn watch_throttling(&mut self, dir: PathBuf) {
+        if let Some(watch) = &mut self.throttle {
+            watch.watch(dir);
+        }
+    }
+
     /// Time spent braked (brakes that ended).
     fn braked_time(&self) -> Duration {
         self.brake.as_ref().map_or(Duration::ZERO, Brake::total)
@@ -205,6 +230,7 @@ pub(crate) struct Control {
     ticks: AtomicU64,
     braked_nanos: AtomicU64,
     longest_wait_nanos: AtomicU64,
+    throttled_periods: AtomicU64,
 }
 
 impl Control {
@@ -218,6 +244,7 @@ impl Control {
             ticks: AtomicU64::new(0),
             braked_nanos: AtomicU64::new(0),
             longest_wait_nanos: AtomicU64::new(0),
+            throttled_periods: AtomicU64::new(0),
             governor: Mutex::new(governor),
         };
         control.publish(&control.lock());
@@ -240,6 +267,11 @@ impl Control {
         self.braked_nanos.store(braked, Ordering::Relaxed);
         let longest = u64::try_from(g.longest_wait().as_nanos()).unwrap_or(u64::MAX);
         self.longest_wait_nanos.store(longest, Ordering::Relaxed);
+        let throttled = g
+            .throttle
+            .as_ref()
+            .map_or(0, ThrottleWatch::throttled_periods);
+        self.throttled_periods.store(throttled, Ordering::Relaxed);
     }
 
     /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
@@ -284,6 +316,11 @@ impl Control {
         self.publish(&g);
     }
 
+    /// [`Governor::watch_throttling`].
+    pub(crate) fn watch_throttling(&self, dir: PathBuf) {
+        self.lock().watch_throttling(dir);
+    }
+
     /// `cpus` as given to the builder.
     pub(crate) fn builder_cpus(&self) -> Option<f64> {
         self.lock().builder_cpus
@@ -315,6 +352,7 @@ impl Control {
             braked: shared.braked(),
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
             longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
+            throttled_periods: self.throttled_periods.load(Ordering::Relaxed),
         };
         Snapshot::new(governed, window, shared.queue.snapshot())
     }

@@ -53,6 +53,7 @@ mod pacer;
 mod running;
 mod shared;
 mod snapshot;
+mod throttle;
 
 pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 pub use crate::config::{

@@ -77,6 +77,11 @@ pub struct Snapshot {
     pub brakes: u64,
     /// Time spent braked (brakes that ended).
     pub braked_time: Duration,
+    /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
+    /// runtime with a quota was attached (0 without a quota or with
+    /// [`throttle_signal(false)`](crate::ElasticBuilder::throttle_signal)). Each one steps the
+    /// limit down for a probe window.
+    pub throttled_periods: u64,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -137,6 +142,7 @@ pub(crate) struct Governed {
     pub(crate) braked: bool,
     pub(crate) braked_time: Duration,
     pub(crate) longest_wait: Duration,
+    pub(crate) throttled_periods: u64,
 }
 
 impl Snapshot {
@@ -149,6 +155,7 @@ impl Snapshot {
             braked,
             braked_time,
             longest_wait,
+            throttled_periods,
         } = governed;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
@@ -179,6 +186,7 @@ impl Snapshot {
             // Only the brake pauses the queue.
             brakes: queue.pauses,
             braked_time,
+            throttled_periods,
             window,
             queue,
         }
