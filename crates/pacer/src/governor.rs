@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use elastic_cpu_core::{rate_for, Clock, StepController};
+use elastic_cpu_core::{rate_for, Clock, ProcessCpuClock, StepController};
 use elastic_cpu_probe::{CgroupVersion, QuotaReading, Window};
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
+use crate::share::{ShareCorrection, TickReading};
 use crate::shared::{Queue, QueueClock, Shared};
 use crate::snapshot::{CpusSource, Governed, Snapshot};
 
@@ -39,6 +40,8 @@ pub(crate) struct Governor {
     ticks: u64,
     /// The longest wait for a grant in each tick of the probe window, newest last.
     waits: VecDeque<Duration>,
+    /// The rate's correction for elastic work's scheduler overhead (off on a manual clock).
+    share: ShareCorrection,
 }
 
 impl Governor {
@@ -69,6 +72,7 @@ impl Governor {
             builder_cpus: cpus,
             ticks: 0,
             waits: VecDeque::new(),
+            share: ShareCorrection::default(),
         }
     }
 
@@ -85,6 +89,15 @@ impl Governor {
             Some(fixed) => fixed,
             None => self.controller.tick(p99, period, had_waiters),
         };
+        if !self.clock.is_manual() {
+            let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
+            self.share.tick(TickReading {
+                process_cpu: ProcessCpuClock::now(),
+                charged: shared.charged.total(),
+                foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
+                period,
+            });
+        }
         shared.queue.set_rate(self.rate());
         self.cap_holders(shared);
         self.ticks += 1;
@@ -131,9 +144,9 @@ impl Governor {
         }
     }
 
-    /// The token rate for the limit on the CPUs.
+    /// The token rate for the limit on the CPUs, less what elastic work's overhead takes.
     pub(crate) fn rate(&self) -> u64 {
-        rate_for(self.limit, self.cpus)
+        self.share.apply(rate_for(self.limit, self.cpus))
     }
 
     /// Size the bucket for `cpus` from `source` (unless the builder fixed it).
