@@ -138,15 +138,45 @@ impl Clock for ThreadCpuClock {
 }
 
 #[cfg(unix)]
-#[allow(unsafe_code)]
 fn thread_cpu_time() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time consumed by the *whole process*, user + sys, every thread
+/// (`CLOCK_PROCESS_CPUTIME_ID`): what a process pays for its work, scheduler work included.
+/// `None` where there is no such clock (non-unix targets).
+///
+/// ```
+/// use elastic_cpu_core::ProcessCpuClock;
+///
+/// let a = ProcessCpuClock::now();
+/// let mut x = 0u64;
+/// for i in 0..100_000u64 { x = x.wrapping_add(std::hint::black_box(i)); }
+/// assert!(ProcessCpuClock::now() >= a, "{x}");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessCpuClock;
+
+impl ProcessCpuClock {
+    /// The process's CPU time so far (`None`: no process CPU clock on this target).
+    pub fn now() -> Option<Duration> {
+        #[cfg(unix)]
+        return Some(cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID));
+        #[cfg(not(unix))]
+        return None;
+    }
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn cpu_clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec owned by this frame, and
-    // CLOCK_THREAD_CPUTIME_ID is a clock id every supported unix provides.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec owned by this frame, and `id` is one of the
+    // CPU-time clock ids every supported unix provides.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
     if rc != 0 {
         // Cannot happen with a valid clock id; report zero rather than panic in a poll path
         // (users clamp a clock that goes backwards).

@@ -53,7 +53,7 @@ mod queue;
 mod sync;
 
 pub use bucket::{rate_for, TokenBucket, MAX_RATE};
-pub use clock::{Clock, ManualClock, MonotonicClock, ThreadCpuClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, ProcessCpuClock, ThreadCpuClock};
 pub use config::ControllerConfig;
 pub use controller::StepController;
 pub use error::SettingError;

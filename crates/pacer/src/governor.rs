@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use elastic_cpu_core::{rate_for, Clock, StepController};
+use elastic_cpu_core::{rate_for, Clock, ProcessCpuClock, StepController};
 use elastic_cpu_probe::{CgroupVersion, QuotaReading, Window};
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
@@ -17,6 +17,7 @@ use crate::gate::link::{GateLink, GateParts};
 use crate::gate::shared::GateShared;
 use crate::gate::GateSettings;
 use crate::running::RunningTime;
+use crate::share::{ShareCorrection, TickReading};
 use crate::shared::{Queue, QueueClock, Shared};
 use crate::snapshot::{CpusSource, Governed, Snapshot};
 use crate::throttle::ThrottleWatch;
@@ -51,6 +52,8 @@ pub(crate) struct Governor {
     gates_made: usize,
     /// The cgroup's throttling, read once per tick once a quota is seen (`None`: off).
     throttle: Option<ThrottleWatch>,
+    /// The rate's correction for elastic work's scheduler overhead (off on a manual clock).
+    share: ShareCorrection,
 }
 
 impl Governor {
@@ -84,6 +87,7 @@ impl Governor {
             gates: Vec::new(),
             gates_made: 0,
             throttle: Some(ThrottleWatch::default()),
+            share: ShareCorrection::default(),
         }
     }
 
@@ -107,6 +111,15 @@ impl Governor {
             Some(fixed) => fixed,
             None => self.controller.tick(p99, period, had_waiters),
         };
+        if !self.clock.is_manual() {
+            let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
+            self.share.tick(TickReading {
+                process_cpu: ProcessCpuClock::now(),
+                charged: shared.charged.total(),
+                foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
+                period,
+            });
+        }
         shared.queue.set_rate(self.rate());
         self.cap_holders(shared);
         self.ticks += 1;
@@ -182,9 +195,9 @@ impl Governor {
         }
     }
 
-    /// The token rate for the limit on the CPUs.
+    /// The token rate for the limit on the CPUs, less what elastic work's overhead takes.
     pub(crate) fn rate(&self) -> u64 {
-        rate_for(self.limit, self.cpus)
+        self.share.apply(rate_for(self.limit, self.cpus))
     }
 
     /// Size the bucket for `cpus` from `source` (unless the builder fixed it).

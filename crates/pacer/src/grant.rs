@@ -120,6 +120,7 @@ impl GrantState {
     #[inline]
     pub(crate) fn charge(&mut self, took: Duration) {
         self.used += took;
+        self.shared.charged.add(took);
         if let State::Held(g) = &self.state {
             if self.used >= g.allotted() {
                 self.settle();
@@ -135,6 +136,7 @@ impl GrantState {
             State::Running(stretch) => {
                 let (grant, used) = stretch.end();
                 self.used += used;
+                self.shared.charged.add(used);
                 grant
             }
             other => {

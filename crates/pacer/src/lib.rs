@@ -51,6 +51,7 @@ mod metrics;
 mod paced;
 mod pacer;
 mod running;
+mod share;
 mod shared;
 mod snapshot;
 mod throttle;

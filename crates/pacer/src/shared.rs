@@ -12,6 +12,7 @@ use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
 use elastic_cpu_probe::{Probe, Sampler};
 
 use crate::running::RunningTime;
+use crate::share::Charged;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
     pub(crate) probe: Probe,
+    /// Running time charged so far, for the governor's overhead correction.
+    pub(crate) charged: Charged,
     /// The backlog brake is on: holders give back their grants at their next poll. Written by
     /// the governor only.
     braked: AtomicBool,
@@ -83,6 +86,7 @@ impl Shared {
             quantum,
             running,
             probe,
+            charged: Charged::default(),
             braked: AtomicBool::new(false),
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
