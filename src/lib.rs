@@ -34,13 +34,17 @@
 #![forbid(unsafe_code)]
 
 // Every type the API hands out or takes is nameable from here.
-pub use elastic_cpu_core::{Clock, ControllerConfig, ManualClock, QueueSnapshot, SettingError};
+pub use elastic_cpu_core::{
+    Clock, ControllerConfig, GateStats, ManualClock, QueueOrder, QueueSnapshot, SettingError,
+};
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
-    BuildError, CpusSource, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
-    PacedStreamExt, Pacer, Profile, RuntimeBuilder, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX,
-    DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM, DEFAULT_SLICE,
+    Admission, BuildError, ConnectionGate, CpusSource, Elastic, ElasticBuilder, GateSettings,
+    GateSnapshot, GatedListener, Pace, Paced, PacedExt, PacedStream, PacedStreamExt, Pacer,
+    Profile, RejectReason, Rejected, RuntimeBuilder, SetupPace, SetupPermit, Snapshot, SpawnError,
+    BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM, DEFAULT_SLICE, RETRY_AFTER_MAX,
+    RETRY_AFTER_MIN,
 };
 pub use elastic_cpu_probe::{
     cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig,

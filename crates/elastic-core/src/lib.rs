@@ -47,6 +47,7 @@ mod clock;
 mod config;
 mod controller;
 mod error;
+mod gate;
 mod handle;
 mod queue;
 mod sync;
@@ -56,5 +57,9 @@ pub use clock::{Clock, ManualClock, MonotonicClock, ThreadCpuClock};
 pub use config::ControllerConfig;
 pub use controller::StepController;
 pub use error::SettingError;
+pub use gate::{
+    GateAdmit, GateConfig, GateQueue, GateStats, GateTicket, QueueOrder, RejectKind, Rejection,
+    SetupGrant,
+};
 pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};

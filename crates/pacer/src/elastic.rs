@@ -6,12 +6,13 @@ use std::future::Future;
 use std::io;
 use std::sync::Arc;
 
-use elastic_cpu_core::{StepController, WorkQueue};
+use elastic_cpu_core::{SettingError, StepController, WorkQueue};
 use elastic_cpu_probe::{cpu_affinity, cpu_quota, Probe, ProbeConfig};
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
 use crate::config::{BuildError, ElasticBuilder};
+use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::{self, choose_cpus, Control, CpusInputs, Governor};
 use crate::paced::Paced;
 use crate::pacer::Pacer;
@@ -209,6 +210,23 @@ impl Elastic {
     pub fn tick(&self) {
         let period = self.shared.probe.config().tick;
         self.control.tick(&self.shared, period);
+    }
+
+    /// A [`ConnectionGate`]: connection setups admitted while they can start within their
+    /// deadlines and paced as their own class of CPU time, its share steered by the same
+    /// scheduling latency on the same governor tick (docs/design.md §5). Fails with the
+    /// [`SettingError`] of the first bad setting. The gate does not keep this `Elastic` alive.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::{Elastic, GateSettings};
+    /// let elastic = Elastic::builder().build()?;
+    /// let gate = elastic.connection_gate(GateSettings::new())?;
+    /// assert_eq!(gate.snapshot().admitted, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn connection_gate(&self, settings: GateSettings) -> Result<ConnectionGate, SettingError> {
+        let shared = self.control.add_gate(&self.shared, &settings)?;
+        Ok(ConnectionGate { shared })
     }
 
     /// The probe measuring the runtime.

@@ -12,6 +12,10 @@ use elastic_cpu_core::{rate_for, Clock, StepController};
 use elastic_cpu_probe::{CgroupVersion, QuotaReading, Window};
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
+use crate::gate::link::{GateLink, GateParts};
+use crate::gate::shared::GateShared;
+use crate::gate::GateSettings;
+use crate::running::RunningTime;
 use crate::shared::{Queue, QueueClock, Shared};
 use crate::snapshot::{CpusSource, Governed, Snapshot};
 
@@ -39,6 +43,10 @@ pub(crate) struct Governor {
     ticks: u64,
     /// The longest wait for a grant in each tick of the probe window, newest last.
     waits: VecDeque<Duration>,
+    /// Connection gates: each its own class of CPU with its own controller, on the same tick.
+    gates: Vec<GateLink>,
+    /// Gates made so far (their metrics label).
+    gates_made: usize,
 }
 
 impl Governor {
@@ -69,6 +77,8 @@ impl Governor {
             builder_cpus: cpus,
             ticks: 0,
             waits: VecDeque::new(),
+            gates: Vec::new(),
+            gates_made: 0,
         }
     }
 
@@ -92,7 +102,34 @@ impl Governor {
         while self.waits.len() > shared.probe.config().intervals() {
             self.waits.pop_front();
         }
+        let (cpus, intervals) = (self.cpus, shared.probe.config().intervals());
+        self.gates
+            .retain_mut(|gate| gate.tick(p99, period, cpus, intervals));
         window
+    }
+
+    /// A new connection gate, steered from now on with the elastic limit.
+    fn add_gate(
+        &mut self,
+        shared: &Shared,
+        settings: &GateSettings,
+    ) -> Result<Arc<GateShared>, elastic_cpu_core::SettingError> {
+        let running: RunningTime = shared.running.clone();
+        let (gate, link) = GateLink::create(
+            settings,
+            GateParts {
+                controller: self.controller.config(),
+                clock: self.clock.clone(),
+                running,
+                quantum: shared.quantum,
+                cpus: self.cpus,
+                id: self.gates_made,
+            },
+        )?;
+        self.gates_made += 1;
+        link.brake(shared.braked());
+        self.gates.push(link);
+        Ok(gate)
     }
 
     /// The longest wait for a grant over the probe window (a waiter still queued counts with
@@ -113,10 +150,12 @@ impl Governor {
             Change::Engage => {
                 shared.queue.pause();
                 shared.set_braked(true);
+                self.gates.iter().for_each(|g| g.brake(true));
             }
             Change::Release => {
                 shared.set_braked(false);
                 shared.queue.resume();
+                self.gates.iter().for_each(|g| g.brake(false));
             }
         }
         brake.is_on()
@@ -142,6 +181,11 @@ impl Governor {
             self.cpus = cpus;
             self.cpus_source = source;
             shared.queue.set_rate(self.rate());
+            for link in &self.gates {
+                if let Some(gate) = link.gate() {
+                    link.apply(&gate, cpus);
+                }
+            }
         }
     }
 
@@ -204,9 +248,25 @@ impl Control {
         let mut g = self.lock();
         let _window = g.tick(shared, period);
         self.publish(&g);
+        #[cfg(feature = "metrics")]
+        let gates: Vec<_> = g.gates.iter().filter_map(GateLink::gate).collect();
         drop(g);
         #[cfg(feature = "metrics")]
-        crate::metrics::emit(&self.snapshot(shared, _window));
+        {
+            crate::metrics::emit(&self.snapshot(shared, _window));
+            for gate in gates {
+                crate::metrics::emit_gate(&gate);
+            }
+        }
+    }
+
+    /// [`Governor::add_gate`].
+    pub(crate) fn add_gate(
+        &self,
+        shared: &Shared,
+        settings: &GateSettings,
+    ) -> Result<Arc<GateShared>, elastic_cpu_core::SettingError> {
+        self.lock().add_gate(shared, settings)
     }
 
     /// [`Governor::brake_step`]; returns whether the brake is on.

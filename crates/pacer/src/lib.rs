@@ -42,6 +42,7 @@ mod brake;
 mod config;
 mod elastic;
 mod ext;
+mod gate;
 mod governor;
 mod grant;
 #[cfg(feature = "metrics")]
@@ -58,6 +59,10 @@ pub use crate::config::{
 };
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};
 pub use crate::ext::{PacedExt, PacedStreamExt};
+pub use crate::gate::{
+    Admission, ConnectionGate, GateSettings, GateSnapshot, GatedListener, RejectReason, Rejected,
+    SetupPace, SetupPermit, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
+};
 #[cfg(feature = "metrics")]
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
@@ -68,7 +73,7 @@ pub use crate::snapshot::{CpusSource, Snapshot};
 /// The clocks `ElasticBuilder::manual` and `ElasticBuilder::running_clock` take (feature
 /// `test-util`).
 pub use elastic_cpu_core::{Clock, ManualClock};
-pub use elastic_cpu_core::{ControllerConfig, QueueSnapshot, SettingError};
+pub use elastic_cpu_core::{ControllerConfig, GateStats, QueueOrder, QueueSnapshot, SettingError};
 /// The cgroup version a [`CpusSource::Quota`] was read from.
 pub use elastic_cpu_probe::CgroupVersion;
 pub use elastic_cpu_probe::{Probe, ProbeConfig, Sampler, Source, Split, Summary, Window};

@@ -9,6 +9,7 @@
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
+use crate::gate::shared::GateShared;
 use crate::snapshot::Snapshot;
 
 /// Every metric this crate emits: name, unit, description.
@@ -83,6 +84,41 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "count",
         "Times the backlog brake stopped elastic work since start",
     ),
+    (
+        "elastic_cpu_gate_admitted_total",
+        "count",
+        "Connection attempts admitted to setup since start, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_rejected_total",
+        "count",
+        "Connection attempts refused at once since start (queue full, would expire, closed), label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_expired_total",
+        "count",
+        "Connection attempts dropped after waiting past their deadlines since start, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_share_ratio",
+        "ratio",
+        "The setup class's share of the CPUs now, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_queue_length",
+        "count",
+        "Connection attempts waiting for admission, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_setup_cpu_seconds",
+        "seconds",
+        "CPU time charged to connection setups since start, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_longest_wait_seconds",
+        "seconds",
+        "Longest admission wait over the probe window, label gate=N",
+    ),
 ];
 
 /// Described on every tick, not once: the application may install its recorder after the
@@ -125,4 +161,19 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_grants_total").absolute(s.grants);
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
+}
+
+/// Emit a connection gate's metrics (the `elastic_cpu_gate_*` names in [`METRICS`]).
+pub(crate) fn emit_gate(gate: &GateShared) {
+    let s = gate.queue.snapshot();
+    let label = gate.id.to_string();
+    counter!("elastic_cpu_gate_admitted_total", "gate" => label.clone()).absolute(s.admitted);
+    counter!("elastic_cpu_gate_rejected_total", "gate" => label.clone()).absolute(s.rejected);
+    counter!("elastic_cpu_gate_expired_total", "gate" => label.clone()).absolute(s.expired);
+    gauge!("elastic_cpu_gate_share_ratio", "gate" => label.clone()).set(gate.share());
+    gauge!("elastic_cpu_gate_queue_length", "gate" => label.clone()).set(s.queue_len as f64);
+    gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => label.clone())
+        .set(s.used_nanos as f64 / 1e9);
+    gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => label)
+        .set(gate.longest_wait().as_secs_f64());
 }

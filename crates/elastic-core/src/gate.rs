@@ -1,0 +1,708 @@
+//! The connection gate's admission queue: setups paced as their own class of CPU time, each
+//! attempt admitted, rejected or expired exactly once (docs/design.md §5, "Connection gate").
+//!
+//! Like the [`WorkQueue`](crate::WorkQueue) it holds a token bucket of CPU nanoseconds and
+//! wakes waiters through plain [`Waker`]s, but an attempt here is a connection setup: it has a
+//! deadline (its client gives up), the queue is bounded, an attempt that cannot start in time
+//! is refused at once, and one that waited past its deadline is dropped before it is granted.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use crate::bucket::Core;
+use crate::clock::{duration_nanos, Clock};
+use crate::sync::{lock, Arc, Mutex};
+
+/// Which waiting attempt is granted first when tokens come.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QueueOrder {
+    /// Oldest first; a full queue refuses the newcomer.
+    Fifo,
+    /// Newest first; a full queue drops its oldest attempt (the one most likely to have lost
+    /// its client) to make room. The default: under overload it completes more setups within
+    /// their deadlines (docs/design.md §5 has the experiment).
+    #[default]
+    Lifo,
+}
+
+/// Why an attempt did not get a setup grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectKind {
+    /// The queue was full (FIFO: the newcomer; LIFO: the oldest waiter, displaced).
+    QueueFull,
+    /// It could not start within its deadline: refused at once, before it waited.
+    WouldExpire,
+    /// It waited past its deadline: dropped before its setup started.
+    Expired,
+    /// The gate is closed (its governor is gone).
+    Closed,
+}
+
+/// A refused attempt: why, and how long until the queue has room again at the current rate
+/// (unclamped, without jitter: [`Duration::MAX`] when the rate is zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// Why.
+    pub kind: RejectKind,
+    /// The time the attempts queued now take to start, at the current rate and cost per setup
+    /// (at least one setup's worth).
+    pub retry_base: Duration,
+}
+
+/// CPU tokens taken for one setup. Settle with [`GateQueue::done`]; one that is just dropped
+/// keeps its tokens spent (and is missing from the ledger).
+#[must_use = "settle a setup grant with GateQueue::done, or its tokens stay spent"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct SetupGrant {
+    nanos: u64,
+}
+
+impl SetupGrant {
+    /// CPU time allotted so far (the estimate taken at admission plus any overrun charged).
+    pub fn allotted(&self) -> Duration {
+        Duration::from_nanos(self.nanos)
+    }
+}
+
+/// The outcome of [`GateQueue::admit`].
+#[must_use = "an Admitted grant must be settled; a Queued ticket must be polled or dropped"]
+#[derive(Debug)]
+pub enum GateAdmit<C: Clock> {
+    /// Tokens were there and nobody waited ahead: start now.
+    Admitted(SetupGrant),
+    /// Wait: poll the ticket (dropping it cancels, returning a grant it already received).
+    Queued(GateTicket<C>),
+    /// Refused at once.
+    Rejected(Rejection),
+}
+
+/// Settings of a [`GateQueue`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateConfig {
+    /// The most attempts waiting at once (at least 1).
+    pub max_queue: usize,
+    /// Which waiter is granted first.
+    pub order: QueueOrder,
+    /// CPU per setup assumed until a setup has been measured.
+    pub initial_cost: Duration,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig {
+            max_queue: 1024,
+            order: QueueOrder::default(),
+            initial_cost: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Counters and gauges of a [`GateQueue`]. Counters only grow.
+///
+/// Every attempt ends exactly once: `attempts == admitted + rejected + expired + cancelled +
+/// queue_len + pending`, where `pending` counts grants made to tickets not yet polled. Once
+/// every grant is settled: `acquired_nanos − returned_nanos + over_limit_nanos == used_nanos`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GateStats {
+    /// Current token rate (CPU nanoseconds per second).
+    pub rate_nanos_per_sec: u64,
+    /// Current balance after refill (negative = debt).
+    pub balance_nanos: i64,
+    /// Attempts waiting now.
+    pub queue_len: usize,
+    /// Grants made to tickets that have not collected them yet.
+    pub pending: usize,
+    /// Setups running now (grants handed out and not settled).
+    pub in_setup: usize,
+    /// Attempts so far.
+    pub attempts: u64,
+    /// Attempts that got a setup grant (and collected it).
+    pub admitted: u64,
+    /// Attempts refused: queue full, would expire, or closed.
+    pub rejected: u64,
+    /// Of `rejected`: the queue was full.
+    pub rejected_full: u64,
+    /// Of `rejected`: they could not have started within their deadlines.
+    pub rejected_would_expire: u64,
+    /// Of `rejected`: the gate was closed.
+    pub rejected_closed: u64,
+    /// Attempts that waited past their deadlines and were dropped before their setups.
+    pub expired: u64,
+    /// Attempts whose caller gave up (dropped the ticket) before they ended otherwise.
+    pub cancelled: u64,
+    /// Tokens taken at admission.
+    pub acquired_nanos: u64,
+    /// Tokens given back: unused estimates and grants of cancelled tickets.
+    pub returned_nanos: u64,
+    /// CPU charged beyond the admission estimate.
+    pub over_limit_nanos: u64,
+    /// CPU setups used, as measured: the setup class's CPU.
+    pub used_nanos: u64,
+    /// Setups settled.
+    pub setups: u64,
+    /// The CPU per setup assumed now (the measured average, or the initial estimate).
+    pub cost_nanos: u64,
+    /// Attempts that finished waiting (granted, expired, displaced, cancelled or closed).
+    pub waits: u64,
+    /// Total time they waited.
+    pub wait_nanos: u64,
+    /// Whether the gate is closed.
+    pub closed: bool,
+    /// Grants are held back ([`GateQueue::pause`]).
+    pub paused: bool,
+}
+
+struct Waiter {
+    id: u64,
+    since: u64,
+    expires: u64,
+    waker: Option<Waker>,
+}
+
+/// How a ticket's wait ended, kept until the ticket collects it.
+#[derive(Clone, Copy)]
+enum Ended {
+    Granted(u64),
+    Refused(RejectKind),
+}
+
+struct State {
+    bucket: Core,
+    waiters: VecDeque<Waiter>,
+    ended: Vec<(u64, Ended)>,
+    next_id: u64,
+    max_queue: usize,
+    order: QueueOrder,
+    cost: u64,
+    measured: bool,
+    had_waiters: bool,
+    interval_longest_wait: u64,
+    closed: bool,
+    paused: bool,
+    /// At most this many setups running at once (`usize::MAX`: no cap).
+    max_in_setup: usize,
+    stats: GateStats,
+}
+
+/// The measured cost is an exponential average over this many setups.
+const COST_SMOOTHING: u64 = 8;
+
+impl State {
+    fn finish_wait(&mut self, since: u64, now: u64) {
+        let waited = now.saturating_sub(since);
+        self.stats.waits += 1;
+        self.stats.wait_nanos = self.stats.wait_nanos.saturating_add(waited);
+        self.interval_longest_wait = self.interval_longest_wait.max(waited);
+    }
+
+    fn refuse(&mut self, w: Waiter, kind: RejectKind, now: u64, wake: &mut Vec<Waker>) {
+        self.finish_wait(w.since, now);
+        match kind {
+            RejectKind::Expired => self.stats.expired += 1,
+            RejectKind::QueueFull => {
+                self.stats.rejected += 1;
+                self.stats.rejected_full += 1;
+            }
+            _ => {}
+        }
+        self.ended.push((w.id, Ended::Refused(kind)));
+        wake.extend(w.waker);
+    }
+
+    /// Drop every waiter whose deadline has passed (the governor calls this each tick, so an
+    /// expired attempt learns within a tick; it is never granted in any case).
+    fn expire(&mut self, now: u64, wake: &mut Vec<Waker>) {
+        if !self.waiters.iter().any(|w| w.expires <= now) {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.waiters);
+        for w in waiters {
+            if w.expires <= now {
+                self.refuse(w, RejectKind::Expired, now, wake);
+            } else {
+                self.waiters.push_back(w);
+            }
+        }
+    }
+
+    /// Grant waiters in queue order while the balance is positive: each takes the estimated
+    /// cost of one setup (the balance may dip negative, as for the work queue's head). One
+    /// whose deadline has passed is dropped instead.
+    fn grant_waiters(&mut self, now: u64, wake: &mut Vec<Waker>) {
+        while self.may_grant() && !self.waiters.is_empty() && self.bucket.balance(now) > 0 {
+            let next = match self.order {
+                QueueOrder::Fifo => self.waiters.pop_front(),
+                QueueOrder::Lifo => self.waiters.pop_back(),
+            };
+            let Some(w) = next else { break };
+            if w.expires <= now {
+                self.refuse(w, RejectKind::Expired, now, wake);
+                continue;
+            }
+            self.take_cost(now);
+            self.finish_wait(w.since, now);
+            self.ended.push((w.id, Ended::Granted(self.cost)));
+            wake.extend(w.waker);
+        }
+    }
+
+    fn may_grant(&self) -> bool {
+        !self.paused && self.stats.in_setup < self.max_in_setup
+    }
+
+    fn take_cost(&mut self, now: u64) {
+        self.bucket.take_unchecked(self.cost, now);
+        self.stats.in_setup += 1;
+        self.stats.acquired_nanos = self.stats.acquired_nanos.saturating_add(self.cost);
+    }
+
+    /// How long an attempt with `ahead` grants before it waits for its own, at the current
+    /// rate: the `k`-th waiter is granted once `balance + rate·t − k·cost > 0`.
+    fn wait_estimate(&self, ahead: usize, balance: i64) -> Duration {
+        let need = (ahead as i128) * (self.cost as i128) - balance as i128;
+        if need < 0 {
+            return Duration::ZERO;
+        }
+        let rate = self.bucket.rate();
+        if rate == 0 {
+            return Duration::MAX;
+        }
+        // Just past the point where the balance turns positive.
+        let nanos = (need as u128 * 1_000_000_000).div_ceil(rate as u128) + 1;
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// Until every attempt queued now has started, and one more setup's worth.
+    fn retry_base(&mut self, now: u64) -> Duration {
+        let balance = self.bucket.balance(now);
+        let ahead = self.waiters.len() + 1;
+        self.wait_estimate(ahead, balance.min(0))
+    }
+
+    fn rejection(&mut self, kind: RejectKind, now: u64) -> Rejection {
+        Rejection {
+            kind,
+            retry_base: self.retry_base(now),
+        }
+    }
+}
+
+/// The clock sits outside the mutex (read before locking), as for the work queue.
+struct Inner<C> {
+    clock: C,
+    state: Mutex<State>,
+}
+
+type Shared<C> = Arc<Inner<C>>;
+
+fn wake_all(wake: Vec<Waker>) {
+    for w in wake {
+        w.wake();
+    }
+}
+
+/// The thread-safe admission queue of a connection gate.
+///
+/// ```
+/// use elastic_cpu_core::{GateAdmit, GateConfig, GateQueue, ManualClock, RejectKind};
+/// use std::task::Waker;
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// // 10 ms of CPU per second for setups, estimated at 1 ms each: 10 setups a second.
+/// let gate = GateQueue::new(clock.clone(), 10_000_000, GateConfig::default());
+/// let GateAdmit::Admitted(setup) = gate.admit(Duration::from_millis(500), Waker::noop()) else {
+///     panic!()
+/// };
+/// gate.done(setup, Duration::from_millis(11)); // the whole burst and more: in debt now
+/// // The next one could not start within 50 ms: refused at once, no CPU spent.
+/// let GateAdmit::Rejected(r) = gate.admit(Duration::from_millis(50), Waker::noop()) else {
+///     panic!()
+/// };
+/// assert_eq!(r.kind, RejectKind::WouldExpire);
+/// ```
+pub struct GateQueue<C: Clock> {
+    shared: Shared<C>,
+}
+
+impl<C: Clock> Clone for GateQueue<C> {
+    /// Another handle to the same queue.
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<C: Clock> fmt::Debug for GateQueue<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateQueue")
+            .field("stats", &self.snapshot())
+            .finish()
+    }
+}
+
+impl<C: Clock> GateQueue<C> {
+    /// A gate over a full bucket refilling at `rate_nanos_per_sec`.
+    pub fn new(clock: C, rate_nanos_per_sec: u64, config: GateConfig) -> Self {
+        let bucket = Core::new(rate_nanos_per_sec, duration_nanos(clock.now()));
+        let cost = duration_nanos(config.initial_cost).max(1);
+        Self {
+            shared: Arc::new(Inner {
+                clock,
+                state: Mutex::new(State {
+                    bucket,
+                    waiters: VecDeque::new(),
+                    ended: Vec::new(),
+                    next_id: 0,
+                    max_queue: config.max_queue.max(1),
+                    order: config.order,
+                    cost,
+                    measured: false,
+                    had_waiters: false,
+                    interval_longest_wait: 0,
+                    closed: false,
+                    paused: false,
+                    max_in_setup: usize::MAX,
+                    stats: GateStats {
+                        cost_nanos: cost,
+                        ..GateStats::default()
+                    },
+                }),
+            }),
+        }
+    }
+
+    /// One connection attempt that may wait `deadline` before its setup starts. Admitted at
+    /// once when nobody waits ahead and the balance is positive; refused at once when the
+    /// queue is full (FIFO) or it could not start in time; otherwise queued with `waker`.
+    pub fn admit(&self, deadline: Duration, waker: &Waker) -> GateAdmit<C> {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        st.stats.attempts += 1;
+        let id = st.next_id;
+        st.next_id += 1;
+        let out = self.admit_locked(&mut st, id, now, deadline, waker, &mut wake);
+        drop(st);
+        wake_all(wake);
+        out
+    }
+
+    fn admit_locked(
+        &self,
+        st: &mut State,
+        id: u64,
+        now: u64,
+        deadline: Duration,
+        waker: &Waker,
+        wake: &mut Vec<Waker>,
+    ) -> GateAdmit<C> {
+        if st.closed {
+            st.stats.rejected += 1;
+            st.stats.rejected_closed += 1;
+            return GateAdmit::Rejected(st.rejection(RejectKind::Closed, now));
+        }
+        let balance = st.bucket.balance(now);
+        // Fast path: nobody ahead, tokens there.
+        if st.waiters.is_empty() && st.may_grant() && balance > 0 {
+            st.take_cost(now);
+            st.stats.admitted += 1;
+            return GateAdmit::Admitted(SetupGrant { nanos: st.cost });
+        }
+        let full = st.waiters.len() >= st.max_queue;
+        if full && st.order == QueueOrder::Fifo {
+            st.stats.rejected += 1;
+            st.stats.rejected_full += 1;
+            return GateAdmit::Rejected(st.rejection(RejectKind::QueueFull, now));
+        }
+        // FIFO: everyone queued is granted first. LIFO: the newest is next.
+        let ahead = match st.order {
+            QueueOrder::Fifo => st.waiters.len(),
+            QueueOrder::Lifo => 0,
+        };
+        if st.wait_estimate(ahead, balance) > deadline {
+            st.stats.rejected += 1;
+            st.stats.rejected_would_expire += 1;
+            return GateAdmit::Rejected(st.rejection(RejectKind::WouldExpire, now));
+        }
+        if full {
+            // LIFO: the oldest attempt makes room.
+            if let Some(oldest) = st.waiters.pop_front() {
+                st.refuse(oldest, RejectKind::QueueFull, now, wake);
+            }
+        }
+        st.waiters.push_back(Waiter {
+            id,
+            since: now,
+            expires: now.saturating_add(duration_nanos(deadline)),
+            waker: Some(waker.clone()),
+        });
+        st.had_waiters = true;
+        GateAdmit::Queued(GateTicket {
+            shared: self.shared.clone(),
+            id,
+            spent: false,
+        })
+    }
+
+    /// Charge `extra` CPU to a running setup beyond what it was allotted (a setup that ran
+    /// past its estimate), now rather than when it settles, so later admissions see the debt.
+    pub fn charge(&self, grant: &mut SetupGrant, extra: Duration) {
+        let extra = duration_nanos(extra);
+        if extra == 0 {
+            return;
+        }
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        st.bucket.take_unchecked(extra, now);
+        st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(extra);
+        grant.nanos = grant.nanos.saturating_add(extra);
+    }
+
+    /// Settle a setup that used `used` of CPU: beyond the allotment is charged (debt), the rest
+    /// is returned; `used` feeds the cost estimate; then waiters are granted.
+    pub fn done(&self, grant: SetupGrant, used: Duration) {
+        let used = duration_nanos(used);
+        let allotted = grant.nanos;
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+        st.stats.setups += 1;
+        st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
+        if used > allotted {
+            let over = used - allotted;
+            st.bucket.take_unchecked(over, now);
+            st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
+        } else {
+            let back = allotted - used;
+            st.bucket.give_back(back);
+            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
+        }
+        // A setup that used nothing (its client left first) says nothing about the cost.
+        if used > 0 {
+            st.cost = if st.measured {
+                let c = st.cost as i128 + (used as i128 - st.cost as i128) / COST_SMOOTHING as i128;
+                u64::try_from(c.max(1)).unwrap_or(u64::MAX)
+            } else {
+                used
+            };
+            st.measured = true;
+            st.stats.cost_nanos = st.cost;
+        }
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Change the token rate (as [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)), then
+    /// grant waiters.
+    pub fn set_rate(&self, rate_nanos_per_sec: u64) {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        st.bucket.set_rate(rate_nanos_per_sec, now);
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// The governor's periodic call: drop expired waiters, grant from what refilled, and
+    /// return (and clear) whether attempts waited since the last tick.
+    pub fn tick(&self) -> bool {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        let had = st.had_waiters || !st.waiters.is_empty();
+        st.had_waiters = false;
+        st.expire(now, &mut wake);
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+        had
+    }
+
+    /// The longest wait since the last call: finished waits, or the longest-waiting attempt
+    /// still queued, whichever is longer.
+    pub fn take_longest_wait(&self) -> Duration {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        // The oldest waiter is at the front in either order.
+        let head = st
+            .waiters
+            .front()
+            .map_or(0, |w| now.saturating_sub(w.since));
+        Duration::from_nanos(std::mem::take(&mut st.interval_longest_wait).max(head))
+    }
+
+    /// Hold back every grant until [`resume`](Self::resume) (the backlog brake): attempts
+    /// queue, tokens keep accruing.
+    pub fn pause(&self) {
+        lock(&self.shared.state).paused = true;
+    }
+
+    /// End a [`pause`](Self::pause) and grant waiters.
+    pub fn resume(&self) {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        st.paused = false;
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Let at most `max` setups run at once (`None`: no cap, the default); beyond it attempts
+    /// wait as for tokens. Then grant waiters.
+    pub fn set_max_in_setup(&self, max: Option<usize>) {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        st.max_in_setup = max.unwrap_or(usize::MAX).max(1);
+        st.grant_waiters(now, &mut wake);
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Shut down: every queued and future attempt is refused with [`RejectKind::Closed`]
+    /// (queued ones are woken). Grants already out can still be settled.
+    pub fn close(&self) {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        st.closed = true;
+        let waiters = std::mem::take(&mut st.waiters);
+        let mut wake = Vec::with_capacity(waiters.len());
+        for w in waiters {
+            st.finish_wait(w.since, now);
+            st.stats.rejected += 1;
+            st.stats.rejected_closed += 1;
+            st.ended.push((w.id, Ended::Refused(RejectKind::Closed)));
+            wake.extend(w.waker);
+        }
+        drop(st);
+        wake_all(wake);
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.state).closed
+    }
+
+    /// The current token rate.
+    pub fn rate(&self) -> u64 {
+        lock(&self.shared.state).bucket.rate()
+    }
+
+    /// How long until an attempt made now could start, at the current rate (the base of a
+    /// retry-after hint; [`Duration::MAX`] at rate zero).
+    pub fn retry_base(&self) -> Duration {
+        let now = duration_nanos(self.shared.clock.now());
+        lock(&self.shared.state).retry_base(now)
+    }
+
+    /// Counters and gauges, read under one lock.
+    pub fn snapshot(&self) -> GateStats {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        let balance = st.bucket.balance(now);
+        GateStats {
+            rate_nanos_per_sec: st.bucket.rate(),
+            balance_nanos: balance,
+            queue_len: st.waiters.len(),
+            pending: st
+                .ended
+                .iter()
+                .filter(|e| matches!(e.1, Ended::Granted(_)))
+                .count(),
+            closed: st.closed,
+            paused: st.paused,
+            ..st.stats.clone()
+        }
+    }
+}
+
+/// A queued attempt: poll it until it yields a [`SetupGrant`] or a [`Rejection`]; drop it to
+/// cancel (a grant it already received goes back).
+pub struct GateTicket<C: Clock> {
+    shared: Shared<C>,
+    id: u64,
+    spent: bool,
+}
+
+impl<C: Clock> fmt::Debug for GateTicket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GateTicket")
+            .field("id", &self.id)
+            .field("spent", &self.spent)
+            .finish()
+    }
+}
+
+impl<C: Clock> GateTicket<C> {
+    /// `Ready(Ok(grant))` once granted, `Ready(Err(rejection))` once expired, displaced or
+    /// closed, else `Pending` with `waker` registered. After `Ready` it returns
+    /// `Ready(Err(Closed))`.
+    pub fn poll(&mut self, waker: &Waker) -> Poll<Result<SetupGrant, Rejection>> {
+        let now = duration_nanos(self.shared.clock.now());
+        let mut st = lock(&self.shared.state);
+        if self.spent {
+            return Poll::Ready(Err(st.rejection(RejectKind::Closed, now)));
+        }
+        if let Some(pos) = st.ended.iter().position(|e| e.0 == self.id) {
+            let (_, ended) = st.ended.swap_remove(pos);
+            self.spent = true;
+            return Poll::Ready(match ended {
+                Ended::Granted(nanos) => {
+                    st.stats.admitted += 1;
+                    Ok(SetupGrant { nanos })
+                }
+                Ended::Refused(kind) => Err(st.rejection(kind, now)),
+            });
+        }
+        if let Some(w) = st.waiters.iter_mut().find(|w| w.id == self.id) {
+            match &mut w.waker {
+                Some(old) if old.will_wake(waker) => {}
+                slot => *slot = Some(waker.clone()),
+            }
+            return Poll::Pending;
+        }
+        // Neither waiting nor ended: cannot happen (close records its refusals); be safe.
+        self.spent = true;
+        Poll::Ready(Err(st.rejection(RejectKind::Closed, now)))
+    }
+}
+
+impl<C: Clock> Drop for GateTicket<C> {
+    /// Cancel: leave the queue, or give back a grant never collected (then grant the next).
+    fn drop(&mut self) {
+        if self.spent {
+            return;
+        }
+        let now = duration_nanos(self.shared.clock.now());
+        let mut wake = Vec::new();
+        let mut st = lock(&self.shared.state);
+        if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
+            if let Some(w) = st.waiters.remove(pos) {
+                st.finish_wait(w.since, now);
+                st.stats.cancelled += 1;
+            }
+        } else if let Some(pos) = st.ended.iter().position(|e| e.0 == self.id) {
+            let (_, ended) = st.ended.swap_remove(pos);
+            if let Ended::Granted(nanos) = ended {
+                st.stats.cancelled += 1;
+                st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+                st.bucket.give_back(nanos);
+                st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
+                st.grant_waiters(now, &mut wake);
+            }
+        }
+        drop(st);
+        wake_all(wake);
+    }
+}

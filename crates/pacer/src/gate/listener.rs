@@ -1,0 +1,162 @@
+//! [`GatedListener`]: a `TcpListener` whose connections come with setup permits.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::connection::ConnectionGate;
+use super::permit::SetupPermit;
+use super::rejected::Rejected;
+
+/// What to do with a refused connection: write the retry hint, log, or just drop it (which
+/// closes it).
+type OnReject = Arc<dyn Fn(TcpStream, SocketAddr, Rejected) + Send + Sync>;
+
+type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
+
+/// Accepts connections continuously and admits each through a [`ConnectionGate`] with the
+/// gate's [`deadline`](crate::GateSettings::deadline); [`accept`](Self::accept) hands out the
+/// admitted ones with their permits.
+///
+/// Accepting never waits for an admission: a task accepts in a loop and each connection is
+/// admitted in a task of its own, so one slow admission never holds back the next `accept`.
+/// Refused connections are closed at once (dropped), or handed to the function given to
+/// [`on_reject`](Self::on_reject), which can write the retry hint first (it runs on the
+/// connection's admission task: spawn anything slow).
+///
+/// ```no_run
+/// use elastic_cpu_pacer::{Elastic, GateSettings, GatedListener};
+///
+/// # async fn serve(elastic: Elastic) -> std::io::Result<()> {
+/// let gate = elastic.connection_gate(GateSettings::new()).expect("valid settings");
+/// let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let mut listener = GatedListener::new(tcp, gate)?;
+/// loop {
+///     let (stream, _addr, mut permit) = listener.accept().await?;
+///     tokio::spawn(async move {
+///         // The handshake's CPU work, paced; the permit settles when dropped.
+///         permit.pace().await;
+///         drop(permit);
+///         drop(stream); // ... then serve the connection
+///     });
+/// }
+/// # }
+/// ```
+pub struct GatedListener {
+    incoming: mpsc::Receiver<Accepted>,
+    local_addr: SocketAddr,
+    accept_loop: JoinHandle<()>,
+}
+
+/// Admitted connections waiting for [`GatedListener::accept`]: each holds its permit, so a
+/// caller that stops accepting holds the gate's in-setup places and admission stops too.
+const READY: usize = 64;
+
+impl GatedListener {
+    /// Start accepting on `listener` (on the current tokio runtime; an error outside one).
+    /// Refused connections are dropped, which closes them.
+    pub fn new(listener: TcpListener, gate: ConnectionGate) -> io::Result<GatedListener> {
+        Self::with_on_reject(listener, gate, None)
+    }
+
+    /// Start accepting; refused connections go to `on_reject` (say, to write the retry hint
+    /// before closing).
+    pub fn on_reject(
+        listener: TcpListener,
+        gate: ConnectionGate,
+        on_reject: impl Fn(TcpStream, SocketAddr, Rejected) + Send + Sync + 'static,
+    ) -> io::Result<GatedListener> {
+        Self::with_on_reject(listener, gate, Some(Arc::new(on_reject)))
+    }
+
+    fn with_on_reject(
+        listener: TcpListener,
+        gate: ConnectionGate,
+        on_reject: Option<OnReject>,
+    ) -> io::Result<GatedListener> {
+        let handle = Handle::try_current().map_err(io::Error::other)?;
+        let local_addr = listener.local_addr()?;
+        let (tx, incoming) = mpsc::channel(READY);
+        let accept_loop = handle.spawn(accept_loop(listener, gate, on_reject, tx));
+        Ok(GatedListener {
+            incoming,
+            local_addr,
+            accept_loop,
+        })
+    }
+
+    /// The next admitted connection, with its permit. Errors of the underlying `accept` are
+    /// passed on (the loop keeps accepting).
+    pub async fn accept(&mut self) -> io::Result<(TcpStream, SocketAddr, SetupPermit)> {
+        match self.incoming.recv().await {
+            Some(accepted) => accepted,
+            None => Err(io::Error::other("the accept loop has ended")),
+        }
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+}
+
+impl Drop for GatedListener {
+    fn drop(&mut self) {
+        self.accept_loop.abort();
+    }
+}
+
+impl fmt::Debug for GatedListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatedListener")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    gate: ConnectionGate,
+    on_reject: Option<OnReject>,
+    tx: mpsc::Sender<Accepted>,
+) {
+    let deadline = gate.default_deadline();
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                if tx.send(Err(e)).await.is_err() {
+                    return;
+                }
+                // Out of file descriptors and the like: let the rest of the runtime run.
+                tokio::task::yield_now().await;
+                continue;
+            }
+        };
+        if tx.is_closed() {
+            return;
+        }
+        let admission = gate.admit(deadline);
+        let tx = tx.clone();
+        let on_reject = on_reject.clone();
+        tokio::spawn(async move {
+            match admission.await {
+                Ok(permit) => {
+                    // If the listener is gone, the permit settles and the stream closes here.
+                    let _ = tx.send(Ok((stream, addr, permit))).await;
+                }
+                Err(rejected) => {
+                    if let Some(f) = on_reject {
+                        f(stream, addr, rejected);
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,21 @@
+//! The connection gate: connection setups (authentication hashing, TLS) paced as their own
+//! class of CPU time, admitted only while they can start within their deadlines
+//! (docs/design.md §5, "Connection gate").
+
+mod admission;
+mod connection;
+pub(crate) mod link;
+mod listener;
+mod permit;
+mod rejected;
+mod settings;
+pub(crate) mod shared;
+mod snapshot;
+
+pub use admission::Admission;
+pub use connection::ConnectionGate;
+pub use listener::GatedListener;
+pub use permit::{SetupPace, SetupPermit};
+pub use rejected::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
+pub use settings::GateSettings;
+pub use snapshot::GateSnapshot;

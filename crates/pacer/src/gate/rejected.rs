@@ -1,0 +1,130 @@
+//! [`Rejected`]: why an attempt got no setup permit, and when to come back.
+
+use std::fmt;
+use std::time::Duration;
+
+use elastic_cpu_core::{RejectKind, Rejection};
+
+/// The shortest retry-after hint.
+pub const RETRY_AFTER_MIN: Duration = Duration::from_millis(100);
+/// Every retry-after hint is below this.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(30);
+
+/// Why an attempt was refused.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The queue was full (newest-first order: this attempt was the oldest and made room).
+    QueueFull,
+    /// It could not have started within its deadline: refused at once, no setup CPU spent.
+    WouldExpire,
+    /// It waited past its deadline: dropped before its setup started.
+    Expired,
+    /// The gate is closed: its governor is gone.
+    Closed,
+}
+
+/// An attempt the gate refused, with a hint for when to retry.
+///
+/// The hint is the time the attempts queued now need to start at the current admission rate
+/// (the setup class's token rate over the measured CPU per setup), kept within
+/// [`RETRY_AFTER_MIN`] ..= [`RETRY_AFTER_MAX`] / 2, then stretched by a random factor in
+/// `[1, 2)` so clients that were refused together spread their retries. So it always lies in
+/// `RETRY_AFTER_MIN .. RETRY_AFTER_MAX`.
+///
+/// ```
+/// use elastic_cpu_pacer::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
+/// fn tell_client(r: &Rejected) -> String {
+///     assert!(r.retry_after() >= RETRY_AFTER_MIN && r.retry_after() < RETRY_AFTER_MAX);
+///     format!("busy ({}), retry in {} ms", r, r.retry_after().as_millis())
+/// }
+/// # let _ = tell_client;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    reason: RejectReason,
+    retry_after: Duration,
+}
+
+impl Rejected {
+    pub(crate) fn from_core(r: Rejection) -> Rejected {
+        let reason = match r.kind {
+            RejectKind::QueueFull => RejectReason::QueueFull,
+            RejectKind::WouldExpire => RejectReason::WouldExpire,
+            RejectKind::Expired => RejectReason::Expired,
+            _ => RejectReason::Closed,
+        };
+        Rejected {
+            reason,
+            retry_after: jittered(r.retry_base, fastrand::f64()),
+        }
+    }
+
+    /// Why.
+    pub fn reason(&self) -> RejectReason {
+        self.reason
+    }
+
+    /// How long the client should wait before trying again (with jitter; see the type docs).
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+}
+
+/// `base` clamped into `RETRY_AFTER_MIN ..= RETRY_AFTER_MAX / 2`, times `1 + u` (`u` in
+/// `[0, 1)`).
+pub(crate) fn jittered(base: Duration, u: f64) -> Duration {
+    let base = base.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX / 2);
+    let hint = base.mul_f64(1.0 + u.clamp(0.0, 1.0));
+    // u just below 1 can round up to the bound itself.
+    hint.min(RETRY_AFTER_MAX - Duration::from_nanos(1))
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RejectReason::QueueFull => "the admission queue is full",
+            RejectReason::WouldExpire => "it could not start within its deadline",
+            RejectReason::Expired => "it waited past its deadline",
+            RejectReason::Closed => "the gate is closed",
+        })
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "connection setup refused: {}; retry after {:?}",
+            self.reason, self.retry_after
+        )
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hint_is_bounded_and_spread() {
+        for base in [Duration::ZERO, Duration::from_millis(300), Duration::MAX] {
+            for u in [0.0, 0.5, 0.999_999_999_999, 1.0] {
+                let h = jittered(base, u);
+                assert!(
+                    h >= RETRY_AFTER_MIN && h < RETRY_AFTER_MAX,
+                    "{base:?} {u} {h:?}"
+                );
+            }
+        }
+        assert_eq!(
+            jittered(Duration::from_millis(300), 0.0),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            jittered(Duration::from_millis(300), 0.5),
+            Duration::from_millis(450)
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! [`GateSettings`]: what a connection gate is built from, validated by
+//! [`Elastic::connection_gate`](crate::Elastic::connection_gate).
+
+use std::time::Duration;
+
+use elastic_cpu_core::{QueueOrder, SettingError};
+
+/// Settings of a [`ConnectionGate`](crate::ConnectionGate); every one is checked when the gate
+/// is made, and a bad one comes back as a [`SettingError`] naming it.
+///
+/// ```
+/// use elastic_cpu_pacer::{Elastic, GateSettings};
+/// use std::time::Duration;
+///
+/// let elastic = Elastic::builder().build()?;
+/// let gate = elastic.connection_gate(
+///     GateSettings::new()
+///         .deadline(Duration::from_millis(500))
+///         .max_queue(256)
+///         .setup_cost(Duration::from_millis(2)),
+/// )?;
+/// assert_eq!(gate.snapshot().queue_len, 0);
+/// // A bad setting names itself.
+/// let err = elastic.connection_gate(GateSettings::new().max_queue(0)).unwrap_err();
+/// assert_eq!(err.setting, "max_queue");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct GateSettings {
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) max_queue: Option<usize>,
+    pub(crate) setup_cost: Option<Duration>,
+    pub(crate) min_share: Option<f64>,
+    pub(crate) max_share: Option<f64>,
+    pub(crate) initial_share: Option<f64>,
+    pub(crate) order: Option<QueueOrder>,
+    pub(crate) cap_concurrency: Option<bool>,
+}
+
+/// Default longest wait for admission ([`GateSettings::deadline`]).
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
+/// Default bound on waiting attempts ([`GateSettings::max_queue`]).
+pub(crate) const DEFAULT_MAX_QUEUE: usize = 1024;
+/// Default first estimate of CPU per setup ([`GateSettings::setup_cost`]).
+pub(crate) const DEFAULT_SETUP_COST: Duration = Duration::from_millis(1);
+/// Default floor of the setup class's share of the CPUs.
+pub(crate) const DEFAULT_MIN_SHARE: f64 = 0.05;
+/// Default ceiling of the setup class's share.
+pub(crate) const DEFAULT_MAX_SHARE: f64 = 0.9;
+/// Default share a gate starts at (and decays back to while idle).
+pub(crate) const DEFAULT_INITIAL_SHARE: f64 = 0.5;
+
+/// The settings, checked and with the defaults filled in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resolved {
+    pub(crate) deadline: Duration,
+    pub(crate) max_queue: usize,
+    pub(crate) setup_cost: Duration,
+    pub(crate) min_share: f64,
+    pub(crate) max_share: f64,
+    pub(crate) initial_share: f64,
+    pub(crate) order: QueueOrder,
+    pub(crate) cap_concurrency: bool,
+}
+
+impl GateSettings {
+    /// The defaults: deadline 1 s, queue of 1024, setups first estimated at 1 ms of CPU,
+    /// share 0.05 ..= 0.9 starting at 0.5, newest-first order, at most `ceil(share × cpus)`
+    /// setups at once.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long an attempt may wait for admission by default (the [`GatedListener`]'s
+    /// deadline; [`ConnectionGate::admit`] takes its own). Default 1 s; valid 1 ms ..= 1 h.
+    ///
+    /// [`GatedListener`]: crate::GatedListener
+    /// [`ConnectionGate::admit`]: crate::ConnectionGate::admit
+    pub fn deadline(mut self, wait: Duration) -> Self {
+        self.deadline = Some(wait);
+        self
+    }
+
+    /// The most attempts waiting at once. Default 1024; valid 1 ..= 1 000 000.
+    pub fn max_queue(mut self, n: usize) -> Self {
+        self.max_queue = Some(n);
+        self
+    }
+
+    /// The CPU one setup is assumed to take until setups have been measured (then the
+    /// measured average is used). Default 1 ms; valid 1 µs ..= 10 s.
+    pub fn setup_cost(mut self, cpu: Duration) -> Self {
+        self.setup_cost = Some(cpu);
+        self
+    }
+
+    /// Bounds of the setup class's share of the CPUs, which the controller steers by the
+    /// scheduling latency. Default 0.05 ..= 0.9; valid: min 0.01 ..= 1.0, max 0.05 ..= 1.0,
+    /// `min ≤ max`.
+    pub fn share(mut self, min: f64, max: f64) -> Self {
+        self.min_share = Some(min);
+        self.max_share = Some(max);
+        self
+    }
+
+    /// The share the gate starts at, and decays back to while no attempt waits. Default 0.5
+    /// (clamped into the bounds); valid 0.01 ..= 1.0.
+    pub fn initial_share(mut self, share: f64) -> Self {
+        self.initial_share = Some(share);
+        self
+    }
+
+    /// Which waiting attempt goes first. Default [`QueueOrder::Lifo`] (newest first): under
+    /// overload it completes more setups within their deadlines (docs/design.md §5).
+    pub fn order(mut self, order: QueueOrder) -> Self {
+        self.order = Some(order);
+        self
+    }
+
+    /// Whether at most `ceil(share × cpus)` setups run at once (default on). Turn it off when
+    /// setups spend most of their permit waiting on the network rather than on the CPU.
+    pub fn cap_concurrency(mut self, on: bool) -> Self {
+        self.cap_concurrency = Some(on);
+        self
+    }
+
+    /// Check every setting; the error names the first bad one.
+    pub(crate) fn resolve(&self) -> Result<Resolved, SettingError> {
+        let deadline = self.deadline.unwrap_or(DEFAULT_DEADLINE);
+        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&deadline) {
+            return Err(SettingError::new(
+                "deadline",
+                format!("{deadline:?}"),
+                "1 ms ..= 1 h",
+            ));
+        }
+        let max_queue = self.max_queue.unwrap_or(DEFAULT_MAX_QUEUE);
+        if !(1..=1_000_000).contains(&max_queue) {
+            return Err(SettingError::new("max_queue", max_queue, "1 ..= 1000000"));
+        }
+        let setup_cost = self.setup_cost.unwrap_or(DEFAULT_SETUP_COST);
+        if !(Duration::from_micros(1)..=Duration::from_secs(10)).contains(&setup_cost) {
+            return Err(SettingError::new(
+                "setup_cost",
+                format!("{setup_cost:?}"),
+                "1 µs ..= 10 s",
+            ));
+        }
+        let share = |setting, v: f64, lo: f64, expected| {
+            if v.is_finite() && (lo..=1.0).contains(&v) {
+                Ok(v)
+            } else {
+                Err(SettingError::new(setting, v, expected))
+            }
+        };
+        let min_share = share(
+            "min_share",
+            self.min_share.unwrap_or(DEFAULT_MIN_SHARE),
+            0.01,
+            "0.01 ..= 1.0",
+        )?;
+        let max_share = share(
+            "max_share",
+            self.max_share.unwrap_or(DEFAULT_MAX_SHARE),
+            0.05,
+            "0.05 ..= 1.0",
+        )?;
+        if max_share < min_share {
+            return Err(SettingError::new(
+                "max_share",
+                max_share,
+                "at least min_share",
+            ));
+        }
+        let initial_share = share(
+            "initial_share",
+            self.initial_share.unwrap_or(DEFAULT_INITIAL_SHARE),
+            0.01,
+            "0.01 ..= 1.0",
+        )?
+        .clamp(min_share, max_share);
+        Ok(Resolved {
+            deadline,
+            max_queue,
+            setup_cost,
+            min_share,
+            max_share,
+            initial_share,
+            order: self.order.unwrap_or_default(),
+            cap_concurrency: self.cap_concurrency.unwrap_or(true),
+        })
+    }
+}

@@ -1,0 +1,284 @@
+//! The connection gate on the manual clock: admission, deadlines, expiry, rejection, the
+//! retry-after hint, the ledger, cancellation at every await, and a closed gate.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::*;
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::{ConnectionGate, Elastic, GateSettings, RejectReason};
+
+fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
+    Pin::new(f).poll(cx)
+}
+
+/// A gate on `clock` with its share fixed at `share` of `cpus` CPUs.
+fn gate(
+    clock: &ManualClock,
+    share: f64,
+    cpus: f64,
+    settings: GateSettings,
+) -> (Elastic, ConnectionGate) {
+    let elastic = manual_elastic(clock, 0.1, cpus);
+    let gate = elastic
+        .connection_gate(settings.share(share, share).initial_share(share))
+        .expect("valid settings");
+    (elastic, gate)
+}
+
+#[test]
+fn admits_at_once_when_tokens_are_there() {
+    let clock = ManualClock::new();
+    let (_elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new());
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut admission = gate.admit(Duration::from_millis(500));
+    let Poll::Ready(Ok(permit)) = poll(&mut admission, &mut cx) else {
+        panic!("not admitted at once")
+    };
+    clock.advance(Duration::from_millis(3));
+    drop(permit);
+    let s = gate.snapshot();
+    assert_eq!(
+        (s.admitted, s.rejected, s.expired, s.queue_len),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(s.setup_cpu, 3 * MS);
+    assert_eq!(s.share, 0.5);
+}
+
+/// An admission polled once with a fresh waker: its result, and the waker's counter.
+fn first_poll(
+    admission: &mut elastic_cpu_pacer::Admission,
+) -> (
+    Poll<Result<elastic_cpu_pacer::SetupPermit, elastic_cpu_pacer::Rejected>>,
+    std::sync::Arc<CountingWaker>,
+    std::task::Waker,
+) {
+    let (count, waker) = CountingWaker::new();
+    let r = poll(admission, &mut Context::from_waker(&waker));
+    (r, count, waker)
+}
+
+/// Admit one setup and run it for `cpu` (on the manual clock), driving it into debt.
+fn run_setup(clock: &ManualClock, gate: &ConnectionGate, cpu: Duration) {
+    let mut a = gate.admit(Duration::from_secs(10));
+    let (Poll::Ready(Ok(permit)), _, _) = first_poll(&mut a) else {
+        panic!("not admitted at once")
+    };
+    clock.advance(cpu);
+    drop(permit);
+}
+
+#[test]
+fn a_queued_attempt_is_granted_on_the_tick_that_refills_and_woken() {
+    let clock = ManualClock::new();
+    // 0.1 of one CPU: 100 ms of tokens a second, full at the start.
+    let (elastic, gate) = gate(&clock, 0.1, 1.0, GateSettings::new());
+    // One setup that takes 150 ms: from a full bucket (100 ms) it leaves 49 ms of debt (the
+    // 1 ms estimate taken at admission was refilled while it ran, the bucket being capped).
+    run_setup(&clock, &gate, 150 * MS);
+    assert_eq!(gate.snapshot().stats.balance_nanos, -49_000_000);
+    let mut a = gate.admit(Duration::from_secs(2));
+    let (r, count, waker) = first_poll(&mut a);
+    assert!(r.is_pending());
+    assert_eq!(gate.snapshot().queue_len, 1);
+    // 490 ms of refill needed. A tick before that grants nothing.
+    clock.advance(400 * MS);
+    elastic.tick();
+    assert_eq!((count.count(), gate.snapshot().queue_len), (0, 1));
+    clock.advance(100 * MS);
+    elastic.tick();
+    assert_eq!(count.count(), 1, "granted and woken");
+    let Poll::Ready(Ok(permit)) = poll(&mut a, &mut Context::from_waker(&waker)) else {
+        panic!("not admitted")
+    };
+    drop(permit);
+    let s = gate.snapshot();
+    assert_eq!(
+        (s.admitted, s.queue_len, s.rejected, s.expired),
+        (2, 0, 0, 0)
+    );
+    // It waited 500 ms.
+    assert_eq!(s.stats.wait_nanos, 500_000_000);
+    assert!(s.longest_wait >= 400 * MS, "{s:?}");
+}
+
+#[test]
+fn an_attempt_that_cannot_start_in_time_is_refused_at_once_spending_nothing() {
+    let clock = ManualClock::new();
+    let (_elastic, gate) = gate(&clock, 0.1, 1.0, GateSettings::new());
+    run_setup(&clock, &gate, 150 * MS); // 49 ms of debt: the next start is 490 ms away
+    let before = gate.snapshot();
+    let mut a = gate.admit(480 * MS);
+    let (Poll::Ready(Err(r)), count, _) = first_poll(&mut a) else {
+        panic!("not refused at once")
+    };
+    assert_eq!(r.reason(), RejectReason::WouldExpire);
+    assert_eq!(count.count(), 0);
+    let s = gate.snapshot();
+    assert_eq!((s.rejected, s.queue_len, s.admitted), (1, 0, 1));
+    assert_eq!(
+        s.stats.acquired_nanos, before.stats.acquired_nanos,
+        "no tokens taken"
+    );
+    assert_eq!(s.setup_cpu, before.setup_cpu, "no setup CPU spent");
+    // With a deadline long enough it waits instead.
+    let mut b = gate.admit(500 * MS);
+    assert!(first_poll(&mut b).0.is_pending());
+}
+
+#[test]
+fn an_attempt_that_waited_past_its_deadline_is_dropped_before_its_setup() {
+    let clock = ManualClock::new();
+    let (elastic, gate) = gate(&clock, 0.1, 1.0, GateSettings::new());
+    run_setup(&clock, &gate, 150 * MS); // next start 490 ms away
+    let mut a = gate.admit(500 * MS);
+    let (r, count, waker) = first_poll(&mut a);
+    assert!(r.is_pending());
+    // No tick comes before the deadline passes (a stalled governor, say): the tick that
+    // finds it expired drops it, though tokens are there by then.
+    clock.advance(550 * MS);
+    elastic.tick();
+    assert_eq!(count.count(), 1, "woken with the news");
+    let Poll::Ready(Err(r)) = poll(&mut a, &mut Context::from_waker(&waker)) else {
+        panic!("not expired")
+    };
+    assert_eq!(r.reason(), RejectReason::Expired);
+    let s = gate.snapshot();
+    assert_eq!((s.expired, s.admitted, s.queue_len), (1, 1, 0));
+    assert_eq!(s.stats.in_setup, 0, "never granted");
+}
+
+#[test]
+fn a_full_fifo_queue_refuses_the_newcomer() {
+    let clock = ManualClock::new();
+    let settings = GateSettings::new()
+        .max_queue(2)
+        .order(elastic_cpu_pacer::QueueOrder::Fifo);
+    let (_elastic, gate) = gate(&clock, 0.1, 1.0, settings);
+    run_setup(&clock, &gate, 150 * MS);
+    let mut a = gate.admit(Duration::from_secs(10));
+    let mut b = gate.admit(Duration::from_secs(10));
+    let mut c = gate.admit(Duration::from_secs(10));
+    assert!(first_poll(&mut a).0.is_pending());
+    assert!(first_poll(&mut b).0.is_pending());
+    let (Poll::Ready(Err(r)), _, _) = first_poll(&mut c) else {
+        panic!("not refused")
+    };
+    assert_eq!(r.reason(), RejectReason::QueueFull);
+    assert_eq!(gate.snapshot().queue_len, 2);
+}
+
+#[test]
+fn a_full_lifo_queue_drops_its_oldest_for_the_newcomer() {
+    let clock = ManualClock::new();
+    let settings = GateSettings::new()
+        .max_queue(2)
+        .order(elastic_cpu_pacer::QueueOrder::Lifo);
+    let (elastic, gate) = gate(&clock, 0.1, 1.0, settings);
+    run_setup(&clock, &gate, 150 * MS);
+    let mut a = gate.admit(Duration::from_secs(10));
+    let mut b = gate.admit(Duration::from_secs(10));
+    let mut c = gate.admit(Duration::from_secs(10));
+    let (ra, ca, wa) = first_poll(&mut a);
+    assert!(ra.is_pending());
+    assert!(first_poll(&mut b).0.is_pending());
+    let (rc, cc, wc) = first_poll(&mut c);
+    assert!(rc.is_pending());
+    assert_eq!(ca.count(), 1, "the oldest is told at once");
+    let Poll::Ready(Err(r)) = poll(&mut a, &mut Context::from_waker(&wa)) else {
+        panic!("the oldest was not displaced")
+    };
+    assert_eq!(r.reason(), RejectReason::QueueFull);
+    // The newest is granted first.
+    clock.advance(Duration::from_secs(1));
+    elastic.tick();
+    assert_eq!(cc.count(), 1);
+    assert!(matches!(
+        poll(&mut c, &mut Context::from_waker(&wc)),
+        Poll::Ready(Ok(_))
+    ));
+}
+
+#[test]
+fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
+    let clock = ManualClock::new();
+    let settings = GateSettings::new()
+        .max_queue(20)
+        .order(elastic_cpu_pacer::QueueOrder::Fifo);
+    // 0.05 of 2 CPUs: 100 ms of setup CPU a second.
+    let (_elastic, gate) = gate(&clock, 0.05, 2.0, settings);
+    run_setup(&clock, &gate, 110 * MS); // 10 ms of debt; a setup now costs 110 ms
+    let mut queued = Vec::new();
+    for _ in 0..20 {
+        let mut a = gate.admit(Duration::from_secs(100));
+        assert!(first_poll(&mut a).0.is_pending());
+        queued.push(a);
+    }
+    // Everyone queued and this one, at the current rate and cost: (21 × 110 + 10) ms of CPU
+    // at 100 ms a second, 23.2 s; above the cap, so the base is RETRY_AFTER_MAX / 2.
+    let base = |s: &elastic_cpu_pacer::GateSnapshot| {
+        let st = &s.stats;
+        let need =
+            (s.queue_len as f64 + 1.0) * st.cost_nanos as f64 - (st.balance_nanos.min(0) as f64);
+        Duration::from_secs_f64(need / st.rate_nanos_per_sec as f64).clamp(
+            elastic_cpu_pacer::RETRY_AFTER_MIN,
+            elastic_cpu_pacer::RETRY_AFTER_MAX / 2,
+        )
+    };
+    let expected = base(&gate.snapshot());
+    assert_eq!(
+        expected,
+        elastic_cpu_pacer::RETRY_AFTER_MAX / 2,
+        "{:#?}",
+        gate.snapshot()
+    );
+    let hints = refusals(&gate, 200);
+    for &h in &hints {
+        assert!(
+            h >= expected && h < elastic_cpu_pacer::RETRY_AFTER_MAX,
+            "{h:?}"
+        );
+    }
+    assert!(
+        hints[190] - hints[10] > Duration::from_secs(5),
+        "not spread: {hints:?}"
+    );
+
+    // A short queue: a shorter hint, within 1×–2× of its base.
+    drop(queued.drain(3..));
+    let expected = base(&gate.snapshot());
+    // (4 × 110 + 9) ms of CPU at 100 ms a second.
+    assert_eq!(expected, Duration::from_millis(4490), "{expected:?}");
+    let mut a = gate.admit(Duration::ZERO);
+    let (Poll::Ready(Err(r)), _, _) = first_poll(&mut a) else {
+        panic!("not refused")
+    };
+    assert_eq!(r.reason(), RejectReason::WouldExpire);
+    let h = r.retry_after();
+    assert!(
+        h >= expected && h < 2 * expected + Duration::from_millis(1),
+        "{h:?} {expected:?}"
+    );
+}
+
+/// The retry hints of `n` attempts refused because the queue is full, sorted.
+fn refusals(gate: &ConnectionGate, n: usize) -> Vec<Duration> {
+    let mut hints: Vec<_> = (0..n)
+        .map(|_| {
+            let mut a = gate.admit(Duration::from_secs(100));
+            let (Poll::Ready(Err(r)), _, _) = first_poll(&mut a) else {
+                panic!("not refused")
+            };
+            assert_eq!(r.reason(), RejectReason::QueueFull);
+            r.retry_after()
+        })
+        .collect();
+    hints.sort();
+    hints
+}
