@@ -89,10 +89,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
     pub rounds: usize,
     /// length of the calm and capacity phases, warm-up included
-    #[arg(long, value_name = "N", default_value = "10", value_parser = positive)]
+    #[arg(long, value_name = "N", default_value = "8", value_parser = positive)]
     pub calm_secs: f64,
     /// length of each storm phase (open, static, gated)
-    #[arg(long, value_name = "N", default_value = "30", value_parser = positive)]
+    #[arg(long, value_name = "N", default_value = "24", value_parser = positive)]
     pub storm_secs: f64,
     /// start of the calm and capacity phases left out of their summary
     #[arg(long, value_name = "N", default_value = "2", value_parser = non_negative)]

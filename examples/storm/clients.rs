@@ -8,6 +8,11 @@
 //! retry-after hint, then retry. Closed-loop clients (the capacity phase) have no timeout and
 //! no think time.
 //!
+//! The process runs at normal priority: it shares the service's two cores, so the clients'
+//! CPU (connects, rejects, resets) competes with the service, as the kernel's share of a
+//! real storm would. (At nice 19 the clients were starved by the service, their attempts
+//! aged before they reached it, and that artefact looked like the service's delay.)
+//!
 //! The parent sets the population with lines `pop N` on the child's stdin; the child prints
 //! its running totals each second on stdout: `ok timeouts rejects errors`.
 
@@ -111,6 +116,11 @@ impl Clients {
             stdin,
             totals,
         })
+    }
+
+    /// CPU time the client process has used.
+    pub fn cpu(&self) -> Option<Duration> {
+        crate::util::cpu_of(&self.child.id().to_string())
     }
 
     pub fn set_population(&mut self, n: usize) {

@@ -2,7 +2,7 @@
 //! accept rate, and elastic-cpu's connection gate.
 //!
 //! ```text
-//! cargo run --release --example storm                     # the default run (~4.5 minutes)
+//! cargo run --release --example storm                     # the default run (~3.5 minutes)
 //! cargo run --release --example storm -- --help           # flags
 //! cargo run --release --example storm -- --json out.json  # the JSON report elsewhere
 //! ```
@@ -16,7 +16,6 @@
 mod args;
 mod clients;
 mod fg;
-mod gate_shim;
 mod pauses;
 mod phase;
 mod report;

@@ -10,8 +10,7 @@ use crate::server::{self, Admission, Service};
 use crate::setup::{Ledger, Totals};
 use crate::util::{fmt_us, q_us};
 use crate::{stopped, Ctx, STOP};
-use crate::gate_shim::{GateExt, GateSettings};
-use elastic_cpu::Elastic;
+use elastic_cpu::{Elastic, GateSettings};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,6 +156,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             cost: ctx.cost,
             work_us: a.work_us,
             ledger: Ledger::default(),
+            client_timeout: Duration::from_millis(a.timeout_ms),
         });
         let addr = server::start(&rt, svc.clone())?;
         let p = Params {
@@ -190,6 +190,13 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
     let mut step = usize::MAX;
     let mut mark: Option<Mark> = None;
     let mut last = (t0, Totals::default(), client_totals(&clients));
+    let cpus = |c: &Option<Clients>| {
+        (
+            crate::util::process_cpu().unwrap_or_default(),
+            c.as_ref().and_then(Clients::cpu).unwrap_or_default(),
+        )
+    };
+    let mut last_cpu = cpus(&clients);
     let mut shares = Vec::new();
     let mut population = 0usize;
     let mut fg_factor = 1.0;
@@ -229,6 +236,10 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         let dt = (now - last.0).as_secs_f64().max(1e-9);
         let d = led.since(&last.1);
         let timeouts = (cl[1] - last.2[1]) as f64 / dt;
+        let cpu = cpus(&clients);
+        let server_cpu = (cpu.0.saturating_sub(last_cpu.0)).as_secs_f64() / dt;
+        let client_cpu = (cpu.1.saturating_sub(last_cpu.1)).as_secs_f64() / dt;
+        last_cpu = cpu;
         last = (now, led, cl);
         if let Some(s) = &svc {
             s.admission.set_pressure(d.rejected as f64 / dt);
@@ -256,13 +267,15 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             rejected_per_sec: d.rejected as f64 / dt,
             expired_per_sec: d.expired as f64 / dt,
             timeouts_per_sec: timeouts,
+            server_cpu,
+            client_cpu,
             share,
             queue,
             population,
             fg_factor,
         };
         println!(
-            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>6} fg {:.1}x | setups {:>5.0}/s wasted {:>4.2} cpu | rej {:>6.0}/s exp {:>5.0}/s timeouts {:>6.0}/s{}",
+            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} | age {}{}",
             name,
             el,
             fmt_us(p.fg_p99_us),
@@ -273,6 +286,9 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             p.rejected_per_sec,
             p.expired_per_sec,
             p.timeouts_per_sec,
+            server_cpu,
+            client_cpu,
+            d.hello_age_ms().map_or("-".into(), |a| format!("{a:.0}ms")),
             match (share, queue) {
                 (Some(s), Some(q)) => format!(" | share {s:.2} queue {q:.0}"),
                 _ => String::new(),

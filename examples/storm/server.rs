@@ -9,7 +9,7 @@
 
 use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
 use crate::util::spin_us;
-use crate::gate_shim::{ConnectionGate, RejectReason};
+use elastic_cpu::{ConnectionGate, RejectReason};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -77,17 +77,20 @@ pub struct Service {
     pub cost: SetupCost,
     pub work_us: f64,
     pub ledger: Ledger,
+    /// The clients' timeout, only to tell from a hello how old the attempt is (for the
+    /// report; no admission decision uses it).
+    pub client_timeout: Duration,
 }
 
-/// Bind the setup port (a deep accept backlog, as busy servers configure) and run its accept
-/// loop on `rt`.
+/// Bind the setup port (tokio's default accept backlog, 1024: a deeper one holds attempts
+/// that go stale before they are accepted) and run its accept loop on `rt`.
 pub fn start(rt: &tokio::runtime::Runtime, svc: Arc<Service>) -> Result<SocketAddr, String> {
     let listener = rt
         .block_on(async {
             let s = TcpSocket::new_v4()?;
             s.set_reuseaddr(true)?;
             s.bind("127.0.0.1:0".parse().expect("a valid address"))?;
-            s.listen(4096)
+            s.listen(1024)
         })
         .map_err(|e| format!("bind: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -136,6 +139,11 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
     }
     let gives_up_ns = u64::from_le_bytes(hello[..8].try_into().expect("8 bytes"));
     let seed = u64::from_le_bytes(hello[8..].try_into().expect("8 bytes"));
+    if gives_up_ns != u64::MAX {
+        let started = gives_up_ns.saturating_sub(svc.client_timeout.as_nanos() as u64);
+        Ledger::add(&l.hellos, 1);
+        Ledger::add(&l.hello_age_ns, wall_ns().saturating_sub(started));
+    }
     let cost = svc.cost;
     match &svc.admission {
         // Open and static run the same cooperative hash as the gated phase (a yield where the

@@ -82,6 +82,10 @@ pub struct Ledger {
     pub wasted_ns: AtomicU64,
     /// Requests served on set-up connections.
     pub requests: AtomicU64,
+    /// Hellos read, and the sum of their ages (ns since the client started the attempt):
+    /// how long attempts waited before the service saw them (the kernel's accept queue).
+    pub hellos: AtomicU64,
+    pub hello_age_ns: AtomicU64,
 }
 
 /// A copy of the ledger's totals.
@@ -96,6 +100,8 @@ pub struct Totals {
     pub useful_ns: u64,
     pub wasted_ns: u64,
     pub requests: u64,
+    pub hellos: u64,
+    pub hello_age_ns: u64,
 }
 
 impl Ledger {
@@ -115,6 +121,8 @@ impl Ledger {
             useful_ns: g(&self.useful_ns),
             wasted_ns: g(&self.wasted_ns),
             requests: g(&self.requests),
+            hellos: g(&self.hellos),
+            hello_age_ns: g(&self.hello_age_ns),
         }
     }
 }
@@ -132,7 +140,14 @@ impl Totals {
             useful_ns: self.useful_ns - earlier.useful_ns,
             wasted_ns: self.wasted_ns - earlier.wasted_ns,
             requests: self.requests - earlier.requests,
+            hellos: self.hellos - earlier.hellos,
+            hello_age_ns: self.hello_age_ns - earlier.hello_age_ns,
         }
+    }
+
+    /// Mean age of the attempts when the service read their hello, in ms.
+    pub fn hello_age_ms(&self) -> Option<f64> {
+        (self.hellos > 0).then(|| self.hello_age_ns as f64 / self.hellos as f64 / 1e6)
     }
 
     /// Share of the setup CPU spent on clients that had already given up (None: no setups).

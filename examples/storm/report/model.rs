@@ -93,6 +93,9 @@ pub struct Point {
     pub expired_per_sec: f64,
     /// Client side: attempts that timed out.
     pub timeouts_per_sec: f64,
+    /// CPU (cores) of this process (service, load generator) and of the client process.
+    pub server_cpu: f64,
+    pub client_cpu: f64,
     /// The gate's share and queue length (gated phases).
     pub share: Option<f64>,
     pub queue: Option<f64>,
