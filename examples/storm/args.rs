@@ -39,10 +39,13 @@ impl Kind {
     }
 
     fn parse(s: &str) -> Result<Kind, String> {
-        ALL_KINDS.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            let all: Vec<&str> = ALL_KINDS.iter().map(|k| k.name()).collect();
-            format!("unknown phase {s:?}: expected one of {}", all.join(", "))
-        })
+        ALL_KINDS
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = ALL_KINDS.iter().map(|k| k.name()).collect();
+                format!("unknown phase {s:?}: expected one of {}", all.join(", "))
+            })
     }
 
     /// The phases that run the storm.
@@ -142,6 +145,11 @@ pub struct Args {
     /// the gate's queue bound
     #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
     pub gate_queue: usize,
+    /// gated phase: send rejected clients the larger of the gate's retry-after hint and a
+    /// crowd hint (rejects per second / admissions per second, +-50 % jitter, the static
+    /// phase's rule) [default: the gate's hint alone]
+    #[arg(long)]
+    pub gate_crowd_hint: bool,
     /// write the JSON report here [default: target/storm/report.json]
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,

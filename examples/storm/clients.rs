@@ -163,7 +163,10 @@ pub fn run(p: Params) -> ! {
         .spawn(move || {
             for line in std::io::stdin().lock().lines() {
                 let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("pop ").and_then(|n| n.trim().parse().ok()) {
+                if let Some(n) = line
+                    .strip_prefix("pop ")
+                    .and_then(|n| n.trim().parse().ok())
+                {
                     let _ = tx.send(n);
                 }
             }
@@ -219,7 +222,9 @@ async fn client(id: u64, p: Params, counts: Arc<Counts>) {
         tokio::time::sleep(Duration::from_secs_f64(d)).await;
     }
     loop {
-        let gives_up = p.timeout.map_or(u64::MAX, |t| wall_ns() + t.as_nanos() as u64);
+        let gives_up = p
+            .timeout
+            .map_or(u64::MAX, |t| wall_ns() + t.as_nanos() as u64);
         let attempt = attempt(p.addr, gives_up, id);
         let outcome = match p.timeout {
             Some(t) => tokio::time::timeout(t, attempt).await.ok(),

@@ -6,7 +6,7 @@ use crate::args::Kind;
 use crate::clients::{Clients, Params};
 use crate::fg::{self, FgStats, LoadGen, Rate};
 use crate::report::{Point, Report, Segment};
-use crate::server::{self, Admission, Service};
+use crate::server::{self, Admission, Crowd, Service};
 use crate::setup::{Ledger, Totals};
 use crate::util::{fmt_us, q_us};
 use crate::{stopped, Ctx, STOP};
@@ -90,7 +90,12 @@ pub fn run(ctx: &Ctx, kind: Kind, round: usize, rep: &mut Report) -> Segment {
     seg
 }
 
-fn admission(ctx: &Ctx, kind: Kind, elastic: &Elastic, seg: &mut Segment) -> Result<Admission, String> {
+fn admission(
+    ctx: &Ctx,
+    kind: Kind,
+    elastic: &Elastic,
+    seg: &mut Segment,
+) -> Result<Admission, String> {
     let a = &ctx.args;
     Ok(match kind {
         Kind::Calm | Kind::Capacity | Kind::Open => Admission::Open,
@@ -108,7 +113,11 @@ fn admission(ctx: &Ctx, kind: Kind, elastic: &Elastic, seg: &mut Segment) -> Res
             let gate = elastic
                 .connection_gate(settings)
                 .map_err(|e| format!("gate: {e}"))?;
-            Admission::Gated { gate, deadline }
+            Admission::Gated {
+                gate,
+                deadline,
+                crowd: a.gate_crowd_hint.then(Crowd::new),
+            }
         }
     })
 }
@@ -223,7 +232,9 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         }
         let now = Instant::now();
         let el = (now - t0).as_secs_f64();
-        let led = svc.as_ref().map_or(Totals::default(), |s| s.ledger.totals());
+        let led = svc
+            .as_ref()
+            .map_or(Totals::default(), |s| s.ledger.totals());
         let cl = client_totals(&clients);
         if mark.is_none() && el >= w0 {
             stats.measure_from_now();
@@ -242,7 +253,10 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         last_cpu = cpu;
         last = (now, led, cl);
         if let Some(s) = &svc {
-            s.admission.set_pressure(d.rejected as f64 / dt);
+            s.admission.set_pressure(
+                (d.rejected + d.expired) as f64 / dt,
+                (d.completed + d.wasted) as f64 / dt,
+            );
         }
         let (share, queue) = match svc.as_ref().map(|s| &s.admission) {
             Some(Admission::Gated { gate, .. }) => {

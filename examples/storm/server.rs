@@ -38,7 +38,31 @@ pub enum Admission {
     Gated {
         gate: ConnectionGate,
         deadline: Duration,
+        /// `--gate-hint crowd`: send the larger of the gate's hint and the crowd hint (the
+        /// static phase's rule, at the measured admission rate).
+        crowd: Option<Crowd>,
     },
+}
+
+/// The gated phase's crowd hint: rejects per second and admissions per second, last second.
+pub struct Crowd {
+    rejects: AtomicU64,
+    admits: AtomicU64,
+}
+
+impl Crowd {
+    pub fn new() -> Crowd {
+        Crowd {
+            rejects: AtomicU64::new(0f64.to_bits()),
+            admits: AtomicU64::new(1f64.to_bits()),
+        }
+    }
+
+    fn hint(&self) -> Duration {
+        let admits = f64::from_bits(self.admits.load(Ordering::Relaxed)).max(1.0);
+        let p = AtomicU64::new(self.rejects.load(Ordering::Relaxed));
+        static_hint(admits, &p)
+    }
 }
 
 impl Admission {
@@ -54,10 +78,19 @@ impl Admission {
         }
     }
 
-    /// Tell the static limiter how many it rejected per second lately.
-    pub fn set_pressure(&self, rejects_per_sec: f64) {
-        if let Admission::Static { pressure, .. } = self {
-            pressure.store(rejects_per_sec.to_bits(), Ordering::Relaxed);
+    /// Tell the static limiter (or the gated phase's crowd hint) how many were rejected and
+    /// admitted per second lately.
+    pub fn set_pressure(&self, rejects_per_sec: f64, admits_per_sec: f64) {
+        match self {
+            Admission::Static { pressure, .. } => {
+                pressure.store(rejects_per_sec.to_bits(), Ordering::Relaxed)
+            }
+            Admission::Gated { crowd: Some(c), .. } => {
+                c.rejects
+                    .store(rejects_per_sec.to_bits(), Ordering::Relaxed);
+                c.admits.store(admits_per_sec.to_bits(), Ordering::Relaxed);
+            }
+            _ => {}
         }
     }
 }
@@ -169,7 +202,11 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
                 tokio::task::yield_now().await;
             }
         }
-        Admission::Gated { gate, deadline } => match gate.admit(*deadline).await {
+        Admission::Gated {
+            gate,
+            deadline,
+            crowd,
+        } => match gate.admit(*deadline).await {
             Ok(mut permit) => {
                 for i in 0..cost.chunks {
                     hash_chunk(seed ^ i as u64, cost.iters);
@@ -182,7 +219,11 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
                     RejectReason::Expired => Ledger::add(&l.expired, 1),
                     _ => Ledger::add(&l.rejected, 1),
                 }
-                reject(&mut sock, rej.retry_after()).await;
+                let hint = match crowd {
+                    Some(c) => rej.retry_after().max(c.hint()),
+                    None => rej.retry_after(),
+                };
+                reject(&mut sock, hint).await;
                 return;
             }
         },

@@ -38,15 +38,18 @@ impl Report {
             "<div class=\"note\">{} CPUs, service runtime {} workers, tokio_unstable {}. Established: {:.0} req/s at calm (1.5x in the storm's middle), Poisson over {} loopback connections, {} us CPU each, \
              latency from the intended send time (load generator at real-time priority). Setup: {:.0} us of CPU ({} chunks of {:.0} us, an iterated hash). \
              Clients (a separate process, normal priority): timeout {} ms, think {} ms, {} requests per session; the storm peaks at {}x capacity. \
-             Static: {} x capacity. Gate: deadline {} ms, queue {}. Phases: calm/capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
+             Static: {} x capacity. Gate: deadline {} ms, queue {}, retry hint {}. Phases: calm/capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
              Machine-pause watchdog: {}.</div>",
             m.cpus, m.workers, m.tokio_unstable, m.rate, m.conns, m.work_us, m.setup_us, m.chunks, m.chunk_us,
             m.timeout_ms, m.think_ms, m.requests, m.peak, m.static_share, m.gate_deadline_ms, m.gate_queue,
+            if m.gate_crowd_hint { "the larger of the gate's and the crowd's" } else { "the gate's" },
             m.calm_secs, m.warmup_secs, m.storm_secs, m.rounds,
             if m.pause_watchdog { "on (requests in flight across a pause left out)" } else { "off" }
         );
 
-        h.push_str("<h2>Done-when bars</h2><table><tr><th>bar</th><th>value</th><th>result</th></tr>");
+        h.push_str(
+            "<h2>Done-when bars</h2><table><tr><th>bar</th><th>value</th><th>result</th></tr>",
+        );
         for b in self.bars() {
             let (cls, txt) = match b.pass {
                 Some(true) => ("pass", "PASS"),
@@ -113,7 +116,11 @@ impl Report {
         let mut refs = Vec::new();
         if let Some(c) = calm {
             refs.push((c, "#2a7", format!("calm p99 {}", fmt_us(Some(c)))));
-            refs.push((2.0 * c, "#c60", format!("2x calm {}", fmt_us(Some(2.0 * c)))));
+            refs.push((
+                2.0 * c,
+                "#c60",
+                format!("2x calm {}", fmt_us(Some(2.0 * c))),
+            ));
         }
         let fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.fg_p99_us;
         h.push_str(&self.plot(
@@ -183,39 +190,41 @@ impl Report {
         let rej: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.rejected_per_sec);
         let exp: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.expired_per_sec);
         let tmo: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.timeouts_per_sec);
-        h.push_str(&self.plot(
-            "Rejects, expiries (server) and timeouts (clients) per second",
-            &Axis {
-                t_max,
-                y_min: 0.0,
-                y_max: max_of(&|p| {
-                    p.rejected_per_sec
-                        .max(p.expired_per_sec)
-                        .max(p.timeouts_per_sec)
-                })
-                .max(1.0)
-                    * 1.1,
-                log: false,
-            },
-            &[
-                Line {
-                    color: "#8e3fbf",
-                    label: "rejected/s",
-                    get: rej,
+        h.push_str(
+            &self.plot(
+                "Rejects, expiries (server) and timeouts (clients) per second",
+                &Axis {
+                    t_max,
+                    y_min: 0.0,
+                    y_max: max_of(&|p| {
+                        p.rejected_per_sec
+                            .max(p.expired_per_sec)
+                            .max(p.timeouts_per_sec)
+                    })
+                    .max(1.0)
+                        * 1.1,
+                    log: false,
                 },
-                Line {
-                    color: "#c25a00",
-                    label: "expired/s",
-                    get: exp,
-                },
-                Line {
-                    color: "#888888",
-                    label: "client timeouts/s",
-                    get: tmo,
-                },
-            ],
-            &[],
-        ));
+                &[
+                    Line {
+                        color: "#8e3fbf",
+                        label: "rejected/s",
+                        get: rej,
+                    },
+                    Line {
+                        color: "#c25a00",
+                        label: "expired/s",
+                        get: exp,
+                    },
+                    Line {
+                        color: "#888888",
+                        label: "client timeouts/s",
+                        get: tmo,
+                    },
+                ],
+                &[],
+            ),
+        );
         h.push_str("<br>");
         let share: &dyn Fn(&Point) -> Option<f64> = &|p| p.share;
         h.push_str(&self.plot(

@@ -161,6 +161,7 @@ pub struct Machine {
     pub static_share: f64,
     pub gate_deadline_ms: u64,
     pub gate_queue: usize,
+    pub gate_crowd_hint: bool,
     pub calm_secs: f64,
     pub storm_secs: f64,
     pub warmup_secs: f64,
@@ -209,6 +210,7 @@ impl Report {
                 static_share: a.static_share,
                 gate_deadline_ms: a.gate_deadline_ms,
                 gate_queue: a.gate_queue,
+                gate_crowd_hint: a.gate_crowd_hint,
                 calm_secs: a.calm_secs,
                 storm_secs: a.storm_secs,
                 warmup_secs: a.warmup_secs,
@@ -345,7 +347,14 @@ impl Report {
         let (value, pass) = match (gated, calm) {
             (Some(g), Some(c)) => {
                 let r = g.p99_us.map_or(f64::INFINITY, |p| p / c);
-                (format!("{r:.2}x ({} vs {})", crate::util::fmt_us(g.p99_us), crate::util::fmt_us(Some(c))), Some(r <= 2.0))
+                (
+                    format!(
+                        "{r:.2}x ({} vs {})",
+                        crate::util::fmt_us(g.p99_us),
+                        crate::util::fmt_us(Some(c))
+                    ),
+                    Some(r <= 2.0),
+                )
             }
             _ => ("-".into(), None),
         };
@@ -410,7 +419,8 @@ impl Report {
             _ => ("-".into(), None),
         };
         bars.push(Bar {
-            what: "gated beats static on p99 or setups/s, no more than 5% worse on the other".into(),
+            what: "gated beats static on p99 or setups/s, no more than 5% worse on the other"
+                .into(),
             value,
             pass,
         });

@@ -15,7 +15,15 @@ impl Report {
         let _ = writeln!(
             s,
             "{:<9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>8} {:>7}",
-            "phase", "requests", "p50", "p99", "setups/s", "rejects/s", "expired/s", "wasted", "share"
+            "phase",
+            "requests",
+            "p50",
+            "p99",
+            "setups/s",
+            "rejects/s",
+            "expired/s",
+            "wasted",
+            "share"
         );
         for p in &self.phases {
             let _ = writeln!(
