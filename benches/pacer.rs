@@ -23,6 +23,9 @@
 //!   is spent): that cost is in the figure, and the bench prints how long the task's polls
 //!   really ran between yields for `instant_now` and `pacer`.
 //!
+//! * `gate/admit_release` — the connection gate's hot path: one attempt admitted at once (tokens
+//!   there, nobody waiting) and its permit dropped at once, polled by hand on one thread.
+//!
 //! `cargo bench --bench pacer` runs it in about a minute.
 
 use std::future::Future;
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu::elastic_cpu_core::{Clock, ThreadCpuClock};
 use elastic_cpu::prelude::*;
-use elastic_cpu::{Elastic, DEFAULT_QUANTUM};
+use elastic_cpu::{Elastic, GateSettings, DEFAULT_QUANTUM};
 use tokio::runtime::{Builder, Runtime};
 
 /// Tasks per `paced_overhead` batch (≥ the largest worker count, so every worker has work).
@@ -482,5 +485,40 @@ fn pace_loop(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, paced_overhead, pace_loop);
+fn gate(c: &mut Criterion) {
+    let elastic = unlimited();
+    let gate = elastic
+        .connection_gate(
+            GateSettings::new()
+                .share(1.0, 1.0)
+                .initial_share(1.0)
+                .cap_concurrency(false),
+        )
+        .expect("valid settings");
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut group = c.benchmark_group("gate");
+    group
+        .sample_size(SAMPLES)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASURE);
+    group.bench_function("admit_release", |b| {
+        b.iter(|| {
+            let mut admission = gate.admit(Duration::from_secs(1));
+            match Pin::new(&mut admission).poll(&mut cx) {
+                Poll::Ready(Ok(permit)) => drop(black_box(permit)),
+                _ => panic!("not admitted at once: the bucket was a bottleneck"),
+            }
+        })
+    });
+    group.finish();
+    let s = gate.snapshot();
+    if s.admitted > 0 {
+        println!(
+            "    gate: admitted {}, queued {}, refused {}",
+            s.admitted, s.stats.waits, s.rejected
+        );
+    }
+}
+
+criterion_group!(benches, paced_overhead, pace_loop, gate);
 criterion_main!(benches);

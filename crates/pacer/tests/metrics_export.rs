@@ -18,6 +18,8 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
         .cpus(2.0)
         .build()
         .unwrap();
+    // A connection gate, so its metrics are emitted too.
+    let _gate = elastic.connection_gate(Default::default()).unwrap();
     // Samples in the window so the latency gauges are set too.
     elastic.probe().record_poll(
         Some(Duration::from_micros(300)),

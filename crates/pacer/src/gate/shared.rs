@@ -19,6 +19,7 @@ pub(crate) struct GateShared {
     /// The listener's deadline.
     pub(crate) deadline: Duration,
     /// The gate's number among this `Elastic`'s gates (the metrics label).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) id: usize,
     /// The setup class's share now, as `f64` bits.
     share: AtomicU64,
