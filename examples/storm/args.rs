@@ -1,0 +1,259 @@
+//! Command-line flags of the storm example (clap, derive API).
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgAction, CommandFactory, Parser};
+use std::path::PathBuf;
+
+/// What a phase does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The foreground alone.
+    Calm,
+    /// Setups in a closed loop beside the foreground: what this machine can set up per second.
+    Capacity,
+    /// The storm, every connection set up at once.
+    Open,
+    /// The storm, setups admitted at a fixed rate (`governor`), the rest rejected.
+    Static,
+    /// The storm through the library's connection gate.
+    Gated,
+}
+
+pub const ALL_KINDS: [Kind; 5] = [
+    Kind::Calm,
+    Kind::Capacity,
+    Kind::Open,
+    Kind::Static,
+    Kind::Gated,
+];
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Calm => "calm",
+            Kind::Capacity => "capacity",
+            Kind::Open => "open",
+            Kind::Static => "static",
+            Kind::Gated => "gated",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Kind, String> {
+        ALL_KINDS
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let all: Vec<&str> = ALL_KINDS.iter().map(|k| k.name()).collect();
+                format!("unknown phase {s:?}: expected one of {}", all.join(", "))
+            })
+    }
+
+    /// The phases that run the storm.
+    pub fn storm(self) -> bool {
+        matches!(self, Kind::Open | Kind::Static | Kind::Gated)
+    }
+}
+
+const ABOUT: &str = "\
+Connection storms: a loopback service whose established connections carry ~50 us requests at a
+steady rate, and a population of connecting clients (a separate process) whose every setup costs
+~1 ms of server CPU (an iterated hash); clients that get no answer within their timeout drop the
+connection and reconnect at once. The population steps up to ~10x what the machine can set up per
+second, the foreground rate rises 1.5x halfway through the storm, then both step back down.
+Prints a line a second and a summary, writes a JSON and an HTML report.";
+
+const PHASES_HELP: &str = "\
+Phases (run in the order given, the list repeated --rounds times):
+  calm      the foreground alone
+  capacity  + setups in a closed loop, no timeouts: setups per second this machine can do
+  open      + the storm, no gate
+  static    + the storm, setups at a fixed rate (governor), the rest rejected with a hint
+  gated     + the storm through elastic-cpu's connection gate (ours)
+";
+
+/// Parsed flags.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "storm",
+    override_usage = "cargo run --release --example storm -- [FLAGS]",
+    about = ABOUT,
+    before_help = PHASES_HELP,
+    help_template = "{usage-heading} {usage}\n\n{about}\n\n{before-help}{all-args}{after-help}",
+    next_help_heading = "Flags",
+    args_override_self = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// comma-separated phases
+    #[arg(long, value_name = "LIST", default_value = "calm,capacity,open,static,gated", value_parser = phase_list)]
+    pub phases: std::vec::Vec<Kind>,
+    /// run the phase list N times, interleaved, and merge each phase's rounds
+    #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
+    pub rounds: usize,
+    /// length of the calm and capacity phases, warm-up included
+    #[arg(long, value_name = "N", default_value = "8", value_parser = positive)]
+    pub calm_secs: f64,
+    /// length of each storm phase (open, static, gated)
+    #[arg(long, value_name = "N", default_value = "24", value_parser = positive)]
+    pub storm_secs: f64,
+    /// start of the calm and capacity phases left out of their summary
+    #[arg(long, value_name = "N", default_value = "2", value_parser = non_negative)]
+    pub warmup_secs: f64,
+    /// worker threads of the service's runtime [default: one per core]
+    #[arg(long, value_name = "N", default_value_t = cores(), hide_default_value = true, value_parser = at_least_1)]
+    pub workers: usize,
+    /// foreground requests per second at calm [default: sized to --fg-load]
+    #[arg(long, value_name = "R", value_parser = positive)]
+    pub rate: Option<f64>,
+    /// foreground share of the machine's CPU at calm when --rate is not given
+    #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
+    pub fg_load: f64,
+    /// CPU work per request in microseconds (established and set-up connections alike)
+    #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
+    pub work_us: f64,
+    /// established (foreground) connections
+    #[arg(long, value_name = "N", default_value = "4", value_parser = at_least_1)]
+    pub conns: usize,
+    /// server CPU per connection setup in microseconds
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = positive)]
+    pub setup_us: f64,
+    /// CPU per hash chunk in microseconds (the setup yields or paces between chunks)
+    #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
+    pub chunk_us: f64,
+    /// a connecting client's timeout in milliseconds
+    #[arg(long, value_name = "N", default_value = "500", value_parser = at_least_1_u64)]
+    pub timeout_ms: u64,
+    /// a client's mean pause between sessions in milliseconds
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = at_least_1_u64)]
+    pub think_ms: u64,
+    /// requests per session on a new connection
+    #[arg(long, value_name = "N", default_value = "3")]
+    pub requests: u32,
+    /// the storm's peak: connection demand as a multiple of the measured capacity
+    #[arg(long, value_name = "X", default_value = "10", value_parser = positive)]
+    pub peak: f64,
+    /// closed-loop clients of the capacity phase
+    #[arg(long, value_name = "N", default_value = "16", value_parser = at_least_1)]
+    pub capacity_clients: usize,
+    /// the static phase's fixed rate as a share of the measured capacity
+    #[arg(long, value_name = "F", default_value = "0.8", value_parser = positive)]
+    pub static_share: f64,
+    /// the gate's deadline in milliseconds: longest wait before a setup starts
+    #[arg(long, value_name = "N", default_value = "250", value_parser = at_least_1_u64)]
+    pub gate_deadline_ms: u64,
+    /// the gate's queue bound
+    #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
+    pub gate_queue: usize,
+    /// gated phase: send rejected clients the larger of the gate's retry-after hint and a
+    /// crowd hint (rejects per second / admissions per second, +-50 % jitter, the static
+    /// phase's rule) [default: the gate's hint alone]
+    #[arg(long)]
+    pub gate_crowd_hint: bool,
+    /// write the JSON report here [default: target/storm/report.json]
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// write the HTML report here [default: target/storm/report.html]
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
+    /// RNG seed
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub seed: u64,
+    /// this text
+    #[arg(short = 'h', long = "help", action = ArgAction::Help)]
+    _help: Option<bool>,
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn number<T: std::str::FromStr<Err: std::fmt::Display>>(v: &str) -> Result<T, String> {
+    v.parse::<T>().map_err(|e| e.to_string())
+}
+
+fn positive(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err("must be a positive number".into())
+    }
+}
+
+fn non_negative(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err("must be >= 0".into())
+    }
+}
+
+fn at_least_1(v: &str) -> Result<usize, String> {
+    match number(v)? {
+        0 => Err("must be at least 1".into()),
+        x => Ok(x),
+    }
+}
+
+fn at_least_1_u64(v: &str) -> Result<u64, String> {
+    match number(v)? {
+        0 => Err("must be at least 1".into()),
+        x => Ok(x),
+    }
+}
+
+fn share(v: &str) -> Result<f64, String> {
+    let x: f64 = number(v)?;
+    if x.is_finite() && x > 0.0 && x <= 1.0 {
+        Ok(x)
+    } else {
+        Err("must be in (0, 1]".into())
+    }
+}
+
+fn phase_list(v: &str) -> Result<Vec<Kind>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(Kind::parse)
+        .collect()
+}
+
+impl Args {
+    /// Parse the process's flags; on an error, print it with the usage line and exit with 2.
+    pub fn from_env() -> Args {
+        Args::try_parse()
+            .and_then(Args::finish)
+            .unwrap_or_else(|mut e| {
+                if e.use_stderr() {
+                    let usage = Args::command().render_usage();
+                    e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+                }
+                e.exit()
+            })
+    }
+
+    fn finish(self) -> Result<Args, clap::Error> {
+        let err = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
+        if self.phases.is_empty() {
+            return Err(err("no phases to run".into()));
+        }
+        if self.warmup_secs >= self.calm_secs {
+            return Err(err("--warmup-secs must be shorter than --calm-secs".into()));
+        }
+        if self.chunk_us > self.setup_us {
+            return Err(err("--chunk-us must not exceed --setup-us".into()));
+        }
+        let storm = self.phases.iter().any(|k| k.storm());
+        let capacity = self.phases.iter().position(|&k| k == Kind::Capacity);
+        let first_storm = self.phases.iter().position(|k| k.storm());
+        if storm && !matches!((capacity, first_storm), (Some(c), Some(s)) if c < s) {
+            return Err(err(
+                "the storm phases are sized from capacity: list capacity before them".into(),
+            ));
+        }
+        Ok(self)
+    }
+}

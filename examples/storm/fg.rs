@@ -1,0 +1,341 @@
+//! Foreground: a loopback TCP request/response service on the runtime under test, and an
+//! open-loop Poisson load generator on its own OS threads (it never shares that runtime).
+//!
+//! Wire format, both ways: 56-byte frames of seven u64 LE, in ns since one process-wide epoch:
+//! the intended send time, a sequence number, then stamps taken on the way (sent, read by the
+//! reader task, handler started, handler done, taken by the writer task; kept from the demo's
+//! wire format, unused here). The
+//! client takes the latency from the *intended* send time, so a stalled server cannot hide its
+//! stall by slowing the sender down (no coordinated omission).
+//!
+//! Per request on the server: the connection's reader task reads the frame, spawns a handler
+//! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
+//! the connection's writer task (hand-off 2), which writes it back.
+
+use crate::util::{exp, new_hist, record, spin_us};
+use hdrhistogram::Histogram;
+use std::io::{BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+const FRAME: usize = 56;
+
+/// Process-wide epoch for the per-hop stamps (client and server share the process).
+pub static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn stamp() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn put(f: &mut [u8; FRAME], i: usize, v: u64) {
+    f[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get(f: &[u8; FRAME], i: usize) -> u64 {
+    u64::from_le_bytes(f[i * 8..i * 8 + 8].try_into().unwrap())
+}
+
+/// Bind the service to a loopback port and run its accept loop on `rt`; returns the address.
+pub fn start_server(rt: &tokio::runtime::Runtime, work_us: f64) -> Result<SocketAddr, String> {
+    let listener = rt
+        .block_on(TcpListener::bind("127.0.0.1:0"))
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    rt.spawn(serve(listener, work_us));
+    Ok(addr)
+}
+
+/// The server's accept loop: one reader task and one writer task per connection, one handler
+/// task per request.
+async fn serve(listener: TcpListener, work_us: f64) {
+    loop {
+        let Ok((sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        tokio::spawn(connection(sock, work_us));
+    }
+}
+
+async fn connection(sock: tokio::net::TcpStream, work_us: f64) {
+    let (rd, mut wr) = sock.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<[u8; FRAME]>();
+    tokio::spawn(async move {
+        let mut buf = Vec::with_capacity(4096);
+        while let Some(mut f) = rx.recv().await {
+            put(&mut f, 6, stamp());
+            buf.extend_from_slice(&f);
+            while buf.len() < 64 * 1024 {
+                match rx.try_recv() {
+                    Ok(mut f) => {
+                        put(&mut f, 6, stamp());
+                        buf.extend_from_slice(&f)
+                    }
+                    Err(_) => break,
+                }
+            }
+            if wr.write_all(&buf).await.is_err() {
+                break;
+            }
+            buf.clear();
+        }
+    });
+    let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
+    let mut f = [0u8; FRAME];
+    while rd.read_exact(&mut f).await.is_ok() {
+        put(&mut f, 3, stamp());
+        let tx = tx.clone();
+        let mut f = f;
+        tokio::spawn(async move {
+            put(&mut f, 4, stamp());
+            spin_us(work_us);
+            put(&mut f, 5, stamp());
+            let _ = tx.send(f);
+        });
+    }
+}
+
+/// Latency histograms shared by the receiver threads and the monitor.
+pub struct FgStats {
+    epoch: Instant,
+    /// Requests whose intended send time is in `[from, to)` (ns since epoch) go into `phase`.
+    from: AtomicU64,
+    to: AtomicU64,
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
+    hists: Mutex<Hists>,
+}
+
+struct Hists {
+    /// Since the last timeline sample.
+    sample: Histogram<u64>,
+    /// The phase's measurement window.
+    phase: Histogram<u64>,
+    /// The same requests one by one, to leave out machine pauses.
+    samples: Vec<Sample>,
+}
+
+/// One request of the measurement window, in ns.
+struct Sample {
+    intended: u64,
+    latency: u64,
+}
+
+impl FgStats {
+    pub fn new() -> Arc<FgStats> {
+        Arc::new(FgStats {
+            epoch: *EPOCH.get_or_init(Instant::now),
+            from: AtomicU64::new(u64::MAX),
+            to: AtomicU64::new(u64::MAX),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            hists: Mutex::new(Hists {
+                sample: new_hist(),
+                phase: new_hist(),
+                samples: Vec::new(),
+            }),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Start the measurement window now.
+    pub fn measure_from_now(&self) {
+        self.from.store(self.now_ns(), Ordering::SeqCst);
+    }
+
+    /// End the measurement window now (late replies to requests sent before still count).
+    pub fn measure_until_now(&self) {
+        self.to.store(self.now_ns(), Ordering::SeqCst);
+    }
+
+    fn record(&self, f: &[u8; FRAME]) {
+        let intended_ns = get(f, 0);
+        let now = self.now_ns();
+        let lat = now.saturating_sub(intended_ns);
+        let in_window = intended_ns >= self.from.load(Ordering::Relaxed)
+            && intended_ns < self.to.load(Ordering::Relaxed);
+        let mut h = self.hists.lock().unwrap();
+        record(&mut h.sample, lat);
+        if in_window {
+            record(&mut h.phase, lat);
+            h.samples.push(Sample {
+                intended: intended_ns,
+                latency: lat,
+            });
+        }
+        drop(h);
+        self.received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take the histogram since the last sample.
+    pub fn take_sample(&self) -> Histogram<u64> {
+        let mut h = self.hists.lock().unwrap();
+        std::mem::replace(&mut h.sample, new_hist())
+    }
+
+    pub fn phase_hist(&self) -> Histogram<u64> {
+        self.hists.lock().unwrap().phase.clone()
+    }
+
+    /// The window's requests that were not in flight during one of `pauses` (machine pauses,
+    /// see `pauses.rs`), passed to `f` under the lock; returns how many were left out.
+    fn samples_without(&self, pauses: &[(Instant, Instant)], mut f: impl FnMut(&Sample)) -> u64 {
+        let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
+        let h = self.hists.lock().unwrap();
+        let mut left_out = 0;
+        for x in &h.samples {
+            let (sent, done) = (x.intended, x.intended + x.latency);
+            if pauses.iter().any(|&(a, b)| sent <= b && done >= a) {
+                left_out += 1;
+            } else {
+                f(x);
+            }
+        }
+        left_out
+    }
+
+    /// The phase's latencies without the requests that were in flight during one of `pauses`,
+    /// and how many were left out.
+    pub fn phase_hist_without(&self, pauses: &[(Instant, Instant)]) -> (Histogram<u64>, u64) {
+        let mut clean = new_hist();
+        let left_out = self.samples_without(pauses, |x| record(&mut clean, x.latency));
+        (clean, left_out)
+    }
+}
+
+/// The load generator stands in for clients on other machines: at real-time priority (below
+/// the pause watchdog's) its sends and receives are not held up by the CPU contention of the
+/// service under test, which would otherwise be counted as the service's latency.
+fn client_priority() {
+    let _ = crate::pauses::realtime(10);
+}
+
+/// Shared request rate (requests per second), changeable while running.
+#[derive(Clone)]
+pub struct Rate(Arc<AtomicU64>);
+
+impl Rate {
+    pub fn new(r: f64) -> Rate {
+        Rate(Arc::new(AtomicU64::new(r.to_bits())))
+    }
+    pub fn set(&self, r: f64) {
+        self.0.store(r.to_bits(), Ordering::Relaxed);
+    }
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// The open-loop load generator: one sender thread (Poisson arrivals, round-robin over the
+/// connections) and one blocking receiver thread per connection.
+pub struct LoadGen {
+    stop: Arc<AtomicBool>,
+    sender: Option<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<()>>,
+    socks: Vec<TcpStream>,
+    stats: Arc<FgStats>,
+}
+
+impl LoadGen {
+    pub fn start(
+        addr: SocketAddr,
+        rate: Rate,
+        conns: usize,
+        stats: Arc<FgStats>,
+        seed: u64,
+    ) -> std::io::Result<LoadGen> {
+        let mut socks = Vec::new();
+        let mut receivers = Vec::new();
+        for i in 0..conns {
+            let s = TcpStream::connect(addr)?;
+            s.set_nodelay(true)?;
+            let rd = s.try_clone()?;
+            let st = stats.clone();
+            receivers.push(
+                std::thread::Builder::new()
+                    .name(format!("loadgen-rx-{i}"))
+                    .spawn(move || {
+                        client_priority();
+                        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+                        let mut f = [0u8; FRAME];
+                        while rd.read_exact(&mut f).is_ok() {
+                            st.record(&f);
+                        }
+                    })?,
+            );
+            socks.push(s);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut writers: Vec<TcpStream> = socks
+            .iter()
+            .map(|s| s.try_clone())
+            .collect::<Result<_, _>>()?;
+        let (st, stp) = (stats.clone(), stop.clone());
+        let sender = std::thread::Builder::new()
+            .name("loadgen-tx".into())
+            .spawn(move || {
+                client_priority();
+                let mut rng = fastrand::Rng::with_seed(seed);
+                let mut next = st.now_ns() as f64;
+                let mut seq = 0u64;
+                while !stp.load(Ordering::Relaxed) {
+                    next += exp(&mut rng, 1e9 / rate.get());
+                    let now = st.now_ns() as f64;
+                    if next > now {
+                        std::thread::sleep(Duration::from_nanos((next - now) as u64));
+                    }
+                    let mut f = [0u8; FRAME];
+                    put(&mut f, 0, next as u64);
+                    put(&mut f, 1, seq);
+                    put(&mut f, 2, st.now_ns());
+                    let n = writers.len();
+                    if writers[(seq % n as u64) as usize].write_all(&f).is_err() {
+                        break;
+                    }
+                    st.sent.fetch_add(1, Ordering::Relaxed);
+                    seq += 1;
+                }
+            })?;
+        Ok(LoadGen {
+            stop,
+            sender: Some(sender),
+            receivers,
+            socks,
+            stats,
+        })
+    }
+
+    /// Stop sending, wait up to `timeout` for the replies still in flight, close.
+    /// Returns how many requests never got an answer.
+    pub fn stop_and_drain(mut self, timeout: Duration, abort: &AtomicBool) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.sender.take() {
+            let _ = s.join();
+        }
+        let deadline = Instant::now() + timeout;
+        let sent = self.stats.sent.load(Ordering::SeqCst);
+        while self.stats.received.load(Ordering::SeqCst) < sent
+            && Instant::now() < deadline
+            && !abort.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for s in &self.socks {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for r in self.receivers.drain(..) {
+            let _ = r.join();
+        }
+        sent.saturating_sub(self.stats.received.load(Ordering::SeqCst))
+    }
+}

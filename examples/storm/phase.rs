@@ -1,0 +1,356 @@
+//! One phase of the run: the service's runtime and ports, the foreground load, the connecting
+//! clients (depending on the phase), the storm's steps, a sample each second, and the phase's
+//! summary over its measurement window.
+
+use crate::args::Kind;
+use crate::clients::{Clients, Params};
+use crate::fg::{self, FgStats, LoadGen, Rate};
+use crate::report::{Point, Report, Segment};
+use crate::server::{self, Admission, Crowd, Service};
+use crate::setup::{Ledger, Totals};
+use crate::util::{fmt_us, q_us};
+use crate::{stopped, Ctx, STOP};
+use elastic_cpu::{Elastic, GateSettings};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+/// The service's runtime, built through the library in every phase (the probe installed, so
+/// scheduling latency costs the same everywhere).
+pub fn service_runtime(workers: usize) -> Result<(Elastic, Runtime), String> {
+    let elastic = Elastic::builder()
+        .build()
+        .map_err(|e| format!("elastic: {e}"))?;
+    let rt = elastic
+        .runtime(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all(),
+        )
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    Ok((elastic, rt))
+}
+
+/// A step of the storm: from `from` (a share of the phase) on, connection demand is `demand`
+/// x the peak (the peak is `--peak` x capacity) and the foreground rate `fg` x calm's.
+pub struct Step {
+    pub from: f64,
+    pub demand: f64,
+    pub fg: f64,
+}
+
+/// Up to the peak, the foreground 1.5x halfway through the storm, both back down.
+pub const STEPS: [Step; 6] = [
+    Step {
+        from: 0.0,
+        demand: 0.05,
+        fg: 1.0,
+    },
+    Step {
+        from: 0.1,
+        demand: 0.3,
+        fg: 1.0,
+    },
+    Step {
+        from: 0.25,
+        demand: 1.0,
+        fg: 1.0,
+    },
+    Step {
+        from: 0.5,
+        demand: 1.0,
+        fg: 1.5,
+    },
+    Step {
+        from: 0.75,
+        demand: 0.3,
+        fg: 1.0,
+    },
+    Step {
+        from: 0.9,
+        demand: 0.05,
+        fg: 1.0,
+    },
+];
+
+/// The storm phases' measurement window (shares of the phase): from the first step above
+/// capacity to the last.
+pub const STORM_WINDOW: (f64, f64) = (0.1, 0.9);
+
+pub fn run(ctx: &Ctx, kind: Kind, round: usize, rep: &mut Report) -> Segment {
+    let mut seg = Segment::new(kind, round);
+    seg.start_ms = ctx.run_start.elapsed().as_millis() as u64;
+    if let Err(e) = run_inner(ctx, kind, &mut seg, rep) {
+        eprintln!("[{}] failed: {e}", kind.name());
+        seg.skipped = Some(e);
+    }
+    seg.end_ms = ctx.run_start.elapsed().as_millis() as u64;
+    seg
+}
+
+fn admission(
+    ctx: &Ctx,
+    kind: Kind,
+    elastic: &Elastic,
+    seg: &mut Segment,
+) -> Result<Admission, String> {
+    let a = &ctx.args;
+    Ok(match kind {
+        Kind::Calm | Kind::Capacity | Kind::Open => Admission::Open,
+        Kind::Static => {
+            let rate = ctx.capacity.ok_or("no capacity measured")? * a.static_share;
+            seg.static_rate = Some(rate);
+            Admission::fixed_rate(rate)
+        }
+        Kind::Gated => {
+            let deadline = Duration::from_millis(a.gate_deadline_ms);
+            let settings = GateSettings::new()
+                .deadline(deadline)
+                .max_queue(a.gate_queue)
+                .setup_cost(Duration::from_nanos(ctx.cost.setup_ns()));
+            let gate = elastic
+                .connection_gate(settings)
+                .map_err(|e| format!("gate: {e}"))?;
+            Admission::Gated {
+                gate,
+                deadline,
+                crowd: a.gate_crowd_hint.then(Crowd::new),
+            }
+        }
+    })
+}
+
+/// Counters at the start of the measurement window.
+struct Mark {
+    at: Instant,
+    ledger: Totals,
+    clients: [u64; 4],
+}
+
+fn client_totals(c: &Option<Clients>) -> [u64; 4] {
+    c.as_ref().map_or([0; 4], |c| {
+        let t = &c.totals;
+        [
+            t.ok.load(Ordering::Relaxed),
+            t.timeouts.load(Ordering::Relaxed),
+            t.rejects.load(Ordering::Relaxed),
+            t.errors.load(Ordering::Relaxed),
+        ]
+    })
+}
+
+fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Result<(), String> {
+    let a = &ctx.args;
+    let name = kind.name();
+    let (elastic, rt) = service_runtime(a.workers)?;
+    let fg_addr = fg::start_server(&rt, a.work_us)?;
+    let rate = Rate::new(ctx.rate);
+    let stats = FgStats::new();
+    let lg = LoadGen::start(
+        fg_addr,
+        rate.clone(),
+        a.conns,
+        stats.clone(),
+        a.seed.wrapping_add(seg.start_ms),
+    )
+    .map_err(|e| format!("load generator: {e}"))?;
+
+    let (svc, mut clients) = if kind == Kind::Calm {
+        (None, None)
+    } else {
+        let svc = Arc::new(Service {
+            admission: admission(ctx, kind, &elastic, seg)?,
+            cost: ctx.cost,
+            work_us: a.work_us,
+            ledger: Ledger::default(),
+            client_timeout: Duration::from_millis(a.timeout_ms),
+        });
+        let addr = server::start(&rt, svc.clone())?;
+        let p = Params {
+            addr,
+            timeout: (kind != Kind::Capacity).then(|| Duration::from_millis(a.timeout_ms)),
+            think: Duration::from_millis(a.think_ms),
+            requests: a.requests,
+        };
+        let mut c = Clients::start(p)?;
+        if kind == Kind::Capacity {
+            c.set_population(a.capacity_clients);
+        }
+        (Some(svc), Some(c))
+    };
+
+    let secs = if kind.storm() {
+        a.storm_secs
+    } else {
+        a.calm_secs
+    };
+    let (w0, w1) = if kind.storm() {
+        (secs * STORM_WINDOW.0, secs * STORM_WINDOW.1)
+    } else {
+        (a.warmup_secs, secs)
+    };
+    // Clients per unit of demand: each asks for a setup about once per think time.
+    let peak_clients = ctx.capacity.unwrap_or(0.0) * a.peak * a.think_ms as f64 / 1e3;
+    let t0 = Instant::now();
+    let sample = Duration::from_secs(1);
+    let mut next = t0;
+    let mut step = usize::MAX;
+    let mut mark: Option<Mark> = None;
+    let mut last = (t0, Totals::default(), client_totals(&clients));
+    let cpus = |c: &Option<Clients>| {
+        (
+            crate::util::process_cpu().unwrap_or_default(),
+            c.as_ref().and_then(Clients::cpu).unwrap_or_default(),
+        )
+    };
+    let mut last_cpu = cpus(&clients);
+    let mut shares = Vec::new();
+    let mut population = 0usize;
+    let mut fg_factor = 1.0;
+    loop {
+        let el = t0.elapsed().as_secs_f64();
+        if kind.storm() {
+            let s = STEPS.iter().rposition(|s| el >= s.from * secs).unwrap_or(0);
+            if s != step {
+                step = s;
+                population = (STEPS[s].demand * peak_clients).round() as usize;
+                fg_factor = STEPS[s].fg;
+                rate.set(ctx.rate * fg_factor);
+                if let Some(c) = clients.as_mut() {
+                    c.set_population(population);
+                }
+                if s > 0 {
+                    seg.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
+                }
+            }
+        }
+        next += sample;
+        while Instant::now() < next && !stopped() {
+            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
+        }
+        let now = Instant::now();
+        let el = (now - t0).as_secs_f64();
+        let led = svc
+            .as_ref()
+            .map_or(Totals::default(), |s| s.ledger.totals());
+        let cl = client_totals(&clients);
+        if mark.is_none() && el >= w0 {
+            stats.measure_from_now();
+            mark = Some(Mark {
+                at: now,
+                ledger: led,
+                clients: cl,
+            });
+        }
+        let dt = (now - last.0).as_secs_f64().max(1e-9);
+        let d = led.since(&last.1);
+        let timeouts = (cl[1] - last.2[1]) as f64 / dt;
+        let cpu = cpus(&clients);
+        let server_cpu = (cpu.0.saturating_sub(last_cpu.0)).as_secs_f64() / dt;
+        let client_cpu = (cpu.1.saturating_sub(last_cpu.1)).as_secs_f64() / dt;
+        last_cpu = cpu;
+        last = (now, led, cl);
+        if let Some(s) = &svc {
+            s.admission.set_pressure(
+                (d.rejected + d.expired) as f64 / dt,
+                (d.completed + d.wasted) as f64 / dt,
+            );
+        }
+        let (share, queue) = match svc.as_ref().map(|s| &s.admission) {
+            Some(Admission::Gated { gate, .. }) => {
+                let g = gate.snapshot();
+                (Some(g.share), Some(g.queue_len as f64))
+            }
+            _ => (None, None),
+        };
+        if mark.is_some() && el <= w1 + 0.5 {
+            if let Some(s) = share {
+                shares.push(s);
+            }
+        }
+        let h = stats.take_sample();
+        let p = Point {
+            t_ms: ctx.run_start.elapsed().as_millis() as u64,
+            phase: name.to_string(),
+            fg_p99_us: q_us(&h, 0.99),
+            completed_per_sec: d.completed as f64 / dt,
+            wasted_cpu: d.wasted_ns as f64 / 1e9 / dt,
+            useful_cpu: d.useful_ns as f64 / 1e9 / dt,
+            rejected_per_sec: d.rejected as f64 / dt,
+            expired_per_sec: d.expired as f64 / dt,
+            timeouts_per_sec: timeouts,
+            server_cpu,
+            client_cpu,
+            share,
+            queue,
+            population,
+            fg_factor,
+        };
+        println!(
+            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} | age {}{}",
+            name,
+            el,
+            fmt_us(p.fg_p99_us),
+            population,
+            fg_factor,
+            p.completed_per_sec,
+            p.wasted_cpu,
+            p.rejected_per_sec,
+            p.expired_per_sec,
+            p.timeouts_per_sec,
+            server_cpu,
+            client_cpu,
+            d.hello_age_ms().map_or("-".into(), |a| format!("{a:.0}ms")),
+            match (share, queue) {
+                (Some(s), Some(q)) => format!(" | share {s:.2} queue {q:.0}"),
+                _ => String::new(),
+            }
+        );
+        rep.timeline.push(p);
+        if let Some(m) = &mark {
+            if el >= w1 && seg.measured_secs == 0.0 {
+                stats.measure_until_now();
+                seg.measured_secs = (now - m.at).as_secs_f64();
+                seg.setups = led.since(&m.ledger);
+                for (i, x) in seg.clients.iter_mut().enumerate() {
+                    *x = cl[i] - m.clients[i];
+                }
+            }
+        }
+        if el >= secs || stopped() {
+            if let (Some(m), 0.0) = (&mark, seg.measured_secs) {
+                stats.measure_until_now();
+                seg.measured_secs = (now - m.at).as_secs_f64();
+                seg.setups = led.since(&m.ledger);
+                for (i, x) in seg.clients.iter_mut().enumerate() {
+                    *x = cl[i] - m.clients[i];
+                }
+            }
+            break;
+        }
+    }
+    seg.interrupted = stopped();
+    seg.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
+    drop(clients);
+    rt.shutdown_timeout(Duration::from_secs(3));
+    drop(elastic);
+
+    if let Some(m) = mark {
+        let raw = stats.phase_hist();
+        let pz = ctx.pauses.between(m.at, Instant::now());
+        seg.pauses = pz.len();
+        let h = if ctx.pauses.realtime {
+            let (clean, left_out) = stats.phase_hist_without(&pz);
+            seg.left_out = left_out;
+            clean
+        } else {
+            raw.clone()
+        };
+        seg.raw_p99_us = q_us(&raw, 0.99);
+        seg.share_mean = crate::report::mean(&shares);
+        seg.hist = Some(h);
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! The service's setup port: accept, read the client's hello, admit (or not, depending on the
+//! phase), run the setup's hash, answer, then serve the session's few requests.
+//!
+//! Wire format. Client to server: a 16-byte hello (the client's give-up time in ns of wall
+//! clock, its id), later 8-byte requests. Server to client: a 5-byte answer (`O` for set up, or
+//! `R` and a retry-after hint in ms as u32 LE), later 8-byte replies. The hello carries the
+//! give-up time only so the ledger can tell wasted setups from useful ones: no admission
+//! decision reads it (a real server does not know its clients' timeouts).
+
+use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
+use crate::util::spin_us;
+use elastic_cpu::{ConnectionGate, RejectReason};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+pub const HELLO: usize = 16;
+pub const ANSWER: usize = 5;
+pub const REQ: usize = 8;
+
+/// How the phase admits connection setups.
+pub enum Admission {
+    /// Every accepted connection is set up at once.
+    Open,
+    /// A fixed rate (`governor`); over it, rejected with a retry-after hint.
+    Static {
+        limiter: DefaultDirectRateLimiter,
+        rate: f64,
+        /// Rejects per second over the last second (f64 bits), for the hint.
+        pressure: AtomicU64,
+    },
+    /// The library's connection gate.
+    Gated {
+        gate: ConnectionGate,
+        deadline: Duration,
+        /// `--gate-hint crowd`: send the larger of the gate's hint and the crowd hint (the
+        /// static phase's rule, at the measured admission rate).
+        crowd: Option<Crowd>,
+    },
+}
+
+/// The gated phase's crowd hint: rejects per second and admissions per second, last second.
+pub struct Crowd {
+    rejects: AtomicU64,
+    admits: AtomicU64,
+}
+
+impl Crowd {
+    pub fn new() -> Crowd {
+        Crowd {
+            rejects: AtomicU64::new(0f64.to_bits()),
+            admits: AtomicU64::new(1f64.to_bits()),
+        }
+    }
+
+    fn hint(&self) -> Duration {
+        let admits = f64::from_bits(self.admits.load(Ordering::Relaxed)).max(1.0);
+        let p = AtomicU64::new(self.rejects.load(Ordering::Relaxed));
+        static_hint(admits, &p)
+    }
+}
+
+impl Admission {
+    pub fn fixed_rate(rate: f64) -> Admission {
+        let per_sec = NonZeroU32::new(rate.round().max(1.0) as u32).unwrap_or(NonZeroU32::MIN);
+        // A burst of 10 ms worth, so bunched arrivals do not leave the rate unused.
+        let burst = NonZeroU32::new((rate / 100.0).ceil() as u32).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::per_second(per_sec).allow_burst(burst);
+        Admission::Static {
+            limiter: RateLimiter::direct(quota),
+            rate: per_sec.get() as f64,
+            pressure: AtomicU64::new(0f64.to_bits()),
+        }
+    }
+
+    /// Tell the static limiter (or the gated phase's crowd hint) how many were rejected and
+    /// admitted per second lately.
+    pub fn set_pressure(&self, rejects_per_sec: f64, admits_per_sec: f64) {
+        match self {
+            Admission::Static { pressure, .. } => {
+                pressure.store(rejects_per_sec.to_bits(), Ordering::Relaxed)
+            }
+            Admission::Gated { crowd: Some(c), .. } => {
+                c.rejects
+                    .store(rejects_per_sec.to_bits(), Ordering::Relaxed);
+                c.admits.store(admits_per_sec.to_bits(), Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The static limiter's hint: the time the rejected crowd needs at the fixed rate, with
+/// jitter (±50 %), from 20 ms to 5 s: the same idea as the gate's hint, so both phases get
+/// clients that spread their retries.
+fn static_hint(rate: f64, pressure: &AtomicU64) -> Duration {
+    let p = f64::from_bits(pressure.load(Ordering::Relaxed));
+    let secs = (p / rate).clamp(0.02, 5.0) * (0.5 + fastrand::f64());
+    Duration::from_secs_f64(secs)
+}
+
+/// Everything a setup-port connection needs.
+pub struct Service {
+    pub admission: Admission,
+    pub cost: SetupCost,
+    pub work_us: f64,
+    pub ledger: Ledger,
+    /// The clients' timeout, only to tell from a hello how old the attempt is (for the
+    /// report; no admission decision uses it).
+    pub client_timeout: Duration,
+}
+
+/// Bind the setup port (tokio's default accept backlog, 1024: a deeper one holds attempts
+/// that go stale before they are accepted) and run its accept loop on `rt`.
+pub fn start(rt: &tokio::runtime::Runtime, svc: Arc<Service>) -> Result<SocketAddr, String> {
+    let listener = rt
+        .block_on(async {
+            let s = TcpSocket::new_v4()?;
+            s.set_reuseaddr(true)?;
+            s.bind("127.0.0.1:0".parse().expect("a valid address"))?;
+            s.listen(1024)
+        })
+        .map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    rt.spawn(accept_loop(listener, svc));
+    Ok(addr)
+}
+
+/// One task per accepted connection, so a waiting admission never holds up accept.
+async fn accept_loop(listener: TcpListener, svc: Arc<Service>) {
+    loop {
+        match listener.accept().await {
+            Ok((sock, _)) => {
+                tokio::spawn(connection(sock, svc.clone()));
+            }
+            // Out of file descriptors (the open phase's pile of setups): what a real server
+            // does, back off and try again; meanwhile the kernel's backlog fills.
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+async fn answer(sock: &mut TcpStream, tag: u8, ms: u32) -> bool {
+    let mut a = [0u8; ANSWER];
+    a[0] = tag;
+    a[1..].copy_from_slice(&ms.to_le_bytes());
+    sock.write_all(&a).await.is_ok()
+}
+
+async fn reject(sock: &mut TcpStream, retry_after: Duration) {
+    let ms = retry_after.as_millis().min(u32::MAX as u128) as u32;
+    let _ = answer(sock, b'R', ms).await;
+}
+
+async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
+    let l = &svc.ledger;
+    Ledger::add(&l.accepted, 1);
+    let _ = sock.set_nodelay(true);
+    let mut hello = [0u8; HELLO];
+    // The client says hello at once; a silent peer does not hold a socket for long.
+    match tokio::time::timeout(Duration::from_secs(2), sock.read_exact(&mut hello)).await {
+        Ok(Ok(_)) => {}
+        _ => {
+            Ledger::add(&l.gone, 1);
+            return;
+        }
+    }
+    let gives_up_ns = u64::from_le_bytes(hello[..8].try_into().expect("8 bytes"));
+    let seed = u64::from_le_bytes(hello[8..].try_into().expect("8 bytes"));
+    if gives_up_ns != u64::MAX {
+        let started = gives_up_ns.saturating_sub(svc.client_timeout.as_nanos() as u64);
+        Ledger::add(&l.hellos, 1);
+        Ledger::add(&l.hello_age_ns, wall_ns().saturating_sub(started));
+    }
+    let cost = svc.cost;
+    match &svc.admission {
+        // Open and static run the same cooperative hash as the gated phase (a yield where the
+        // gate paces), so only admission differs between the phases.
+        Admission::Open => {
+            for i in 0..cost.chunks {
+                hash_chunk(seed ^ i as u64, cost.iters);
+                tokio::task::yield_now().await;
+            }
+        }
+        Admission::Static {
+            limiter,
+            rate,
+            pressure,
+        } => {
+            if limiter.check().is_err() {
+                Ledger::add(&l.rejected, 1);
+                reject(&mut sock, static_hint(*rate, pressure)).await;
+                return;
+            }
+            for i in 0..cost.chunks {
+                hash_chunk(seed ^ i as u64, cost.iters);
+                tokio::task::yield_now().await;
+            }
+        }
+        Admission::Gated {
+            gate,
+            deadline,
+            crowd,
+        } => match gate.admit(*deadline).await {
+            Ok(mut permit) => {
+                for i in 0..cost.chunks {
+                    hash_chunk(seed ^ i as u64, cost.iters);
+                    permit.pace().await;
+                }
+                drop(permit);
+            }
+            Err(rej) => {
+                match rej.reason() {
+                    RejectReason::Expired => Ledger::add(&l.expired, 1),
+                    _ => Ledger::add(&l.rejected, 1),
+                }
+                let hint = match crowd {
+                    Some(c) => rej.retry_after().max(c.hint()),
+                    None => rej.retry_after(),
+                };
+                reject(&mut sock, hint).await;
+                return;
+            }
+        },
+    }
+    if wall_ns() > gives_up_ns {
+        Ledger::add(&l.wasted, 1);
+        Ledger::add(&l.wasted_ns, cost.setup_ns());
+        return;
+    }
+    Ledger::add(&l.completed, 1);
+    Ledger::add(&l.useful_ns, cost.setup_ns());
+    if !answer(&mut sock, b'O', 0).await {
+        return;
+    }
+    let mut req = [0u8; REQ];
+    while sock.read_exact(&mut req).await.is_ok() {
+        spin_us(svc.work_us);
+        Ledger::add(&l.requests, 1);
+        if sock.write_all(&req).await.is_err() {
+            break;
+        }
+    }
+}
