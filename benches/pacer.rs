@@ -25,6 +25,13 @@
 //!
 //! * `gate/admit_release` — the connection gate's hot path: one attempt admitted at once (tokens
 //!   there, nobody waiting) and its permit dropped at once, polled by hand on one thread.
+//! * `quantum_cost/{none,default}` — what the poll quantum costs the elastic work itself: one
+//!   task scans `SCAN_ROWS` rows (a few ns of hashing per row, `pacer.pace().await` per row) on
+//!   an otherwise idle 2-worker runtime with I/O and timers enabled, built through
+//!   `elastic.runtime(..)`. `default` uses the 50 µs default quantum (a yield, i.e. a
+//!   reschedule and an I/O driver poll, every 50 µs); `none` sets the quantum to the slice
+//!   (100 ms, the largest the builder accepts), longer than one whole scan, so the scan never
+//!   yields. Throughput in rows (elements); the bench prints the task's polls per scan.
 //!
 //! `cargo bench --bench pacer` runs it in about a minute.
 
@@ -37,7 +44,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu::elastic_cpu_core::{Clock, ThreadCpuClock};
 use elastic_cpu::prelude::*;
-use elastic_cpu::{Elastic, GateSettings, DEFAULT_QUANTUM};
+use elastic_cpu::{Elastic, GateSettings, DEFAULT_QUANTUM, DEFAULT_SLICE};
 use tokio::runtime::{Builder, Runtime};
 
 /// Tasks per `paced_overhead` batch (≥ the largest worker count, so every worker has work).
@@ -520,5 +527,78 @@ fn gate(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, paced_overhead, pace_loop, gate);
+/// Rows per `quantum_cost` scan: ~10–20 ms of work here, well inside one 100 ms slice.
+const SCAN_ROWS: usize = 1 << 20;
+
+/// One row's work in a `quantum_cost` scan: a few dependent multiply-xorshift rounds.
+#[inline]
+fn hash_row(acc: u64, row: u64) -> u64 {
+    let mut x = acc ^ row;
+    for _ in 0..4 {
+        x = (x ^ (x >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    x
+}
+
+fn quantum_cost(c: &mut Criterion) {
+    use criterion::Throughput;
+    use std::sync::Arc;
+
+    let table: Arc<Vec<u64>> = Arc::new((0..SCAN_ROWS as u64).map(|i| i * 7 + 3).collect());
+    let mut group = c.benchmark_group("quantum_cost");
+    group
+        .sample_size(SAMPLES)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASURE)
+        .throughput(Throughput::Elements(SCAN_ROWS as u64));
+    // "none": the builder's largest quantum, the slice itself (longer than a whole scan).
+    for (name, quantum) in [("none", DEFAULT_SLICE), ("default", DEFAULT_QUANTUM)] {
+        let elastic = Elastic::builder()
+            .fixed_limit(1.0)
+            .cpus(1024.0)
+            .quantum(quantum)
+            .build()
+            .expect("elastic settings");
+        let rt = elastic
+            .runtime(Builder::new_multi_thread().worker_threads(2).enable_all())
+            .build()
+            .expect("runtime");
+        let mut stats = PollStats::default();
+        let mut scans = 0u64;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let (table, mut pacer) = (table.clone(), elastic.pacer());
+                    let (wall, s) = run_task(&rt, async move {
+                        let mut acc = 0u64;
+                        for &row in table.iter() {
+                            pacer.pace().await;
+                            acc = hash_row(acc, black_box(row));
+                        }
+                        acc
+                    });
+                    total += wall;
+                    scans += 1;
+                    stats.merge(s);
+                }
+                total
+            })
+        });
+        if scans > 0 {
+            let s = elastic.snapshot();
+            println!(
+                "    {name} (quantum {:?}): {:.1} task polls per scan of {SCAN_ROWS} rows; \
+                 queue: grants {}, waits {}",
+                quantum,
+                stats.polls.len() as f64 / scans as f64,
+                s.queue.grants,
+                s.queue.waits,
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, paced_overhead, pace_loop, gate, quantum_cost);
 criterion_main!(benches);
