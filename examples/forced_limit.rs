@@ -117,11 +117,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         left -= nap;
         let s = elastic.snapshot();
         println!(
-            "[{second}s] granted {:.3} CPU-s, used {:.3} CPU-s, waiters {}, balance {:+.3} s",
+            "[{second}s] granted {:.3} CPU-s, used {:.3} CPU-s, waiters {}, balance {:+.3} s, \
+             overhead corrected {:.1} %",
             (s.acquired - s.returned).as_secs_f64(),
             s.used.as_secs_f64(),
             s.waiters,
-            s.balance_secs_f64()
+            s.balance_secs_f64(),
+            s.overhead * 100.0
         );
         if left.is_zero() {
             break;

@@ -244,6 +244,7 @@ pub(crate) struct Control {
     braked_nanos: AtomicU64,
     longest_wait_nanos: AtomicU64,
     throttled_periods: AtomicU64,
+    overhead: AtomicF64,
 }
 
 impl Control {
@@ -258,6 +259,7 @@ impl Control {
             braked_nanos: AtomicU64::new(0),
             longest_wait_nanos: AtomicU64::new(0),
             throttled_periods: AtomicU64::new(0),
+            overhead: AtomicF64::default(),
             governor: Mutex::new(governor),
         };
         control.publish(&control.lock());
@@ -285,6 +287,7 @@ impl Control {
             .as_ref()
             .map_or(0, ThrottleWatch::throttled_periods);
         self.throttled_periods.store(throttled, Ordering::Relaxed);
+        self.overhead.store(g.share.overhead());
     }
 
     /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
@@ -366,6 +369,7 @@ impl Control {
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
             longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
             throttled_periods: self.throttled_periods.load(Ordering::Relaxed),
+            overhead: self.overhead.load(),
         };
         Snapshot::new(governed, window, shared.queue.snapshot())
     }

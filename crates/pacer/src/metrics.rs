@@ -85,6 +85,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Times the backlog brake stopped elastic work since start",
     ),
     (
+        "elastic_cpu_overhead_ratio",
+        "ratio",
+        "Elastic work's scheduler overhead over the running time charged; the rate is cut by it",
+    ),
+    (
         "elastic_cpu_throttled_periods_total",
         "count",
         "CFS periods in which the cgroup ran out of CPU quota, each one a step down of the limit",
@@ -167,6 +172,7 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
     counter!("elastic_cpu_throttled_periods_total").absolute(s.throttled_periods);
+    gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
 }
 
 /// Emit a connection gate's metrics (the `elastic_cpu_gate_*` names in [`METRICS`]).

@@ -123,6 +123,11 @@ impl ShareCorrection {
         self.busy = false;
     }
 
+    /// Elastic work's measured overhead, as a fraction of the running time charged.
+    pub(crate) fn overhead(&self) -> f64 {
+        self.overhead
+    }
+
     /// The token rate for `rate` once elastic work's overhead is paid from it.
     pub(crate) fn apply(&self, rate: u64) -> u64 {
         (rate as f64 / (1.0 + self.overhead)).round() as u64

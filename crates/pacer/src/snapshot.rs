@@ -82,6 +82,11 @@ pub struct Snapshot {
     /// [`throttle_signal(false)`](crate::ElasticBuilder::throttle_signal)). Each one steps the
     /// limit down for a probe window.
     pub throttled_periods: u64,
+    /// Elastic work's CPU overhead (scheduler work its yields cause: reschedules, wake-ups,
+    /// parking), as a fraction of the running time charged, as the governor last measured it
+    /// in a window without foreground load; the token rate is `limit × cpus / (1 + overhead)`.
+    /// 0 until measured, on a manual clock, and while foreground load keeps the windows busy.
+    pub overhead: f64,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -143,6 +148,7 @@ pub(crate) struct Governed {
     pub(crate) braked_time: Duration,
     pub(crate) longest_wait: Duration,
     pub(crate) throttled_periods: u64,
+    pub(crate) overhead: f64,
 }
 
 impl Snapshot {
@@ -156,6 +162,7 @@ impl Snapshot {
             braked_time,
             longest_wait,
             throttled_periods,
+            overhead,
         } = governed;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
@@ -187,6 +194,7 @@ impl Snapshot {
             brakes: queue.pauses,
             braked_time,
             throttled_periods,
+            overhead,
             window,
             queue,
         }
