@@ -12,14 +12,21 @@
 //! line a second, a summary table, and writes a JSON and an HTML report.
 
 mod args;
+// Shared by the `demo` and `storm` examples (each uses only part of them).
 mod ctl;
+#[allow(dead_code)]
+#[path = "../common/fg.rs"]
 mod fg;
 mod neighbour;
+#[allow(dead_code)]
+#[path = "../common/pauses.rs"]
 mod pauses;
 mod phase;
 mod quota;
 mod report;
 mod scan;
+#[allow(dead_code)]
+#[path = "../common/util.rs"]
 mod util;
 
 use args::{Args, Env, Kind, PhaseSpec};

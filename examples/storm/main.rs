@@ -14,13 +14,20 @@
 //! line a second, a summary, and writes a JSON and an HTML report.
 
 mod args;
+// Shared by the `demo` and `storm` examples (each uses only part of them).
 mod clients;
+#[allow(dead_code)]
+#[path = "../common/fg.rs"]
 mod fg;
+#[allow(dead_code)]
+#[path = "../common/pauses.rs"]
 mod pauses;
 mod phase;
 mod report;
 mod server;
 mod setup;
+#[allow(dead_code)]
+#[path = "../common/util.rs"]
 mod util;
 
 use args::{Args, Kind};

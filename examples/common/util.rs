@@ -64,7 +64,12 @@ pub fn q_us(h: &Histogram<u64>, q: f64) -> Option<f64> {
 
 /// CPU time of this whole process (user + system) from /proc (Linux), None elsewhere.
 pub fn process_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_of("self")
+}
+
+/// CPU time of process `pid` ("self" for this one), from /proc (Linux), None elsewhere.
+pub fn cpu_of(pid: &str) -> Option<Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();

@@ -34,7 +34,7 @@ impl Pauses {
             let (tx, rx) = std::sync::mpsc::channel();
             let s = seen.clone();
             let spawned = std::thread::Builder::new()
-                .name(format!("demo-pause-watch-{cpu}"))
+                .name(format!("pause-watch-{cpu}"))
                 .spawn(move || {
                     let rt = pin_realtime(cpu);
                     let _ = tx.send(rt);
