@@ -122,6 +122,9 @@ pub struct GateStats {
     pub pending: usize,
     /// Setups running now (grants handed out and not settled).
     pub in_setup: usize,
+    /// The most setups that may run at once ([`GateQueue::set_max_in_setup`]; `usize::MAX`:
+    /// no cap).
+    pub max_in_setup: usize,
     /// Attempts so far.
     pub attempts: u64,
     /// Attempts that got a setup grant (and collected it).
@@ -658,6 +661,7 @@ impl<C: Clock> GateQueue<C> {
                 .count(),
             closed: st.closed,
             paused: st.paused,
+            max_in_setup: st.max_in_setup,
             ..st.stats.clone()
         }
     }
