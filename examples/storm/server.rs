@@ -152,7 +152,7 @@ async fn accept_loop(listener: TcpListener, svc: Arc<Service>) {
                 // requests among them) run every few attempts, not only when tokio's budget
                 // of 128 runs out.
                 accepted = accepted.wrapping_add(1);
-                if accepted % ACCEPT_BATCH == 0 {
+                if accepted.is_multiple_of(ACCEPT_BATCH) {
                     tokio::task::yield_now().await;
                 }
                 match decide(&svc).await {

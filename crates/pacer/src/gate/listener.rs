@@ -153,7 +153,7 @@ async fn accept_loop(
             return;
         }
         accepted = accepted.wrapping_add(1);
-        if accepted % ACCEPT_BATCH == 0 {
+        if accepted.is_multiple_of(ACCEPT_BATCH) {
             // In a flood accept is always ready: let the worker's other tasks run.
             tokio::task::yield_now().await;
         }
