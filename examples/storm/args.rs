@@ -91,9 +91,13 @@ pub struct Args {
     /// run the phase list N times, interleaved, and merge each phase's rounds
     #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
     pub rounds: usize,
-    /// length of the calm and capacity phases, warm-up included
+    /// length of the calm phase, warm-up included [default: the warm-up and as long as the
+    /// storm phases' measurement window, so both p99s are taken over the same span]
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub calm_secs: Option<f64>,
+    /// length of the capacity phase, warm-up included
     #[arg(long, value_name = "N", default_value = "8", value_parser = positive)]
-    pub calm_secs: f64,
+    pub capacity_secs: f64,
     /// length of each storm phase (open, static, gated)
     #[arg(long, value_name = "N", default_value = "24", value_parser = positive)]
     pub storm_secs: f64,
@@ -222,6 +226,14 @@ fn phase_list(v: &str) -> Result<Vec<Kind>, String> {
 }
 
 impl Args {
+    /// The calm phase's length: as given, or the warm-up plus the storm phases' window.
+    pub fn calm_secs(&self) -> f64 {
+        self.calm_secs.unwrap_or_else(|| {
+            let (from, to) = crate::phase::STORM_WINDOW;
+            self.warmup_secs + (to - from) * self.storm_secs
+        })
+    }
+
     /// Parse the process's flags; on an error, print it with the usage line and exit with 2.
     pub fn from_env() -> Args {
         Args::try_parse()
@@ -240,8 +252,10 @@ impl Args {
         if self.phases.is_empty() {
             return Err(err("no phases to run".into()));
         }
-        if self.warmup_secs >= self.calm_secs {
-            return Err(err("--warmup-secs must be shorter than --calm-secs".into()));
+        if self.warmup_secs >= self.calm_secs() || self.warmup_secs >= self.capacity_secs {
+            return Err(err(
+                "--warmup-secs must be shorter than --calm-secs and --capacity-secs".into(),
+            ));
         }
         if self.chunk_us > self.setup_us {
             return Err(err("--chunk-us must not exceed --setup-us".into()));

@@ -2,7 +2,7 @@
 //! accept rate, and elastic-cpu's connection gate.
 //!
 //! ```text
-//! cargo run --release --example storm                     # the default run (~3.5 minutes)
+//! cargo run --release --example storm                     # the default run (~4 minutes)
 //! cargo run --release --example storm -- --help           # flags
 //! cargo run --release --example storm -- --json out.json  # the JSON report elsewhere
 //! ```

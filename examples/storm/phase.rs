@@ -181,10 +181,10 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         (Some(svc), Some(c))
     };
 
-    let secs = if kind.storm() {
-        a.storm_secs
-    } else {
-        a.calm_secs
+    let secs = match kind {
+        Kind::Calm => a.calm_secs(),
+        Kind::Capacity => a.capacity_secs,
+        _ => a.storm_secs,
     };
     let (w0, w1) = if kind.storm() {
         (secs * STORM_WINDOW.0, secs * STORM_WINDOW.1)

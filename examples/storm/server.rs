@@ -1,5 +1,6 @@
-//! The service's setup port: accept, read the client's hello, admit (or not, depending on the
-//! phase), run the setup's hash, answer, then serve the session's few requests.
+//! The service's setup port: accept, admit (or not, depending on the phase; a refusal is
+//! answered on the spot), read the client's hello, run the setup's hash, answer, then serve
+//! the session's few requests.
 //!
 //! Wire format. Client to server: a 16-byte hello (the client's give-up time in ns of wall
 //! clock, its id), later 8-byte requests. Server to client: a 5-byte answer (`O` for set up, or
@@ -9,12 +10,15 @@
 
 use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
 use crate::util::spin_us;
-use elastic_cpu::{ConnectionGate, RejectReason};
+use elastic_cpu::{ConnectionGate, RejectReason, Rejected, SetupPermit};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -131,12 +135,32 @@ pub fn start(rt: &tokio::runtime::Runtime, svc: Arc<Service>) -> Result<SocketAd
     Ok(addr)
 }
 
-/// One task per accepted connection, so a waiting admission never holds up accept.
+/// Attempts accepted between yields of the accept loop.
+const ACCEPT_BATCH: u32 = 16;
+
+/// Admission is decided here, before the hello is read: a refused attempt is answered and
+/// closed on the spot (no task, no timer, no wait for its hello), so a flood of refusals
+/// costs as little as a refusal can. Admitted and queued attempts get a task of their own,
+/// so a waiting admission never holds up accept.
 async fn accept_loop(listener: TcpListener, svc: Arc<Service>) {
+    let mut accepted = 0u32;
     loop {
         match listener.accept().await {
             Ok((sock, _)) => {
-                tokio::spawn(connection(sock, svc.clone()));
+                Ledger::add(&svc.ledger.accepted, 1);
+                // In a flood accept is always ready: let the worker's other tasks (established
+                // requests among them) run every few attempts, not only when tokio's budget
+                // of 128 runs out.
+                accepted = accepted.wrapping_add(1);
+                if accepted.is_multiple_of(ACCEPT_BATCH) {
+                    tokio::task::yield_now().await;
+                }
+                match decide(&svc).await {
+                    Decision::Refuse(hint, expired) => refuse_now(sock, &svc.ledger, hint, expired),
+                    Decision::Run(admit) => {
+                        tokio::spawn(connection(sock, svc.clone(), admit));
+                    }
+                }
             }
             // Out of file descriptors (the open phase's pile of setups): what a real server
             // does, back off and try again; meanwhile the kernel's backlog fills.
@@ -145,21 +169,98 @@ async fn accept_loop(listener: TcpListener, svc: Arc<Service>) {
     }
 }
 
-async fn answer(sock: &mut TcpStream, tag: u8, ms: u32) -> bool {
+/// What the accept loop decided for one attempt.
+enum Decision {
+    /// Refused: the hint, and whether it waited past its deadline.
+    Refuse(Duration, bool),
+    /// Set it up (after an admission still pending, for the gated phase).
+    Run(Admit),
+}
+
+/// An attempt on its way to a setup.
+enum Admit {
+    /// Open, or admitted by the static limiter.
+    Now,
+    /// The gate admitted it at once.
+    Permit(SetupPermit),
+    /// Queued in the gate: the connection's task waits for it.
+    Waiting(elastic_cpu::Admission),
+}
+
+/// The phase's admission, polled once: the gate answers a refusal at its first poll.
+async fn decide(svc: &Service) -> Decision {
+    match &svc.admission {
+        Admission::Open => Decision::Run(Admit::Now),
+        Admission::Static {
+            limiter,
+            rate,
+            pressure,
+        } => match limiter.check() {
+            Ok(()) => Decision::Run(Admit::Now),
+            Err(_) => Decision::Refuse(static_hint(*rate, pressure), false),
+        },
+        Admission::Gated {
+            gate,
+            deadline,
+            crowd,
+        } => {
+            let mut admission = gate.admit(*deadline);
+            let first =
+                std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut admission).poll(cx))).await;
+            match first {
+                Poll::Ready(Ok(permit)) => Decision::Run(Admit::Permit(permit)),
+                Poll::Ready(Err(rej)) => Decision::Refuse(
+                    gated_hint(&rej, crowd.as_ref()),
+                    rej.reason() == RejectReason::Expired,
+                ),
+                Poll::Pending => Decision::Run(Admit::Waiting(admission)),
+            }
+        }
+    }
+}
+
+fn gated_hint(rej: &Rejected, crowd: Option<&Crowd>) -> Duration {
+    match crowd {
+        Some(c) => rej.retry_after().max(c.hint()),
+        None => rej.retry_after(),
+    }
+}
+
+fn count_refusal(l: &Ledger, expired: bool) {
+    if expired {
+        Ledger::add(&l.expired, 1);
+    } else {
+        Ledger::add(&l.rejected, 1);
+    }
+}
+
+/// Answer a refusal without waiting: the 5-byte answer fits any socket buffer; the hello,
+/// if it has come, is read (without waiting) so the close is a FIN, not a reset that could
+/// overtake the answer.
+fn refuse_now(sock: TcpStream, l: &Ledger, hint: Duration, expired: bool) {
+    count_refusal(l, expired);
+    let _ = sock.try_write(&answer_bytes(b'R', hint_ms(hint)));
+    let mut hello = [0u8; HELLO];
+    let _ = sock.try_read(&mut hello);
+}
+
+fn hint_ms(hint: Duration) -> u32 {
+    hint.as_millis().min(u32::MAX as u128) as u32
+}
+
+fn answer_bytes(tag: u8, ms: u32) -> [u8; ANSWER] {
     let mut a = [0u8; ANSWER];
     a[0] = tag;
     a[1..].copy_from_slice(&ms.to_le_bytes());
-    sock.write_all(&a).await.is_ok()
+    a
 }
 
-async fn reject(sock: &mut TcpStream, retry_after: Duration) {
-    let ms = retry_after.as_millis().min(u32::MAX as u128) as u32;
-    let _ = answer(sock, b'R', ms).await;
+async fn answer(sock: &mut TcpStream, tag: u8, ms: u32) -> bool {
+    sock.write_all(&answer_bytes(tag, ms)).await.is_ok()
 }
 
-async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
+async fn connection(mut sock: TcpStream, svc: Arc<Service>, admit: Admit) {
     let l = &svc.ledger;
-    Ledger::add(&l.accepted, 1);
     let _ = sock.set_nodelay(true);
     let mut hello = [0u8; HELLO];
     // The client says hello at once; a silent peer does not hold a socket for long.
@@ -178,55 +279,37 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>) {
         Ledger::add(&l.hello_age_ns, wall_ns().saturating_sub(started));
     }
     let cost = svc.cost;
-    match &svc.admission {
-        // Open and static run the same cooperative hash as the gated phase (a yield where the
-        // gate paces), so only admission differs between the phases.
-        Admission::Open => {
-            for i in 0..cost.chunks {
-                hash_chunk(seed ^ i as u64, cost.iters);
-                tokio::task::yield_now().await;
-            }
-        }
-        Admission::Static {
-            limiter,
-            rate,
-            pressure,
-        } => {
-            if limiter.check().is_err() {
-                Ledger::add(&l.rejected, 1);
-                reject(&mut sock, static_hint(*rate, pressure)).await;
-                return;
-            }
-            for i in 0..cost.chunks {
-                hash_chunk(seed ^ i as u64, cost.iters);
-                tokio::task::yield_now().await;
-            }
-        }
-        Admission::Gated {
-            gate,
-            deadline,
-            crowd,
-        } => match gate.admit(*deadline).await {
-            Ok(mut permit) => {
-                for i in 0..cost.chunks {
-                    hash_chunk(seed ^ i as u64, cost.iters);
-                    permit.pace().await;
-                }
-                drop(permit);
-            }
+    let permit = match admit {
+        Admit::Now => None,
+        Admit::Permit(p) => Some(p),
+        Admit::Waiting(admission) => match admission.await {
+            Ok(p) => Some(p),
             Err(rej) => {
-                match rej.reason() {
-                    RejectReason::Expired => Ledger::add(&l.expired, 1),
-                    _ => Ledger::add(&l.rejected, 1),
-                }
-                let hint = match crowd {
-                    Some(c) => rej.retry_after().max(c.hint()),
-                    None => rej.retry_after(),
+                count_refusal(l, rej.reason() == RejectReason::Expired);
+                let crowd = match &svc.admission {
+                    Admission::Gated { crowd, .. } => crowd.as_ref(),
+                    _ => None,
                 };
-                reject(&mut sock, hint).await;
+                let _ = answer(&mut sock, b'R', hint_ms(gated_hint(&rej, crowd))).await;
                 return;
             }
         },
+    };
+    // Open and static run the same cooperative hash as the gated phase (a yield where the
+    // gate paces), so only admission differs between the phases.
+    match permit {
+        Some(mut permit) => {
+            for i in 0..cost.chunks {
+                hash_chunk(seed ^ i as u64, cost.iters);
+                permit.pace().await;
+            }
+        }
+        None => {
+            for i in 0..cost.chunks {
+                hash_chunk(seed ^ i as u64, cost.iters);
+                tokio::task::yield_now().await;
+            }
+        }
     }
     if wall_ns() > gives_up_ns {
         Ledger::add(&l.wasted, 1);

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
+use crate::crowd::Crowd;
 use crate::sync::{lock, Arc, Mutex};
 
 /// Which waiting attempt is granted first when tokens come.
@@ -42,14 +43,16 @@ pub enum RejectKind {
     Closed,
 }
 
-/// A refused attempt: why, and how long until the queue has room again at the current rate
-/// (unclamped, without jitter: [`Duration::MAX`] when the rate is zero).
+/// A refused attempt: why, and when its client should come back (without jitter;
+/// [`Duration::MAX`] when the rate is zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rejection {
     /// Why.
     pub kind: RejectKind,
-    /// The time the attempts queued now take to start, at the current rate and cost per setup
-    /// (at least one setup's worth).
+    /// When to come back: the start of this client's retry slot. Each refusal books the next
+    /// slot, one setup's time (at the current rate and cost per setup) after the last one
+    /// booked and no earlier than the attempts queued now have started, so refused clients
+    /// come back about as fast as the gate admits ([`GateStats::crowd`]); at most 60 s.
     pub retry_base: Duration,
 }
 
@@ -119,6 +122,9 @@ pub struct GateStats {
     pub pending: usize,
     /// Setups running now (grants handed out and not settled).
     pub in_setup: usize,
+    /// The most setups that may run at once ([`GateQueue::set_max_in_setup`]; `usize::MAX`:
+    /// no cap).
+    pub max_in_setup: usize,
     /// Attempts so far.
     pub attempts: u64,
     /// Attempts that got a setup grant (and collected it).
@@ -155,6 +161,9 @@ pub struct GateStats {
     pub closed: bool,
     /// Grants are held back ([`GateQueue::pause`]).
     pub paused: bool,
+    /// Refused clients whose retry slots are still ahead (the booked time over one setup's
+    /// time at the current rate): each refusal books the next slot, so hints grow with them.
+    pub crowd: u64,
 }
 
 struct Waiter {
@@ -186,6 +195,8 @@ struct State {
     paused: bool,
     /// At most this many setups running at once (`usize::MAX`: no cap).
     max_in_setup: usize,
+    /// The retry slots booked by refusals.
+    crowd: Crowd,
     stats: GateStats,
 }
 
@@ -278,17 +289,40 @@ impl State {
     }
 
     /// Until every attempt queued now has started, and one more setup's worth.
-    fn retry_base(&mut self, now: u64) -> Duration {
+    fn queue_ready(&mut self, now: u64) -> Duration {
         let balance = self.bucket.balance(now);
         let ahead = self.waiters.len() + 1;
         self.wait_estimate(ahead, balance.min(0))
     }
 
+    /// One setup's time at the current rate (`None` at rate zero).
+    fn spacing(&self) -> Option<u64> {
+        let rate = self.bucket.rate();
+        (rate > 0).then(|| {
+            let nanos = (self.cost as u128 * 1_000_000_000).div_ceil(rate as u128);
+            u64::try_from(nanos).unwrap_or(u64::MAX)
+        })
+    }
+
+    /// The hint base a refusal now gets: the start of the next free retry slot, after the
+    /// queue and after every slot booked before (`book`: take the slot).
+    fn retry_slot(&mut self, now: u64, book: bool) -> Duration {
+        let ready = self.queue_ready(now);
+        let Some(spacing) = self.spacing() else {
+            return Duration::MAX;
+        };
+        let ready = duration_nanos(ready);
+        Duration::from_nanos(if book {
+            self.crowd.book(now, ready, spacing)
+        } else {
+            self.crowd.peek(now, ready)
+        })
+    }
+
+    /// A refusal and its hint; every refusal but a closed gate's books a retry slot.
     fn rejection(&mut self, kind: RejectKind, now: u64) -> Rejection {
-        Rejection {
-            kind,
-            retry_base: self.retry_base(now),
-        }
+        let retry_base = self.retry_slot(now, kind != RejectKind::Closed);
+        Rejection { kind, retry_base }
     }
 }
 
@@ -350,7 +384,8 @@ impl<C: Clock> fmt::Debug for GateQueue<C> {
 impl<C: Clock> GateQueue<C> {
     /// A gate over a full bucket refilling at `rate_nanos_per_sec`.
     pub fn new(clock: C, rate_nanos_per_sec: u64, config: GateConfig) -> Self {
-        let bucket = Core::new(rate_nanos_per_sec, duration_nanos(clock.now()));
+        let now = duration_nanos(clock.now());
+        let bucket = Core::new(rate_nanos_per_sec, now);
         let cost = duration_nanos(config.initial_cost).max(1);
         Self {
             shared: Arc::new(Inner {
@@ -369,6 +404,7 @@ impl<C: Clock> GateQueue<C> {
                     closed: false,
                     paused: false,
                     max_in_setup: usize::MAX,
+                    crowd: Crowd::default(),
                     stats: GateStats {
                         cost_nanos: cost,
                         ..GateStats::default()
@@ -599,11 +635,11 @@ impl<C: Clock> GateQueue<C> {
         lock(&self.shared.state).bucket.rate()
     }
 
-    /// How long until an attempt made now could start, at the current rate (the base of a
-    /// retry-after hint; [`Duration::MAX`] at rate zero).
+    /// The retry-after base a refusal now would get, without booking its slot: after the
+    /// attempts queued now and the retry slots booked so far ([`Duration::MAX`] at rate zero).
     pub fn retry_base(&self) -> Duration {
         let now = duration_nanos(self.shared.clock.now());
-        lock(&self.shared.state).retry_base(now)
+        lock(&self.shared.state).retry_slot(now, false)
     }
 
     /// Counters and gauges, read under one lock.
@@ -612,6 +648,9 @@ impl<C: Clock> GateQueue<C> {
         let mut st = lock(&self.shared.state);
         let balance = st.bucket.balance(now);
         GateStats {
+            crowd: st
+                .spacing()
+                .map_or(0, |spacing| st.crowd.waiting(now, spacing)),
             rate_nanos_per_sec: st.bucket.rate(),
             balance_nanos: balance,
             queue_len: st.waiters.len(),
@@ -622,6 +661,7 @@ impl<C: Clock> GateQueue<C> {
                 .count(),
             closed: st.closed,
             paused: st.paused,
+            max_in_setup: st.max_in_setup,
             ..st.stats.clone()
         }
     }

@@ -46,6 +46,7 @@ mod bucket;
 mod clock;
 mod config;
 mod controller;
+mod crowd;
 mod error;
 mod gate;
 mod handle;

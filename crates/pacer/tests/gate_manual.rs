@@ -250,8 +250,21 @@ fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
         "not spread: {hints:?}"
     );
 
-    // A short queue: a shorter hint, within 1×–2× of its base.
-    drop(queued.drain(3..));
+    // Those 200 refusals booked retry slots one setup's time (1.1 s) apart, up to the
+    // horizon 60 s ahead: 54 slots (crates/elastic-core/tests/gate_crowd.rs has them exactly).
+    drop(queued);
+    assert_eq!(gate.snapshot().stats.crowd, 54, "{:#?}", gate.snapshot());
+
+    // A short queue and no crowd (a fresh gate): a shorter hint, within 1×–2× of its base.
+    let (_elastic, gate) = gate_with(&clock, settings_fifo(20));
+    run_setup(&clock, &gate, 110 * MS);
+    let queued: Vec<_> = (0..3)
+        .map(|_| {
+            let mut a = gate.admit(Duration::from_secs(100));
+            assert!(first_poll(&mut a).0.is_pending());
+            a
+        })
+        .collect();
     let expected = base(&gate.snapshot());
     // (4 × 110 + 9) ms of CPU at 100 ms a second.
     assert_eq!(expected, Duration::from_millis(4490), "{expected:?}");
@@ -265,6 +278,18 @@ fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
         h >= expected && h < 2 * expected + Duration::from_millis(1),
         "{h:?} {expected:?}"
     );
+    drop(queued);
+}
+
+fn settings_fifo(max_queue: usize) -> GateSettings {
+    GateSettings::new()
+        .max_queue(max_queue)
+        .order(elastic_cpu_pacer::QueueOrder::Fifo)
+}
+
+/// 0.05 of 2 CPUs: 100 ms of setup CPU a second.
+fn gate_with(clock: &ManualClock, settings: GateSettings) -> (Elastic, ConnectionGate) {
+    gate(clock, 0.05, 2.0, settings)
 }
 
 /// The retry hints of `n` attempts refused because the queue is full, sorted.

@@ -160,6 +160,46 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
             assert!(line.starts_with("retry-after-ms "), "{line:?}");
             assert_eq!(tight.snapshot().expired, 1);
             drop(held);
+
+            // Refused at the first poll (queue full): on_reject runs on the accept loop, with
+            // no task of its own, so it writes without blocking.
+            let full = elastic
+                .connection_gate(
+                    GateSettings::new()
+                        .max_queue(1)
+                        .order(elastic_cpu_pacer::QueueOrder::Fifo)
+                        .share(0.01, 0.05)
+                        .initial_share(0.01),
+                )
+                .unwrap();
+            // The one place for a setup (ceil(0.01 × 2)), and the one place in the queue.
+            let held = full.admit(Duration::from_secs(60)).await.unwrap();
+            let waiting = tokio::spawn({
+                let full = full.clone();
+                async move { full.admit(Duration::from_secs(60)).await.is_ok() }
+            });
+            while full.snapshot().queue_len == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let listener = GatedListener::on_reject(tcp, full.clone(), |stream, _, r| {
+                assert_eq!(r.reason(), elastic_cpu_pacer::RejectReason::QueueFull);
+                let _ = stream.try_write(b"full\n");
+            })
+            .unwrap();
+            let mut s = tokio::net::TcpStream::connect(listener.local_addr())
+                .await
+                .unwrap();
+            let mut line = String::new();
+            s.read_to_string(&mut line).await.unwrap();
+            assert_eq!(line, "full\n");
+            let snap = full.snapshot();
+            assert_eq!((snap.rejected, snap.expired, snap.queue_len), (1, 0, 1));
+            drop(held);
+            assert!(
+                waiting.await.unwrap(),
+                "the queued attempt was not admitted"
+            );
         });
     });
 }

@@ -1,9 +1,12 @@
 //! [`GatedListener`]: a `TcpListener` whose connections come with setup permits.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
@@ -24,11 +27,14 @@ type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 /// gate's [`deadline`](crate::GateSettings::deadline); [`accept`](Self::accept) hands out the
 /// admitted ones with their permits.
 ///
-/// Accepting never waits for an admission: a task accepts in a loop and each connection is
-/// admitted in a task of its own, so one slow admission never holds back the next `accept`.
-/// Refused connections are closed at once (dropped), or handed to the function given to
-/// [`on_reject`](Self::on_reject), which can write the retry hint first (it runs on the
-/// connection's admission task: spawn anything slow).
+/// Accepting never waits for an admission: a task accepts in a loop and polls each
+/// connection's admission once; one refused at that poll (it could not start in time, or the
+/// queue is full) is dealt with there and then, costing no task, and any other is admitted in
+/// a task of its own, so one slow admission never holds back the next `accept`. Refused
+/// connections are closed at once (dropped), or handed to the function given to
+/// [`on_reject`](Self::on_reject), which can write the retry hint first (it runs on the accept
+/// loop or on the connection's admission task: it must not block; `try_write` the hint, or
+/// spawn anything slow).
 ///
 /// ```no_run
 /// use elastic_cpu_pacer::{Elastic, GateSettings, GatedListener};
@@ -53,6 +59,9 @@ pub struct GatedListener {
     local_addr: SocketAddr,
     accept_loop: JoinHandle<()>,
 }
+
+/// Connections accepted between yields of the accept loop.
+const ACCEPT_BATCH: u32 = 16;
 
 /// Admitted connections waiting for [`GatedListener::accept`]: each holds its permit, so a
 /// caller that stops accepting holds the gate's in-setup places and admission stops too.
@@ -127,6 +136,7 @@ async fn accept_loop(
     tx: mpsc::Sender<Accepted>,
 ) {
     let deadline = gate.default_deadline();
+    let mut accepted = 0u32;
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -142,11 +152,28 @@ async fn accept_loop(
         if tx.is_closed() {
             return;
         }
-        let admission = gate.admit(deadline);
+        accepted = accepted.wrapping_add(1);
+        if accepted.is_multiple_of(ACCEPT_BATCH) {
+            // In a flood accept is always ready: let the worker's other tasks run.
+            tokio::task::yield_now().await;
+        }
+        // The first poll refuses at once what cannot start in time: that costs no task.
+        let mut admission = gate.admit(deadline);
+        let first = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut admission).poll(cx))).await;
+        if let Poll::Ready(Err(rejected)) = first {
+            if let Some(f) = &on_reject {
+                f(stream, addr, rejected);
+            }
+            continue;
+        }
         let tx = tx.clone();
         let on_reject = on_reject.clone();
         tokio::spawn(async move {
-            match admission.await {
+            let outcome = match first {
+                Poll::Ready(outcome) => outcome,
+                Poll::Pending => admission.await,
+            };
+            match outcome {
                 Ok(permit) => {
                     // If the listener is gone, the permit settles and the stream closes here.
                     let _ = tx.send(Ok((stream, addr, permit))).await;

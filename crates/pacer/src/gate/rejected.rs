@@ -26,11 +26,13 @@ pub enum RejectReason {
 
 /// An attempt the gate refused, with a hint for when to retry.
 ///
-/// The hint is the time the attempts queued now need to start at the current admission rate
-/// (the setup class's token rate over the measured CPU per setup), kept within
-/// [`RETRY_AFTER_MIN`] ..= [`RETRY_AFTER_MAX`] / 2, then stretched by a random factor in
-/// `[1, 2)` so clients that were refused together spread their retries. So it always lies in
-/// `RETRY_AFTER_MIN .. RETRY_AFTER_MAX`.
+/// Each refusal books a retry slot: the next one free after the attempts queued now and after
+/// the slots booked by earlier refusals, one setup's time apart at the current admission rate
+/// (the setup class's token rate over the measured CPU per setup). So the hint grows with the
+/// crowd of refused clients, and they come back about as fast as the gate admits. The time to
+/// the slot is kept within [`RETRY_AFTER_MIN`] ..= [`RETRY_AFTER_MAX`] / 2, then stretched by a
+/// random factor in `[1, 2)` so clients told the same time spread their retries. So it always
+/// lies in `RETRY_AFTER_MIN .. RETRY_AFTER_MAX`.
 ///
 /// ```
 /// use elastic_cpu_pacer::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
