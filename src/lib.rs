@@ -40,11 +40,11 @@ pub use elastic_cpu_core::{
 #[cfg(feature = "metrics")]
 pub use elastic_cpu_pacer::METRICS;
 pub use elastic_cpu_pacer::{
-    Admission, BuildError, ConnectionGate, CpusSource, Elastic, ElasticBuilder, GateSettings,
-    GateSnapshot, GatedListener, IdlePriority, IdleRuntime, Pace, Paced, PacedExt, PacedStream,
-    PacedStreamExt, Pacer, Profile, RejectReason, Rejected, RuntimeBuilder, SetupPace, SetupPermit,
-    Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD, DEFAULT_QUANTUM,
-    DEFAULT_SLICE, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
+    Admission, Availability, BuildError, ConnectionGate, CpusSource, Elastic, ElasticBuilder,
+    GateSettings, GateSnapshot, GatedListener, IdlePriority, IdleRuntime, Pace, Paced, PacedExt,
+    PacedStream, PacedStreamExt, Pacer, Profile, RejectReason, Rejected, RuntimeBuilder, SetupPace,
+    SetupPermit, SignalSource, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
+    DEFAULT_QUANTUM, DEFAULT_SLICE, IO_TARGET_FACTOR, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
 };
 pub use elastic_cpu_probe::{
     cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig,

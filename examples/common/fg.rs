@@ -268,8 +268,20 @@ impl FgStats {
 /// The load generator stands in for clients on other machines: at real-time priority (below
 /// the pause watchdog's) its sends and receives are not held up by the CPU contention of the
 /// service under test, which would otherwise be counted as the service's latency.
+/// [`set_client_realtime`]`(false)` leaves it at normal priority, as a client on the same cores
+/// would be (the demo's `--client-priority normal`).
 fn client_priority() {
-    let _ = crate::pauses::realtime(10);
+    if CLIENT_REALTIME.load(Ordering::Relaxed) {
+        let _ = crate::pauses::realtime(10);
+    }
+}
+
+/// Whether load generators started from now on raise their threads to real-time priority.
+static CLIENT_REALTIME: AtomicBool = AtomicBool::new(true);
+
+/// Real-time (the default) or normal priority for the load generators started from now on.
+pub fn set_client_realtime(on: bool) {
+    CLIENT_REALTIME.store(on, Ordering::Relaxed);
 }
 
 /// Shared request rate (requests per second), changeable while running.

@@ -231,6 +231,13 @@ pub struct Args {
     /// down for a probe window: `ElasticBuilder::throttle_signal`), for an A/B inside a quota
     #[arg(long)]
     pub no_throttle_signal: bool,
+    /// turn off the library's I/O wake-up signal (`ElasticBuilder::io_signal`), for an A/B
+    #[arg(long)]
+    pub no_io_signal: bool,
+    /// turn off the library's OS run-queue signal (`ElasticBuilder::run_queue_signal`), for an
+    /// A/B
+    #[arg(long)]
+    pub no_run_queue_signal: bool,
     /// append the controller-speed phases: low, high and step for each --profiles entry
     #[arg(long)]
     speed: bool,
@@ -310,6 +317,15 @@ pub struct Args {
     /// RNG seed
     #[arg(long, value_name = "N", default_value = "1")]
     pub seed: u64,
+    /// priority of the load generator's threads: realtime (above the service, as clients on
+    /// other machines would be) or normal (clients sharing the service's cores)
+    #[arg(long, value_name = "P", default_value = "realtime", value_parser = client_priority)]
+    pub client_priority: ClientPriority,
+    /// elastic work as a mix of the library's adapters: one scan on a blocking thread paced by
+    /// `pace_blocking`, `Pacer` loops and paced streams (unpaced in the unpaced phases), instead
+    /// of paced streams only
+    #[arg(long)]
+    pub elastic_mix: bool,
     /// print, per phase, the mean time each request spent in each hop (client send lag, to the
     /// reader task, to the handler, work, to the writer, back), over all requests and over the
     /// slowest 1 %
@@ -318,6 +334,32 @@ pub struct Args {
     /// this text
     #[arg(short = 'h', long = "help", action = ArgAction::Help)]
     _help: Option<bool>,
+}
+
+/// `--client-priority`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientPriority {
+    /// Real-time (SCHED_FIFO 10) where the OS allows it: the default.
+    Realtime,
+    /// The scheduler's normal priority, competing with the service for the cores.
+    Normal,
+}
+
+impl ClientPriority {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientPriority::Realtime => "realtime",
+            ClientPriority::Normal => "normal",
+        }
+    }
+}
+
+fn client_priority(v: &str) -> Result<ClientPriority, String> {
+    match v {
+        "realtime" => Ok(ClientPriority::Realtime),
+        "normal" => Ok(ClientPriority::Normal),
+        _ => Err("expected normal or realtime".into()),
+    }
 }
 
 fn cores() -> usize {
@@ -508,6 +550,13 @@ mod tests {
         let a = p("--phases=paced@0.05,low@cockroach --speed --profiles 0.1").unwrap();
         assert_eq!(a.phases.len(), 5);
         assert_eq!(a.phases[0].name(), "paced@0.05");
+        assert_eq!(a.client_priority, ClientPriority::Realtime);
+        assert!(!a.elastic_mix);
+        let a = p("--client-priority normal --elastic-mix").unwrap();
+        assert_eq!(a.client_priority, ClientPriority::Normal);
+        assert_eq!(a.client_priority.name(), "normal");
+        assert!(a.elastic_mix);
+        assert!(p("--client-priority low").is_err());
         let a = p("--target-us 300 --brake-us off --seed 2 --seed 3").unwrap();
         assert_eq!(
             (a.target_us, a.brake_us, a.seed),

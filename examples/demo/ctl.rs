@@ -33,6 +33,9 @@ pub struct Tuning {
     pub brake_us: Option<Option<u64>>,
     /// The library's cgroup throttling signal (on by default).
     pub throttle_signal: bool,
+    /// The library's I/O wake-up and run-queue signals (on by default).
+    pub io_signal: bool,
+    pub run_queue_signal: bool,
 }
 
 /// What the monitor reads every sample.
@@ -45,6 +48,36 @@ pub struct Snap {
     /// The same, foreground tasks only / elastic polls only.
     pub sched_fg_p99_us: Option<f64>,
     pub sched_elastic_p99_us: Option<f64>,
+    /// The governor's signal and its components.
+    pub signal: SignalSnap,
+}
+
+/// What the governor stepped on, and each component of it (issue 16).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SignalSnap {
+    /// The largest component: what the controller compared with its target.
+    pub signal_p99_us: Option<f64>,
+    /// Which component that was (sched, io, run-queue, throttled, none).
+    pub source: &'static str,
+    /// The I/O wake-up probe's window p99.
+    pub io_p99_us: Option<f64>,
+    /// Mean OS run-queue wait per timeslice of the runtime's threads, over the window.
+    pub rq_delay_us: Option<f64>,
+    /// Run-queue wait over the last tick as a share of it: the runtime's threads, and the
+    /// threads running elastic work (`pace_blocking`).
+    pub rq_wait: Option<f64>,
+    pub elastic_rq_wait: Option<f64>,
+}
+
+fn source_name(s: elastic_cpu::SignalSource) -> &'static str {
+    use elastic_cpu::SignalSource as S;
+    match s {
+        S::Sched => "sched",
+        S::Io => "io",
+        S::RunQueue => "run-queue",
+        S::Throttled => "throttled",
+        _ => "none",
+    }
 }
 
 /// The runtime under test plus its elastic-CPU handle.
@@ -85,7 +118,10 @@ impl Control {
         if let Some(q) = tune.quantum_us {
             b = b.quantum(Duration::from_micros(q));
         }
-        b = b.throttle_signal(tune.throttle_signal);
+        b = b
+            .throttle_signal(tune.throttle_signal)
+            .io_signal(tune.io_signal)
+            .run_queue_signal(tune.run_queue_signal);
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = elastic
             .runtime(
@@ -110,6 +146,14 @@ impl Control {
             sched_p99_us: us(s.sched_p99),
             sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
             sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
+            signal: SignalSnap {
+                signal_p99_us: us(s.signal_p99.filter(|d| *d != Duration::MAX)),
+                source: source_name(s.signal_source),
+                io_p99_us: us(s.io_p99),
+                rq_delay_us: us(s.run_queue_delay),
+                rq_wait: s.run_queue_wait,
+                elastic_rq_wait: s.elastic_run_queue_wait,
+            },
         }
     }
 
@@ -124,6 +168,11 @@ impl Control {
         S: Stream,
     {
         s.paced(&self.elastic)
+    }
+
+    /// A `Pacer` for one loop of elastic work, paced by this runtime's elastic handle.
+    pub fn pacer(&self) -> elastic_cpu::Pacer {
+        self.elastic.pacer()
     }
 
     /// The library's idle-priority pool for this runtime's elastic handle.

@@ -17,6 +17,7 @@ mod ctl;
 #[allow(dead_code)]
 #[path = "../common/fg.rs"]
 mod fg;
+mod mix;
 mod neighbour;
 #[allow(dead_code)]
 #[path = "../common/pauses.rs"]
@@ -110,6 +111,7 @@ fn main() {
         neighbour::burn(share);
     }
     let args = Args::from_env();
+    fg::set_client_realtime(args.client_priority == args::ClientPriority::Realtime);
     install_ctrl_c();
 
     let cpus = std::thread::available_parallelism()
@@ -185,8 +187,17 @@ fn main() {
         },
     };
     eprintln!(
-        "foreground: {:.0} requests/s, {} us of work each, {} connections, {} workers",
-        ctx.rate, ctx.args.work_us, ctx.args.conns, ctx.args.workers
+        "foreground: {:.0} requests/s, {} us of work each, {} connections, {} workers, client at {} priority{}",
+        ctx.rate,
+        ctx.args.work_us,
+        ctx.args.conns,
+        ctx.args.workers,
+        ctx.args.client_priority.name(),
+        if ctx.args.elastic_mix {
+            "; elastic work: pace_blocking scan + Pacer loops + paced streams"
+        } else {
+            ""
+        }
     );
 
     let mut rep = Report {
@@ -442,5 +453,7 @@ fn tuning(ctx: &Ctx) -> Tuning {
         quantum_us: a.quantum_us,
         brake_us: a.brake_us,
         throttle_signal: !a.no_throttle_signal,
+        io_signal: !a.no_io_signal,
+        run_queue_signal: !a.no_run_queue_signal,
     }
 }

@@ -159,7 +159,15 @@ fn run_phase_inner(
             Consume::Plain
         };
         let paced = !matches!(mode, Mode::Unpaced);
-        for (from, to) in scan::ranges(ctx.table.rows.len(), a.elastic_tasks) {
+        if a.elastic_mix {
+            crate::mix::spawn(&handle, &ctl, paced, &ctx.table, a, &stop_scan, &counters);
+        }
+        let stream_ranges = if a.elastic_mix {
+            Vec::new()
+        } else {
+            scan::ranges(ctx.table.rows.len(), a.elastic_tasks)
+        };
+        for (from, to) in stream_ranges {
             let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
             if paced {
                 handle.spawn(scan::drive(ctl.paced(s), counters.clone(), consume));
@@ -238,6 +246,7 @@ fn run_phase_inner(
             sched_elastic_p99_us: snap.sched_elastic_p99_us,
             fg_p99_us: q_us(&h, 0.99),
             elastic_rows_per_sec: rps,
+            signal: snap.signal,
         });
         if measuring.is_some() {
             if let Some(l) = snap.limit {
@@ -253,12 +262,14 @@ fn run_phase_inner(
             print_rows = rows;
             last_print = now;
             println!(
-                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | limit {} | elastic {:>6.2}M rows/s",
+                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | io p99 {:>7} | rq {:>7} | limit {} | elastic {:>6.2}M rows/s",
                 name,
                 el.as_secs_f64(),
                 fmt_us(q_us(&h, 0.99)),
                 fmt_us(snap.sched_p99_us),
                 fmt_us(snap.sched_fg_p99_us),
+                fmt_us(snap.signal.io_p99_us),
+                fmt_us(snap.signal.rq_delay_us),
                 snap.limit
                     .map(|l| format!("{l:.3}"))
                     .unwrap_or_else(|| "  -  ".into()),

@@ -35,6 +35,10 @@ pub struct ControllerConfig {
     pub tick: Duration,
     /// Window of the p99 measurement. Valid: ≥ `tick`.
     pub window: Duration,
+    /// Largest multiple of the step an upward run may grow to (slow start): while the p99 stays
+    /// at or below half the target, each further step up in a row doubles, up to this; any
+    /// other tick takes single steps again. 1: fixed steps (CockroachDB). Valid: 1 ..= 64.
+    pub max_boost: u32,
 }
 
 impl Default for ControllerConfig {
@@ -46,7 +50,8 @@ impl Default for ControllerConfig {
 
 impl ControllerConfig {
     /// CockroachDB's defaults: 1 ms target, limit 0.05 ..= 0.75, inactive point 0.10, delta
-    /// 0.001/s, decrease factor 2, inactive factor 0.25, 100 ms ticks, 2.5 s window.
+    /// 0.001/s, decrease factor 2, inactive factor 0.25, 100 ms ticks, 2.5 s window, fixed steps
+    /// (`max_boost` 1).
     ///
     /// ```
     /// use elastic_cpu_core::ControllerConfig;
@@ -63,6 +68,7 @@ impl ControllerConfig {
             inactive_decrease_factor: 0.25,
             tick: Duration::from_millis(100),
             window: Duration::from_millis(2500),
+            max_boost: 1,
         }
     }
 
@@ -120,6 +126,13 @@ impl ControllerConfig {
             self.window >= self.tick,
             "at least tick",
         )?;
+        if !(1..=64).contains(&self.max_boost) {
+            return Err(SettingError::new(
+                "max_boost",
+                self.max_boost.to_string(),
+                "1 ..= 64",
+            ));
+        }
         Ok(())
     }
 }

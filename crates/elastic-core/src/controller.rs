@@ -22,6 +22,13 @@ use crate::error::SettingError;
 pub struct StepController {
     config: ControllerConfig,
     limit: f64,
+    /// Multiple of the step the next step up takes (slow start; 1 unless boosting).
+    boost: u32,
+    /// Boosted steps stop here: half the limit where the last descent began (TCP's
+    /// slow-start threshold), `max_limit` until the first one.
+    boost_until: f64,
+    /// The last step was down (a descent is under way).
+    falling: bool,
 }
 
 impl StepController {
@@ -29,7 +36,13 @@ impl StepController {
     pub fn new(config: ControllerConfig) -> Result<Self, SettingError> {
         config.validate()?;
         let limit = config.min_limit;
-        Ok(Self { config, limit })
+        Ok(Self {
+            boost_until: config.max_limit,
+            falling: false,
+            config,
+            limit,
+            boost: 1,
+        })
     }
 
     /// A controller starting at `limit`, clamped into `[min_limit, max_limit]`;
@@ -50,13 +63,28 @@ impl StepController {
             ));
         }
         let limit = limit.clamp(config.min_limit, config.max_limit);
-        Ok(Self { config, limit })
+        Ok(Self {
+            boost_until: config.max_limit,
+            falling: false,
+            config,
+            limit,
+            boost: 1,
+        })
     }
 
     /// One controller step over `period`; returns the new limit.
     ///
     /// * `p99 > target`: step down by `delta × decrease_factor`.
-    /// * otherwise, if elastic work waited since the last tick: step up by `delta`.
+    /// * otherwise, if elastic work waited since the last tick: step up by `delta × boost`.
+    ///   The boost is 1 unless the p99 is at most half the target: then each step up in a row
+    ///   doubles it, up to `max_boost` (slow start: far below the target the limit climbs in
+    ///   seconds, not in a minute). Any other tick resets it to 1, so near the target, and on
+    ///   every reversal, the steps are single. As TCP's slow start, boosting stops at a
+    ///   threshold: half the limit where the last descent began (`max_limit` before any), so a dip in
+    ///   the p99 at rest climbs back in single steps instead of overshooting again: no
+    ///   dithering at rest. Steps down are never boosted: the p99 window lags the limit by up
+    ///   to a window, and a boosted descent would overshoot to the floor before the window
+    ///   showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
     ///   never below it.
     ///
@@ -67,9 +95,27 @@ impl StepController {
         let (min, max) = (c.min_limit, c.max_limit);
         let delta = c.delta_per_sec * period.as_secs_f64();
         let old = self.limit;
+        let far_below = p99.is_some_and(|p| p.saturating_mul(2) <= c.target_p99);
+        let boost = self.boost;
+        self.boost = 1;
         let new = match p99 {
-            Some(p) if p > c.target_p99 => old - delta * c.decrease_factor,
-            Some(_) if had_waiters => old + delta,
+            Some(p) if p > c.target_p99 => {
+                if !self.falling {
+                    self.boost_until = old / 2.0;
+                    self.falling = true;
+                }
+                old - delta * c.decrease_factor
+            }
+            Some(_) if had_waiters => {
+                self.falling = false;
+                if far_below && old < self.boost_until {
+                    self.boost = boost.saturating_mul(2).min(c.max_boost);
+                    // A boosted step ends at the threshold (a single step may cross it).
+                    (old + delta * f64::from(boost)).min(self.boost_until.max(old + delta))
+                } else {
+                    old + delta
+                }
+            }
             None if had_waiters => old,
             _ => {
                 let inactive = min + c.inactive_point * (max - min);
@@ -83,6 +129,12 @@ impl StepController {
         // Every branch ends in [min, max]: the inactive point lies inside it.
         self.limit = new.clamp(min, max);
         self.limit
+    }
+
+    /// The multiple of the step the next step up will take (1 unless a run of steps far below
+    /// the target is under way; at most `max_boost`).
+    pub fn boost(&self) -> u32 {
+        self.boost
     }
 
     /// The current limit.

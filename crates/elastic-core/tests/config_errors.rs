@@ -50,6 +50,8 @@ fn every_invalid_setting_names_itself() {
             c.inactive_decrease_factor = f64::INFINITY
         }),
         ("tick", |c| c.tick = Duration::ZERO),
+        ("max_boost", |c| c.max_boost = 0),
+        ("max_boost", |c| c.max_boost = 65),
         ("window", |c| c.window = Duration::from_millis(99)),
         ("window", |c| {
             c.tick = Duration::from_secs(3);

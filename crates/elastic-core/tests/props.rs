@@ -89,6 +89,7 @@ fn config() -> impl Strategy<Value = ControllerConfig> {
                 inactive_decrease_factor: idf,
                 tick: Duration::from_millis(tick),
                 window: Duration::from_millis(tick * 25),
+                max_boost: 1 + (tick % 8) as u32,
             },
         )
 }

@@ -35,6 +35,7 @@ impl Profile {
             Profile::Default => ControllerConfig {
                 delta_per_sec: 0.05,
                 window: Duration::from_secs(1),
+                max_boost: 8,
                 ..ControllerConfig::cockroach()
             },
         }
@@ -125,6 +126,8 @@ pub struct ElasticBuilder {
     pub(crate) brake: BrakeSetting,
     pub(crate) cap_concurrency: bool,
     pub(crate) throttle_signal: bool,
+    pub(crate) io_signal: bool,
+    pub(crate) run_queue_signal: bool,
 }
 
 /// How the builder was told to set up the backlog brake.
@@ -165,6 +168,8 @@ impl Default for ElasticBuilder {
             brake: BrakeSetting::Default,
             cap_concurrency: true,
             throttle_signal: true,
+            io_signal: true,
+            run_queue_signal: true,
         }
     }
 }

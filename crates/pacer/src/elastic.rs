@@ -18,6 +18,7 @@ use crate::idle_pool::IdleRuntime;
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 use crate::shared::Shared;
+use crate::signal::Signals;
 use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
@@ -108,6 +109,16 @@ impl ElasticBuilder {
             self.running.clone(),
             probe,
         ));
+        // A manual clock steers by the probe the test drives, nothing measured for real.
+        let governor = if manual {
+            governor
+        } else {
+            governor.with_signals(Signals::new(
+                &shared.threads,
+                self.io_signal,
+                self.run_queue_signal,
+            ))
+        };
         let control = Arc::new(Control::new(governor, &shared));
         if !manual {
             governor::spawn(&shared, control.clone(), controller_config.tick)
@@ -133,9 +144,38 @@ impl Elastic {
     }
 
     /// Install the probe's hooks on a builder you build yourself; then call
-    /// [`attach`](Self::attach) with the runtime's handle.
+    /// [`attach`](Self::attach) with the runtime's handle (and, for the I/O wake-up signal,
+    /// [`start_io_probe`](Self::start_io_probe)).
+    ///
+    /// Besides the task hooks, it sets the thread hooks `on_thread_start`, `on_thread_park` and
+    /// `on_thread_stop` (registering the runtime's threads for the run-queue signal,
+    /// [`ElasticBuilder::run_queue_signal`]): hooks of those names set before are replaced, so
+    /// set your own after this call, and yours replace ours (that signal then sees no thread).
     pub fn instrument<'a>(&self, builder: &'a mut Builder) -> &'a mut Builder {
+        self.shared.threads.instrument(builder);
         self.shared.probe.instrument(builder)
+    }
+
+    /// Start the I/O wake-up probe ([`ElasticBuilder::io_signal`]) on `handle`'s runtime, which
+    /// must have its I/O driver enabled (`enable_io()` / `enable_all()`);
+    /// [`runtime`](Self::runtime) does this for you. Replaces a probe started before. Off by
+    /// setting (or on a manual clock): does nothing. Fails with
+    /// [`IoProbeError::IoDisabled`](elastic_cpu_probe::IoProbeError::IoDisabled) on a runtime
+    /// without I/O (tokio panics there and the probe catches it: a program built with
+    /// `panic = "abort"` aborts; see [`IoProbe::start`](elastic_cpu_probe::IoProbe::start)).
+    /// [`Snapshot::io_probe`] says what happened.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build()?;
+    /// elastic.attach(rt.handle());
+    /// elastic.start_io_probe(rt.handle())?;
+    /// assert!(elastic.snapshot().io_probe.is_on());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_io_probe(&self, handle: &Handle) -> Result<(), elastic_cpu_probe::IoProbeError> {
+        self.control
+            .start_io_probe(handle, self.shared.probe.config())
     }
 
     /// Tell this `Elastic` which runtime it governs: sizes the bucket (unless
@@ -328,12 +368,22 @@ pub struct RuntimeBuilder<'e, B> {
 impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
     /// probe started), CPUs = the least of its workers, the cgroup CPU quota and the affinity
-    /// mask (see [`Elastic::attach`]).
+    /// mask (see [`Elastic::attach`]). With the I/O signal on (the default,
+    /// [`ElasticBuilder::io_signal`]) it enables the runtime's I/O driver and starts the I/O
+    /// wake-up probe ([`Elastic::start_io_probe`]); a probe that cannot start is no error
+    /// ([`Snapshot::io_probe`] says why).
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);
+        let io = self.elastic.control.io_signal();
+        if io {
+            builder.enable_io();
+        }
         let rt = builder.build()?;
         self.elastic.attach(rt.handle());
+        if io {
+            let _said_in_the_snapshot = self.elastic.start_io_probe(rt.handle());
+        }
         Ok(rt)
     }
 }

@@ -19,6 +19,7 @@ use crate::gate::GateSettings;
 use crate::running::RunningTime;
 use crate::share::{ShareCorrection, TickReading};
 use crate::shared::{Queue, QueueClock, Shared};
+use crate::signal::{combine, Reading, SignalSource, Signals};
 use crate::snapshot::{CpusSource, Governed, Snapshot};
 use crate::throttle::ThrottleWatch;
 
@@ -54,6 +55,10 @@ pub(crate) struct Governor {
     throttle: Option<ThrottleWatch>,
     /// The rate's correction for elastic work's scheduler overhead (off on a manual clock).
     share: ShareCorrection,
+    /// The I/O wake-up and run-queue components of the signal (off on a manual clock).
+    signals: Signals,
+    /// What the controller stepped on at the last tick, and which component it was.
+    signal: (Option<Duration>, SignalSource),
 }
 
 impl Governor {
@@ -88,7 +93,15 @@ impl Governor {
             gates_made: 0,
             throttle: Some(ThrottleWatch::default()),
             share: ShareCorrection::default(),
+            signals: Signals::off(),
+            signal: (None, SignalSource::None),
         }
+    }
+
+    /// Steer by these components too.
+    pub(crate) fn with_signals(mut self, signals: Signals) -> Governor {
+        self.signals = signals;
+        self
     }
 
     /// One tick: the brake, then rotate the probe window and read its p99, step the controller,
@@ -100,11 +113,13 @@ impl Governor {
         let intervals = shared.probe.config().intervals();
         // A throttled cgroup stopped the foreground too: over the target, whatever the probe saw.
         let throttled = self.throttle.as_mut().is_some_and(|w| w.tick(intervals));
-        let p99 = if throttled {
-            Some(Duration::MAX)
+        self.signals.tick(intervals);
+        self.signal = if throttled {
+            (Some(Duration::MAX), SignalSource::Throttled)
         } else {
-            window.queue_latency.all.p99
+            combine(window.queue_latency.all.p99, self.signals.reading())
         };
+        let p99 = self.signal.0;
         // Grants waiters at the old rate and clears "had waiters since the last tick".
         let had_waiters = shared.queue.tick();
         self.limit = match self.fixed {
@@ -227,6 +242,15 @@ impl Governor {
         }
     }
 
+    /// Start the I/O wake-up probe on `handle`'s runtime.
+    fn start_io_probe(
+        &mut self,
+        handle: &tokio::runtime::Handle,
+        probe: &elastic_cpu_probe::ProbeConfig,
+    ) -> Result<(), elastic_cpu_probe::IoProbeError> {
+        self.signals.start_io(handle, probe)
+    }
+
     /// Time spent braked (brakes that ended).
     fn braked_time(&self) -> Duration {
         self.brake.as_ref().map_or(Duration::ZERO, Brake::total)
@@ -245,6 +269,8 @@ pub(crate) struct Control {
     longest_wait_nanos: AtomicU64,
     throttled_periods: AtomicU64,
     overhead: AtomicF64,
+    /// The signal's components at the last tick (a lock for the few µs of a copy).
+    signal: Mutex<(Reading, Option<Duration>, SignalSource)>,
 }
 
 impl Control {
@@ -260,6 +286,7 @@ impl Control {
             longest_wait_nanos: AtomicU64::new(0),
             throttled_periods: AtomicU64::new(0),
             overhead: AtomicF64::default(),
+            signal: Mutex::new((Reading::default(), None, SignalSource::None)),
             governor: Mutex::new(governor),
         };
         control.publish(&control.lock());
@@ -288,6 +315,9 @@ impl Control {
             .map_or(0, ThrottleWatch::throttled_periods);
         self.throttled_periods.store(throttled, Ordering::Relaxed);
         self.overhead.store(g.share.overhead());
+        let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
+        signal.0.clone_from(g.signals.reading());
+        (signal.1, signal.2) = g.signal;
     }
 
     /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
@@ -332,9 +362,27 @@ impl Control {
         self.publish(&g);
     }
 
+    /// [`Governor::start_io_probe`].
+    pub(crate) fn start_io_probe(
+        &self,
+        handle: &tokio::runtime::Handle,
+        probe: &elastic_cpu_probe::ProbeConfig,
+    ) -> Result<(), elastic_cpu_probe::IoProbeError> {
+        let mut g = self.lock();
+        let started = g.start_io_probe(handle, probe);
+        g.signals.refresh_state();
+        self.publish(&g);
+        started
+    }
+
     /// [`Governor::watch_throttling`].
     pub(crate) fn watch_throttling(&self, dir: PathBuf) {
         self.lock().watch_throttling(dir);
+    }
+
+    /// Whether the I/O wake-up signal is on.
+    pub(crate) fn io_signal(&self) -> bool {
+        self.lock().signals.io_on()
     }
 
     /// `cpus` as given to the builder.
@@ -370,6 +418,11 @@ impl Control {
             longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
             throttled_periods: self.throttled_periods.load(Ordering::Relaxed),
             overhead: self.overhead.load(),
+            signal: self
+                .signal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         };
         Snapshot::new(governed, window, shared.queue.snapshot())
     }

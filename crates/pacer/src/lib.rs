@@ -53,6 +53,7 @@ mod pacer;
 mod running;
 mod share;
 mod shared;
+mod signal;
 mod snapshot;
 mod throttle;
 
@@ -71,6 +72,7 @@ pub use crate::idle_pool::{IdlePriority, IdleRuntime};
 pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
+pub use crate::signal::{Availability, SignalSource, IO_TARGET_FACTOR};
 pub use crate::snapshot::{CpusSource, Snapshot};
 
 // Every type the API above hands out or takes, nameable from here.

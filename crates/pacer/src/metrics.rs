@@ -30,6 +30,26 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "p99 scheduling latency over the probe window (unset while the window is empty)",
     ),
     (
+        "elastic_cpu_signal_p99_seconds",
+        "seconds",
+        "What the controller stepped on: the largest of the scheduling p99, the I/O wake-up p99 / 3 and the run-queue delay (unset with no data)",
+    ),
+    (
+        "elastic_cpu_io_latency_p99_seconds",
+        "seconds",
+        "p99 I/O wake-up latency over the probe window: a canary's write to its read by a task (unset while off or empty)",
+    ),
+    (
+        "elastic_cpu_run_queue_delay_seconds",
+        "seconds",
+        "Mean OS run-queue wait per timeslice of the runtime's threads over the probe window (unset while unavailable)",
+    ),
+    (
+        "elastic_cpu_run_queue_wait_ratio",
+        "ratio",
+        "OS run-queue wait over the last tick as a fraction of it, summed over threads, label kind=foreground|elastic",
+    ),
+    (
         "elastic_cpu_poll_p99_seconds",
         "seconds",
         "p99 poll time over the probe window, label kind=foreground|elastic",
@@ -154,6 +174,21 @@ pub(crate) fn emit(s: &Snapshot) {
     gauge!("elastic_cpu_cpus").set(s.cpus);
     if let Some(p99) = s.sched_p99 {
         gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
+    }
+    if let Some(p99) = s.signal_p99 {
+        gauge!("elastic_cpu_signal_p99_seconds").set(p99.as_secs_f64());
+    }
+    if let Some(p99) = s.io_p99 {
+        gauge!("elastic_cpu_io_latency_p99_seconds").set(p99.as_secs_f64());
+    }
+    if let Some(d) = s.run_queue_delay {
+        gauge!("elastic_cpu_run_queue_delay_seconds").set(d.as_secs_f64());
+    }
+    if let Some(f) = s.run_queue_wait {
+        gauge!("elastic_cpu_run_queue_wait_ratio", "kind" => "foreground").set(f);
+    }
+    if let Some(f) = s.elastic_run_queue_wait {
+        gauge!("elastic_cpu_run_queue_wait_ratio", "kind" => "elastic").set(f);
     }
     if let Some(p99) = s.fg_poll_p99 {
         gauge!("elastic_cpu_poll_p99_seconds", "kind" => "foreground").set(p99.as_secs_f64());

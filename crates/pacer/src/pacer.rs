@@ -7,6 +7,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
+use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
+
 use crate::grant::{yield_to_scheduler, GrantState, Phase, Step};
 use crate::shared::Shared;
 
@@ -38,12 +40,16 @@ use crate::shared::Shared;
 /// ```
 pub struct Pacer {
     grant: GrantState,
+    /// The thread `pace_blocking` last ran on, registered as elastic for the run-queue signal
+    /// (its waits for a CPU are elastic work's, not the foreground's).
+    thread: Option<ThreadRegistration>,
 }
 
 impl Pacer {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Pacer {
             grant: GrantState::new(shared),
+            thread: None,
         }
     }
 
@@ -59,6 +65,7 @@ impl Pacer {
         if self.grant.keep_running() == Step::Go {
             return;
         }
+        self.note_thread();
         // Off the runtime the OS preempts us: no need to yield at the quantum, only to
         // settle the slice, which `keep_running` has done.
         let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
@@ -67,6 +74,24 @@ impl Pacer {
         while self.acquire(&mut cx, slice).is_pending() {
             thread::park();
         }
+    }
+
+    /// Registers the calling thread as elastic (once per thread: a cached thread id compared).
+    fn note_thread(&mut self) {
+        let Ok(tid) = current_tid() else {
+            return;
+        };
+        if self.thread.as_ref().is_some_and(|t| t.tid() == tid) {
+            return;
+        }
+        // Put the old thread's role back before registering this one.
+        self.thread = None;
+        self.thread = self
+            .grant
+            .shared()
+            .threads
+            .register_current(ThreadRole::Elastic)
+            .ok();
     }
 
     /// True once the governor has shut down and this pacer no longer waits for grants.

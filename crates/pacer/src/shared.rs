@@ -9,7 +9,7 @@ use std::time::Duration;
 #[cfg(feature = "test-util")]
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
-use elastic_cpu_probe::{Probe, Sampler};
+use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
 use crate::running::RunningTime;
 use crate::share::Charged;
@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub(crate) probe: Probe,
     /// Running time charged so far, for the governor's overhead correction.
     pub(crate) charged: Charged,
+    /// The runtime's threads and the `pace_blocking` threads, for the run-queue signal.
+    pub(crate) threads: ThreadRegistry,
     /// The backlog brake is on: holders give back their grants at their next poll. Written by
     /// the governor only.
     braked: AtomicBool,
@@ -87,6 +89,7 @@ impl Shared {
             running,
             probe,
             charged: Charged::default(),
+            threads: ThreadRegistry::new(),
             braked: AtomicBool::new(false),
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),

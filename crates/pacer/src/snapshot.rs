@@ -6,6 +6,8 @@ use std::time::Duration;
 use elastic_cpu_core::QueueSnapshot;
 use elastic_cpu_probe::{CgroupVersion, Window};
 
+use crate::signal::{Availability, Reading, SignalSource};
+
 /// What [`Elastic::snapshot`](crate::Elastic::snapshot) reports: always available, no exporter
 /// needed. The `metrics` export (feature `metrics`) is fed from it.
 ///
@@ -40,6 +42,32 @@ pub struct Snapshot {
     pub ticks: u64,
     /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
     pub sched_p99: Option<Duration>,
+    /// What the controller stepped on at the last tick: the largest of
+    /// [`sched_p99`](Self::sched_p99), [`io_p99`](Self::io_p99) over
+    /// [`IO_TARGET_FACTOR`](crate::IO_TARGET_FACTOR) and
+    /// [`run_queue_delay`](Self::run_queue_delay), against the one target (`Duration::MAX` in a
+    /// tick the cgroup was throttled; `None`: no component had data).
+    pub signal_p99: Option<Duration>,
+    /// Which component [`signal_p99`](Self::signal_p99) was.
+    pub signal_source: SignalSource,
+    /// p99 I/O wake-up latency over the probe window: a canary datagram's *written → read by a
+    /// task*, through the runtime's I/O driver ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
+    /// `None`: no probe running (see [`io_probe`](Self::io_probe)) or no canary read yet.
+    pub io_p99: Option<Duration>,
+    /// Whether the I/O wake-up probe runs, and if not, why.
+    pub io_probe: Availability,
+    /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,
+    /// over the probe window: how long a runnable worker waited for a CPU
+    /// ([`ElasticBuilder::run_queue_signal`](crate::ElasticBuilder::run_queue_signal)). `None`:
+    /// unavailable (see [`run_queue`](Self::run_queue)) or no timeslice in the window.
+    pub run_queue_delay: Option<Duration>,
+    /// Run-queue wait of those threads over the last tick, summed, as a fraction of the tick
+    /// (0.12: together they waited 12 % of the tick for a CPU).
+    pub run_queue_wait: Option<f64>,
+    /// The same for the threads running elastic work ([`Pacer::pace_blocking`](crate::Pacer::pace_blocking)).
+    pub elastic_run_queue_wait: Option<f64>,
+    /// Whether the run-queue delay is read, and if not, why (off Linux: unavailable).
+    pub run_queue: Availability,
     /// p99 poll time of foreground tasks over the window.
     pub fg_poll_p99: Option<Duration>,
     /// p99 poll time of elastic polls over the window.
@@ -149,6 +177,7 @@ pub(crate) struct Governed {
     pub(crate) longest_wait: Duration,
     pub(crate) throttled_periods: u64,
     pub(crate) overhead: f64,
+    pub(crate) signal: (Reading, Option<Duration>, SignalSource),
 }
 
 impl Snapshot {
@@ -163,6 +192,7 @@ impl Snapshot {
             longest_wait,
             throttled_periods,
             overhead,
+            signal: (reading, signal_p99, signal_source),
         } = governed;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
@@ -176,6 +206,14 @@ impl Snapshot {
             cpus_source,
             ticks,
             sched_p99: window.queue_latency.all.p99,
+            signal_p99,
+            signal_source,
+            io_p99: reading.io_p99,
+            io_probe: reading.io,
+            run_queue_delay: reading.run_queue_delay,
+            run_queue_wait: reading.run_queue_wait,
+            elastic_run_queue_wait: reading.elastic_run_queue_wait,
+            run_queue: reading.run_queue,
             fg_poll_p99: window.poll_time.foreground.p99,
             elastic_poll_p99: window.poll_time.elastic.p99,
             tokens,

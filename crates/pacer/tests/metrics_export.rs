@@ -50,9 +50,64 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
         seen.push(name);
     }
     for (name, _, _) in METRICS {
+        if MEASURED_FOR_REAL.contains(name) {
+            continue; // a manual clock turns those components off: the test below
+        }
         assert!(
             seen.iter().any(|s| s == name),
             "{name} not emitted: {seen:?}"
         );
     }
+}
+
+/// The signal's I/O and run-queue components: measured on a real runtime only.
+const MEASURED_FOR_REAL: [&str; 3] = [
+    "elastic_cpu_io_latency_p99_seconds",
+    "elastic_cpu_run_queue_delay_seconds",
+    "elastic_cpu_run_queue_wait_ratio",
+];
+
+#[test]
+fn the_signal_components_are_emitted_once_measured() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let elastic = Elastic::builder().build().unwrap();
+    let rt = elastic
+        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+        .build()
+        .unwrap();
+    let linux = cfg!(target_os = "linux") && std::path::Path::new("/proc/thread-self").exists();
+    // A hang guard, not a timing assertion.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = elastic.snapshot();
+        if s.io_p99.is_some()
+            && (!linux || (s.run_queue_delay.is_some() && s.run_queue_wait.is_some()))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never measured: {s:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    metrics::with_local_recorder(&recorder, || elastic.tick());
+    let seen: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, _)| key.key().name().to_string())
+        .collect();
+    for name in MEASURED_FOR_REAL {
+        if name.contains("run_queue") && !linux {
+            continue;
+        }
+        assert!(
+            seen.iter().any(|s| s == name),
+            "{name} not emitted: {seen:?}"
+        );
+    }
+    assert!(seen.iter().any(|s| s == "elastic_cpu_signal_p99_seconds"));
+    drop(rt);
 }

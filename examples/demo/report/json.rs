@@ -34,6 +34,7 @@ struct Doc<'a> {
     phases: Vec<Phase<'a>>,
     timeline: Vec<TimePoint<'a>>,
     timeline_sched_split: Vec<SchedSplit>,
+    timeline_signal: Vec<SignalPoint>,
     phase_extras: Vec<PhaseExtras<'a>>,
     segments: Vec<Segment<'a>>,
     controller_speed: Vec<Speed<'a>>,
@@ -129,6 +130,18 @@ struct TimePoint<'a> {
     sched_p99_us: Option<Num>,
     fg_p99_us: Option<Num>,
     elastic_rows_per_sec: Num,
+}
+
+/// The governor's signal and its components, per timeline sample.
+#[derive(Serialize)]
+struct SignalPoint {
+    t_ms: u64,
+    signal_p99_us: Option<Num>,
+    signal_source: &'static str,
+    io_p99_us: Option<Num>,
+    run_queue_delay_us: Option<Num>,
+    run_queue_wait: Option<Num>,
+    elastic_run_queue_wait: Option<Num>,
 }
 
 #[derive(Serialize)]
@@ -388,6 +401,17 @@ impl Report {
                     t_ms: t.t_ms,
                     sched_fg_p99_us: opt(t.sched_fg_p99_us),
                     sched_elastic_p99_us: opt(t.sched_elastic_p99_us),
+                })
+                .collect(),
+            timeline_signal: (self.timeline.iter())
+                .map(|t| SignalPoint {
+                    t_ms: t.t_ms,
+                    signal_p99_us: opt(t.signal.signal_p99_us),
+                    signal_source: t.signal.source,
+                    io_p99_us: opt(t.signal.io_p99_us),
+                    run_queue_delay_us: opt(t.signal.rq_delay_us),
+                    run_queue_wait: opt(t.signal.rq_wait),
+                    elastic_run_queue_wait: opt(t.signal.elastic_rq_wait),
                 })
                 .collect(),
             phase_extras: self.phases.iter().map(PhaseExtras::of).collect(),

@@ -40,6 +40,8 @@ pub struct Point {
     pub sched_elastic_p99_us: Option<f64>,
     pub fg_p99_us: Option<f64>,
     pub elastic_rows_per_sec: f64,
+    /// The governor's signal and its components (written as `timeline_signal`).
+    pub signal: crate::ctl::SignalSnap,
 }
 
 /// Run configuration and machine facts.

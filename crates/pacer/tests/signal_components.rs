@@ -1,0 +1,166 @@
+//! The signal's components (issue 16): the I/O wake-up probe and the OS run-queue delay, in the
+//! snapshot with their availability; off by setting and on a manual clock; `pace_blocking`
+//! threads read as elastic. Real runtimes and the governor thread: only what is measured at
+//! all is asserted, never how long anything took (`eventually` is a hang guard).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::eventually;
+use elastic_cpu_pacer::{Availability, Elastic, IO_TARGET_FACTOR};
+use elastic_cpu_probe::IoProbeError;
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
+    elastic
+        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn both_components_are_in_the_snapshot() {
+    let elastic = Elastic::builder().build().unwrap();
+    // No `enable_io()` here: `runtime(..)` enables the driver for the probe.
+    let rt = runtime(&elastic);
+    assert!(elastic.snapshot().io_probe.is_on());
+    eventually("an I/O p99 in the snapshot", WITHIN, || {
+        elastic.snapshot().io_p99.is_some()
+    });
+    let s = elastic.snapshot();
+    let signal = s.signal_p99.expect("a signal once a component has data");
+    assert!(signal >= s.io_p99.unwrap() / IO_TARGET_FACTOR);
+    if let Some(sched) = s.sched_p99 {
+        assert!(signal >= sched);
+    }
+    if cfg!(target_os = "linux") && std::path::Path::new("/proc/thread-self").exists() {
+        eventually("run-queue counters read", WITHIN, || {
+            let s = elastic.snapshot();
+            s.run_queue.is_on() && s.run_queue_wait.is_some()
+        });
+        let s = elastic.snapshot();
+        assert!(s.run_queue_wait.unwrap() >= 0.0);
+        // No `pace_blocking` thread yet: nothing elastic to read.
+        assert_eq!(s.elastic_run_queue_wait, None);
+    }
+    drop(rt);
+}
+
+#[test]
+fn off_by_setting() {
+    let elastic = Elastic::builder()
+        .io_signal(false)
+        .run_queue_signal(false)
+        .build()
+        .unwrap();
+    let _rt = runtime(&elastic);
+    let ticks = elastic.snapshot().ticks;
+    eventually("a few governor ticks", WITHIN, || {
+        elastic.snapshot().ticks >= ticks + 3
+    });
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.io_probe, s.run_queue),
+        (Availability::Off, Availability::Off)
+    );
+    assert_eq!(
+        (s.io_p99, s.run_queue_delay, s.run_queue_wait),
+        (None, None, None)
+    );
+}
+
+#[test]
+fn a_manual_clock_turns_both_off() {
+    let clock = elastic_cpu_pacer::ManualClock::new();
+    let elastic = Elastic::builder().manual(clock).build().unwrap();
+    let _rt = runtime(&elastic);
+    elastic.tick();
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.io_probe, s.run_queue),
+        (Availability::Off, Availability::Off)
+    );
+    assert_eq!(s.io_p99, None);
+}
+
+#[test]
+fn attached_by_hand_without_io() {
+    let elastic = Elastic::builder().build().unwrap();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(1);
+    let rt = elastic.instrument(&mut builder).build().unwrap();
+    elastic.attach(rt.handle());
+    assert_eq!(elastic.snapshot().io_probe, Availability::NotStarted);
+    // tokio panics registering a socket on a runtime without I/O; the probe catches it.
+    let err = elastic.start_io_probe(rt.handle()).unwrap_err();
+    assert!(matches!(err, IoProbeError::IoDisabled), "{err}");
+    assert!(matches!(
+        elastic.snapshot().io_probe,
+        Availability::Unavailable(_)
+    ));
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn pace_blocking_threads_read_as_elastic() {
+    if !std::path::Path::new("/proc/thread-self").exists() {
+        return; // no thread ids here: the registry cannot work
+    }
+    let elastic = Elastic::builder().build().unwrap();
+    let rt = runtime(&elastic);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pacer = elastic.pacer();
+    let job = {
+        let stop = stop.clone();
+        rt.spawn_blocking(move || {
+            while !stop.load(Ordering::Relaxed) {
+                pacer.pace_blocking();
+                common::spin(Duration::from_micros(200));
+            }
+        })
+    };
+    eventually("the blocking thread read as elastic", WITHIN, || {
+        elastic.snapshot().elastic_run_queue_wait.is_some()
+    });
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(job).unwrap();
+}
+
+/// Issue 16, item 4: a `pace_blocking` thread competes with the workers for the cores, so its
+/// grant counts against the same holder cap as work on the runtime (one work queue).
+#[test]
+fn a_pace_blocking_holder_counts_against_the_holder_cap() {
+    let clock = elastic_cpu_pacer::ManualClock::new();
+    // ceil(0.3 × 2) = 1 holder at a time.
+    let elastic = common::manual_elastic(&clock, 0.3, 2.0);
+    let mut blocking = elastic.pacer();
+    blocking.pace_blocking(); // the bucket starts full: granted at once, held
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut on_runtime = elastic.pacer();
+    rt.block_on(async {
+        let mut pace = std::pin::pin!(on_runtime.pace());
+        assert!(poll_once(pace.as_mut()).await.is_pending());
+        assert_eq!(
+            elastic.snapshot().waiters,
+            1,
+            "capped behind the blocking holder"
+        );
+        drop(blocking); // settles its grant: the waiter may hold one now
+        elastic.tick();
+        assert!(poll_once(pace.as_mut()).await.is_ready());
+    });
+    assert_eq!(elastic.snapshot().waiters, 0);
+}
+
+/// Poll `f` once, whatever it returns.
+async fn poll_once<F: std::future::Future>(
+    mut f: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx))).await
+}
