@@ -6,10 +6,14 @@
 //!   tracking; a thread rotates every 100 ms as in production), and plain runtime with every task
 //!   wrapped by `tokio_metrics::TaskMonitor::instrument` (the peer a user would otherwise pick).
 //!   Without `--cfg tokio_unstable` the `probe` variant has no hooks and equals `none`.
-//!   With `PROBE_BENCH_BREAKDOWN=1` (and `tokio_unstable`) two more variants split the probe's
-//!   cost: `tracking_only` (tokio's schedule-latency tracking alone: two clock reads per poll
-//!   inside tokio), `hooks_empty` (tracking plus empty poll hooks) and
-//!   `probe_poll_time_every_8` (the probe measuring poll time on one poll in 8).
+//!   With `PROBE_BENCH_BREAKDOWN=1` (and `tokio_unstable`) more variants split the probe's
+//!   cost one step at a time: `tracking_only` (tokio's schedule-latency tracking alone: two
+//!   clock reads per poll inside tokio), `hooks_empty` (tracking plus empty poll hooks: the hook
+//!   calls), `hooks_tls` (hooks touching a thread-local as the probe's do), `hooks_clock` (plus
+//!   the two poll-time clock reads, `std::time::Instant`), `hooks_clock_quanta` (the same with
+//!   `quanta::Instant`, the TSC), `probe_no_poll_time` (the probe recording queue latency only:
+//!   over `hooks_tls`, the histogram record) and `probe_poll_time_every_8` (the probe measuring
+//!   poll time on one poll in 8).
 //! * `histogram/record`: one `Probe::record_poll` on a runtime worker (slot lookup, two bucket
 //!   increments in the worker's own slot).
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
@@ -46,6 +50,18 @@ enum Variant {
     HooksEmpty,
     /// Breakdown: the probe with `poll_time_every = 8` (poll time on one poll in 8).
     ProbeSampled,
+    /// Breakdown: tracking plus hooks that touch a thread-local as the probe's do (no clock,
+    /// no record): the thread-local's cost over `hooks_empty`.
+    HooksTls,
+    /// Breakdown: `hooks_tls` plus the poll-time clock (`Instant::now()` before, `elapsed()`
+    /// after, no record): the two clock reads' cost over `hooks_tls`.
+    HooksClock,
+    /// Breakdown: `hooks_clock` with `quanta::Instant` (TSC) instead of `std::time::Instant`.
+    HooksQuanta,
+    /// Breakdown: the probe without poll time (`poll_time_every = u32::MAX`): tracking, hooks,
+    /// thread-local and one histogram record of the queue latency per poll; over `hooks_tls`,
+    /// the record's cost.
+    ProbeNoPollTime,
 }
 
 impl Variant {
@@ -57,6 +73,10 @@ impl Variant {
             Variant::TrackingOnly => "tracking_only",
             Variant::HooksEmpty => "hooks_empty",
             Variant::ProbeSampled => "probe_poll_time_every_8",
+            Variant::HooksTls => "hooks_tls",
+            Variant::HooksClock => "hooks_clock",
+            Variant::HooksQuanta => "hooks_clock_quanta",
+            Variant::ProbeNoPollTime => "probe_no_poll_time",
         }
     }
 }
@@ -142,6 +162,10 @@ fn probe_overhead(c: &mut Criterion) {
         variants.extend([
             Variant::TrackingOnly,
             Variant::HooksEmpty,
+            Variant::HooksTls,
+            Variant::HooksClock,
+            Variant::HooksQuanta,
+            Variant::ProbeNoPollTime,
             Variant::ProbeSampled,
         ]);
     }
@@ -150,16 +174,16 @@ fn probe_overhead(c: &mut Criterion) {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             builder.worker_threads(workers);
             let probe = Probe::new(ProbeConfig {
-                poll_time_every: if let Variant::ProbeSampled = variant {
-                    8
-                } else {
-                    1
+                poll_time_every: match variant {
+                    Variant::ProbeSampled => 8,
+                    Variant::ProbeNoPollTime => u32::MAX,
+                    _ => 1,
                 },
                 ..ProbeConfig::default()
             })
             .unwrap();
             match variant {
-                Variant::Probe | Variant::ProbeSampled => {
+                Variant::Probe | Variant::ProbeSampled | Variant::ProbeNoPollTime => {
                     probe.instrument(&mut builder);
                 }
                 #[cfg(tokio_unstable)]
@@ -177,11 +201,35 @@ fn probe_overhead(c: &mut Criterion) {
                             black_box(m.schedule_latency());
                         });
                 }
+                #[cfg(tokio_unstable)]
+                Variant::HooksTls => {
+                    builder
+                        .track_task_schedule_latency()
+                        .on_before_task_poll(|_| breakdown::before_tls())
+                        .on_after_task_poll(|m| breakdown::after_tls(m.schedule_latency()));
+                }
+                #[cfg(tokio_unstable)]
+                Variant::HooksClock => {
+                    builder
+                        .track_task_schedule_latency()
+                        .on_before_task_poll(|_| breakdown::before_clock())
+                        .on_after_task_poll(|m| breakdown::after_clock(m.schedule_latency()));
+                }
+                #[cfg(tokio_unstable)]
+                Variant::HooksQuanta => {
+                    builder
+                        .track_task_schedule_latency()
+                        .on_before_task_poll(|_| breakdown::before_quanta())
+                        .on_after_task_poll(|m| breakdown::after_quanta(m.schedule_latency()));
+                }
                 _ => {}
             }
             let rt = builder.build().unwrap();
-            let _rotator = matches!(variant, Variant::Probe | Variant::ProbeSampled)
-                .then(|| Rotator::start(&probe));
+            let _rotator = matches!(
+                variant,
+                Variant::Probe | Variant::ProbeSampled | Variant::ProbeNoPollTime
+            )
+            .then(|| Rotator::start(&probe));
             let monitor =
                 matches!(variant, Variant::TokioMetrics).then(tokio_metrics::TaskMonitor::new);
             group.bench_function(BenchmarkId::new(variant.name(), workers), |b| {
@@ -193,6 +241,75 @@ fn probe_overhead(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Hooks for the breakdown variants: the probe's per-poll steps one at a time, on a poll state
+/// shaped like the probe's (`hooks.rs`).
+#[cfg(tokio_unstable)]
+mod breakdown {
+    use std::cell::Cell;
+    use std::hint::black_box;
+    use std::time::{Duration, Instant};
+
+    struct State {
+        start: Cell<Option<Instant>>,
+        start_q: Cell<Option<quanta::Instant>>,
+        elastic: Cell<bool>,
+        countdown: Cell<u32>,
+    }
+
+    thread_local! {
+        static STATE: State = const {
+            State {
+                start: Cell::new(None),
+                start_q: Cell::new(None),
+                elastic: Cell::new(false),
+                countdown: Cell::new(0),
+            }
+        };
+    }
+
+    pub fn before_tls() {
+        let _ = STATE.try_with(|s| {
+            s.elastic.set(false);
+            s.countdown.set(s.countdown.get().wrapping_add(1));
+        });
+    }
+
+    pub fn after_tls(latency: Option<Duration>) {
+        let e = STATE
+            .try_with(|s| s.elastic.replace(false))
+            .unwrap_or(false);
+        black_box((latency, e));
+    }
+
+    pub fn before_clock() {
+        let _ = STATE.try_with(|s| {
+            s.elastic.set(false);
+            s.start.set(Some(Instant::now()));
+        });
+    }
+
+    pub fn after_clock(latency: Option<Duration>) {
+        let (start, e) = STATE
+            .try_with(|s| (s.start.take(), s.elastic.replace(false)))
+            .unwrap_or((None, false));
+        black_box((latency, start.map(|s| s.elapsed()), e));
+    }
+
+    pub fn before_quanta() {
+        let _ = STATE.try_with(|s| {
+            s.elastic.set(false);
+            s.start_q.set(Some(quanta::Instant::now()));
+        });
+    }
+
+    pub fn after_quanta(latency: Option<Duration>) {
+        let (start, e) = STATE
+            .try_with(|s| (s.start_q.take(), s.elastic.replace(false)))
+            .unwrap_or((None, false));
+        black_box((latency, start.map(|s| s.elapsed()), e));
+    }
 }
 
 /// Pseudo-random durations spread log-uniformly over 1 µs .. ~16 ms.

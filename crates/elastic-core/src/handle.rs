@@ -148,6 +148,39 @@ impl<R: Clock> ElasticHandle<R> {
         Duration::from_nanos(self.used_nanos())
     }
 
+    /// Running time at which [`over_limit`](Self::over_limit) turns true: the deadline given
+    /// to [`with_deadline`](Self::with_deadline) (or [`set_deadline`](Self::set_deadline)),
+    /// never past the slice.
+    pub fn deadline(&self) -> Duration {
+        Duration::from_nanos(self.deadline)
+    }
+
+    /// Move the deadline to `deadline` of running time (clamped to the slice), e.g. further on
+    /// for a caller that reached it and chose to run on rather than yield. The check interval
+    /// learned so far is kept (no burst of clock reads); the cached answer is re-judged against
+    /// the new deadline, so the next call reports over the limit only if the last clock read
+    /// already was past it.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{Admit, ElasticHandle, ManualClock, WorkQueue};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let queue = WorkQueue::new(clock.clone(), 1_000_000_000);
+    /// let Admit::Granted(grant) = queue.admit(Duration::from_millis(10)) else { panic!() };
+    /// let mut handle = ElasticHandle::with_deadline(grant, clock.clone(), Duration::from_millis(1));
+    /// clock.advance(Duration::from_millis(1));
+    /// assert!(handle.over_limit().0); // the deadline is reached...
+    /// handle.set_deadline(handle.deadline() + Duration::from_millis(1));
+    /// assert!(!handle.over_limit().0); // ...and moved one more millisecond on
+    /// handle.set_deadline(Duration::from_secs(1));
+    /// assert_eq!(handle.deadline(), Duration::from_millis(10)); // never past the slice
+    /// ```
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = duration_nanos(deadline).min(self.grant.allotted_nanos());
+        self.cached.0 = self.checked_once && self.last_used >= self.deadline;
+    }
+
     /// The slice this handle runs.
     pub fn allotted(&self) -> Duration {
         self.grant.allotted()

@@ -293,3 +293,46 @@ fn a_short_deadline_is_overrun_by_at_most_about_an_eighth() {
         );
     }
 }
+
+#[test]
+fn a_deadline_moved_on_keeps_the_interval_and_each_step_is_overrun_by_little() {
+    // A caller that runs on past its 50 µs deadline three times, 1 µs per call: each new
+    // deadline is reached within about an eighth of a step, and the interval learned before
+    // the first move is kept (no burst of reads from 1 again).
+    let clock = Counting::default();
+    let step = Duration::from_micros(50);
+    let mut h = ElasticHandle::with_deadline(grant(100), clock.clone(), step);
+    for n in 1..=4u32 {
+        let mut calls = 0u64;
+        while !h.over_limit().0 {
+            clock.clock.advance(Duration::from_micros(1));
+            calls += 1;
+            assert!(calls < 10_000, "never over");
+        }
+        let used = h.used();
+        assert!(
+            used >= step * n && used <= step * n + step / 4,
+            "step {n}: {used:?}"
+        );
+        let (interval, reads) = (h.check_interval(), clock.reads());
+        h.set_deadline(h.deadline() + step);
+        assert_eq!(h.check_interval(), interval, "the interval started over");
+        assert_eq!(clock.reads(), reads, "moving the deadline read the clock");
+        if n < 4 {
+            assert!(
+                !h.over_limit().0,
+                "the cached answer ignored the new deadline"
+            );
+        }
+    }
+    // Never past the slice; the answer is against the deadline of the last read.
+    h.set_deadline(Duration::from_secs(5));
+    assert_eq!(h.deadline(), Duration::from_millis(100));
+    clock.clock.advance(Duration::from_millis(100));
+    while !h.over_limit().0 {}
+    h.set_deadline(Duration::from_millis(1));
+    assert!(
+        h.over_limit().0,
+        "a deadline moved back below the used time is over"
+    );
+}

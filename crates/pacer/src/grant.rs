@@ -19,7 +19,6 @@
 //!
 //! [`WorkQueue::done`]: elastic_cpu_core::WorkQueue::done
 
-use std::future::Future;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -28,6 +27,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
+use crate::quantum::may_run_on;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
 
@@ -158,20 +158,38 @@ impl GrantState {
     /// past the slice).
     pub(crate) fn start_stretch(&mut self, stretch: Duration) {
         if let State::Held(g) = &self.state {
-            let stretch = stretch.min(g.allotted().saturating_sub(self.used));
+            let room = g.allotted().saturating_sub(self.used);
             if let State::Held(grant) = mem::replace(&mut self.state, State::Idle) {
-                self.state = State::Running(Stretch::start(grant, &self.shared.running, stretch));
+                self.state = State::Running(Stretch::start(
+                    grant,
+                    &self.shared.running,
+                    stretch.min(room),
+                    room,
+                ));
             }
         }
     }
 
     /// `Pacer`, every iteration: go on within the stretch (a counter decrement, a clock read
-    /// now and then); at its end, pause the grant (or settle it if the slice is spent).
+    /// now and then); at its end, run on for another quantum if no one wants the worker (see
+    /// `quantum`), else pause the grant (or settle it if the slice is spent).
     #[inline]
     pub(crate) fn keep_running(&mut self) -> Step {
+        if let State::Running(stretch) = &mut self.state {
+            if !stretch.handle.over_limit().0 {
+                return Step::Go;
+            }
+        }
+        self.stretch_checked()
+    }
+
+    /// [`keep_running`](Self::keep_running) past its fast path, out of line so that the
+    /// per-iteration path stays a decrement and a branch in the caller's loop.
+    #[inline(never)]
+    fn stretch_checked(&mut self) -> Step {
         match &mut self.state {
             State::Running(stretch) => {
-                if !stretch.handle.over_limit().0 {
+                if !self.shared.braked() && stretch.run_on(self.shared.quantum) {
                     return Step::Go;
                 }
                 self.end_stretch();
@@ -218,16 +236,36 @@ struct Stretch {
     /// Thread CPU time and thread at the start (adaptive timing, long stretches): the stretch
     /// is charged its CPU time if it ends on the same thread.
     cpu: Option<(Duration, ThreadId)>,
+    /// What was left of the grant at the start: how far the deadline may move on.
+    room: Duration,
 }
 
 impl Stretch {
-    fn start(grant: Grant, running: &RunningTime, stretch: Duration) -> Stretch {
+    fn start(grant: Grant, running: &RunningTime, stretch: Duration, room: Duration) -> Stretch {
         let cpu = (matches!(running, RunningTime::Adaptive) && stretch >= LONG_RUN)
             .then(|| (ThreadCpuClock.now(), thread::current().id()));
         Stretch {
             handle: ElasticHandle::with_deadline(grant, running.clock(), stretch),
             cpu,
+            room,
         }
+    }
+
+    /// The deadline is reached: move it one `quantum` on (never past the grant) if the task
+    /// may run on without yielding. The stretch started at the task's last yield, so its
+    /// deadline is the running time since then.
+    #[inline]
+    fn run_on(&mut self, quantum: Duration) -> bool {
+        let at = self.handle.deadline();
+        if at >= self.room {
+            return false; // the slice is spent: settle
+        }
+        let next = (at + quantum).min(self.room);
+        if !may_run_on(next) {
+            return false;
+        }
+        self.handle.set_deadline(next);
+        true
     }
 
     /// The grant and the running time the stretch used.
@@ -243,13 +281,4 @@ impl Stretch {
         };
         (grant, used)
     }
-}
-
-/// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
-/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
-/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
-#[inline]
-pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
-    let mut y = std::pin::pin!(tokio::task::yield_now());
-    let _ = y.as_mut().poll(cx);
 }

@@ -50,6 +50,7 @@ mod idle_pool;
 mod metrics;
 mod paced;
 mod pacer;
+mod quantum;
 mod running;
 mod share;
 mod shared;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::grant::{yield_to_scheduler, GrantState};
+use crate::grant::GrantState;
+use crate::quantum::{yield_to_scheduler, YieldPoint};
 use crate::running::{Mark, LONG_RUN};
 use crate::shared::Shared;
 
@@ -19,6 +20,8 @@ pub(crate) struct Slot {
     grant: GrantState,
     /// Running time since this task last returned `Pending` (the poll quantum's clock).
     run: Duration,
+    /// When a stream yields next, by `run`.
+    yield_at: YieldPoint,
     /// Set while the inner poll runs, so a panic in it is still charged.
     polling: Option<Mark>,
     /// The last poll ran at least [`LONG_RUN`]: time the next on the CPU clock.
@@ -31,6 +34,7 @@ pub(crate) struct Slot {
 impl Slot {
     fn new(shared: Arc<Shared>) -> Self {
         Slot {
+            yield_at: YieldPoint::new(shared.quantum),
             grant: GrantState::new(shared),
             run: Duration::ZERO,
             polling: None,
@@ -81,16 +85,17 @@ impl Slot {
         self.grant.charge(took);
     }
 
-    /// The poll quantum is spent: time to yield even with tokens left.
+    /// The poll quantum is spent and no one lets it run on: time to yield even with tokens left.
     #[inline]
-    fn quantum_spent(&self) -> bool {
-        self.run >= self.grant.shared().quantum
+    fn quantum_spent(&mut self) -> bool {
+        self.yield_at.due(self.run, self.grant.shared().quantum)
     }
 
     /// The task is about to return `Pending`: it yields, so the quantum starts over.
     #[inline]
     fn yielded(&mut self) {
         self.run = Duration::ZERO;
+        self.yield_at.reset(self.grant.shared().quantum);
     }
 
     /// The adapter is finished: settle for good.
@@ -163,8 +168,10 @@ impl<F: Future> Future for Paced<F> {
 pin_project! {
     /// A stream whose items are produced as elastic work (see [`Paced`]). Between items, once
     /// the poll quantum is spent, it yields to the scheduler even with tokens left, so a
-    /// consumer looping over a ready stream does not hold a worker for a whole slice.
-    /// Made by [`PacedStreamExt::paced`].
+    /// consumer looping over a ready stream does not hold a worker for a whole slice. While
+    /// another worker of the runtime is parked and nothing is queued for it, the yield waits,
+    /// up to 400 µs of running time since the last one (that worker already holds the I/O
+    /// driver and takes queued work). Made by [`PacedStreamExt::paced`].
     #[must_use = "streams do nothing unless polled"]
     pub struct PacedStream<S> {
         #[pin]

@@ -9,16 +9,18 @@ use std::time::Duration;
 
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
-use crate::grant::{yield_to_scheduler, GrantState, Phase, Step};
+use crate::grant::{GrantState, Phase, Step};
+use crate::quantum::yield_to_scheduler;
 use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
 ///
 /// Inside a grant, `pace()` costs a counter decrement: the running time is read only every
 /// so many iterations (the interval doubles while checks come less than 1 ms of running time
-/// apart), never per iteration. When the poll quantum is spent it yields to the scheduler;
-/// when the slice is spent it settles it and waits for a new grant. Dropping the pacer settles
-/// what it holds.
+/// apart), never per iteration. When the poll quantum is spent it yields to the scheduler
+/// (unless another worker of the runtime is parked and nothing is queued for it: then it runs
+/// on, up to 400 µs between yields); when the slice is spent it settles it and waits for a new
+/// grant. Dropping the pacer settles what it holds.
 ///
 /// Running time is the thread's CPU time over each stretch between yields (the wall time if the
 /// stretch moved threads or timing is set to the wall clock), so an `.await` on other things

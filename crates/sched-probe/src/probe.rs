@@ -160,6 +160,8 @@ impl Probe {
     ) -> &'a mut tokio::runtime::Builder {
         #[cfg(tokio_unstable)]
         {
+            // Calibrate the poll-time clock here, not in the first poll's hook.
+            let _ = quanta::Instant::now();
             let shared = self.shared.clone();
             builder
                 .track_task_schedule_latency()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use elastic_cpu_core::SetupGrant;
 
 use super::shared::GateShared;
-use crate::grant::yield_to_scheduler;
+use crate::quantum::{yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
 
 /// An admitted connection setup. Run the setup's CPU work under it, calling
@@ -30,17 +30,21 @@ pub struct SetupPermit {
     used: Duration,
     /// Running time since the permit last yielded.
     since_yield: Duration,
+    /// When it yields next, by `since_yield`.
+    yield_at: YieldPoint,
     /// Where the current chunk started.
     mark: Option<(Mark, ThreadId)>,
 }
 
 impl SetupPermit {
     pub(crate) fn new(gate: Arc<GateShared>, grant: SetupGrant) -> SetupPermit {
+        let yield_at = YieldPoint::new(gate.quantum);
         let mut permit = SetupPermit {
             gate,
             grant: Some(grant),
             used: Duration::ZERO,
             since_yield: Duration::ZERO,
+            yield_at,
             mark: None,
         };
         permit.start_chunk();
@@ -129,8 +133,10 @@ impl Future for SetupPace<'_> {
             return Poll::Ready(());
         }
         permit.end_chunk();
-        if permit.since_yield >= permit.gate.quantum && !permit.gate.is_closed() {
+        let quantum = permit.gate.quantum;
+        if !permit.gate.is_closed() && permit.yield_at.due(permit.since_yield, quantum) {
             permit.since_yield = Duration::ZERO;
+            permit.yield_at.reset(quantum);
             this.yielded = true;
             yield_to_scheduler(cx);
             return Poll::Pending;

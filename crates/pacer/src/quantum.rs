@@ -1,0 +1,107 @@
+//! The poll quantum's yield: whether a task that has run its quantum must hand its worker back
+//! now, and the yield itself.
+//!
+//! The quantum exists for the foreground tasks queued behind a worker that elastic work holds,
+//! and for I/O the driver has not polled yet. Neither needs the yield while another worker of
+//! the runtime is parked: that worker sits in the I/O driver (a parked worker takes it when no
+//! one holds it), and a task pushed to the global queue or stolen-from local queue wakes it. Then
+//! the yield only costs: the worker finds nothing else to run, turns to searching, and on
+//! leaving that state wakes the parked worker, which searches, finds nothing and parks again
+//! (a futex round trip per quantum: 6–7 µs a yield, 13–15 % of a paced scan in `quantum_cost`). So
+//! while some other worker is parked and the global queue is empty, a spent quantum runs on for
+//! one more quantum, up to [`RUN_ON_LIMIT`] since the task last returned `Pending`. The limit
+//! bounds what the check cannot see: a task the elastic task itself woke waits in its worker's
+//! LIFO slot, which no other worker may steal.
+
+use std::future::Future;
+use std::task::Context;
+use std::time::Duration;
+
+/// Longest run between yields while the quantum's yields are skipped (8 default quanta).
+pub(crate) const RUN_ON_LIMIT: Duration = Duration::from_micros(400);
+
+/// Whether a task that has run its quantum may run on until `run_after` of running time since
+/// it last returned `Pending`: only up to [`RUN_ON_LIMIT`], and only while no one else wants a
+/// worker (see [`worker_wanted`]).
+#[inline]
+pub(crate) fn may_run_on(run_after: Duration) -> bool {
+    run_after <= RUN_ON_LIMIT && !worker_wanted()
+}
+
+/// Whether the runtime the caller runs on may need the caller's worker: true unless another of
+/// its workers is parked and its global queue is empty (with `tokio_unstable`, also the
+/// caller's local queue). Off a runtime, or where tokio cannot say (no 64-bit atomics), true.
+/// A current-thread runtime has no other worker: always true there.
+///
+/// Stable tokio metrics only: a worker's park/unpark count is odd while it is parked, and is
+/// published as it parks and as soon as it wakes.
+pub(crate) fn worker_wanted() -> bool {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return true;
+    };
+    let metrics = handle.metrics();
+    if metrics.global_queue_depth() > 0 {
+        return true;
+    }
+    let me = tokio::runtime::worker_index();
+    #[cfg(tokio_unstable)]
+    if me.is_some_and(|w| metrics.worker_local_queue_depth(w) > 0) {
+        return true;
+    }
+    !other_worker_parked(&metrics, me)
+}
+
+#[cfg(target_has_atomic = "64")]
+fn other_worker_parked(metrics: &tokio::runtime::RuntimeMetrics, me: Option<usize>) -> bool {
+    (0..metrics.num_workers())
+        .any(|w| Some(w) != me && metrics.worker_park_unpark_count(w) % 2 == 1)
+}
+
+#[cfg(not(target_has_atomic = "64"))]
+fn other_worker_parked(_: &tokio::runtime::RuntimeMetrics, _: Option<usize>) -> bool {
+    false
+}
+
+/// When a task that yields at the poll quantum yields next, by its running time since it last
+/// returned `Pending`: at the quantum, or one quantum later each time [`may_run_on`] allows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct YieldPoint {
+    at: Duration,
+}
+
+impl YieldPoint {
+    pub(crate) fn new(quantum: Duration) -> Self {
+        YieldPoint { at: quantum }
+    }
+
+    /// Whether the task, having run `run` since it last returned `Pending`, must yield now.
+    /// False while `run` is short of the yield point, or when the point moved on (a quantum
+    /// past `run`).
+    #[inline]
+    pub(crate) fn due(&mut self, run: Duration, quantum: Duration) -> bool {
+        if run < self.at {
+            return false;
+        }
+        let next = run + quantum;
+        if may_run_on(next) {
+            self.at = next;
+            return false;
+        }
+        true
+    }
+
+    /// The task returned `Pending`: the next yield point is one quantum on.
+    #[inline]
+    pub(crate) fn reset(&mut self, quantum: Duration) {
+        self.at = quantum;
+    }
+}
+
+/// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
+/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
+/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
+#[inline]
+pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
+    let mut y = std::pin::pin!(tokio::task::yield_now());
+    let _ = y.as_mut().poll(cx);
+}
