@@ -142,7 +142,8 @@ impl Control {
         let s = self.elastic.snapshot();
         let us = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e3);
         Snap {
-            limit: self.paced.then_some(s.limit),
+            // With an idle pool the scan runs in its class: its limit is the one that paces it.
+            limit: self.paced.then_some(s.idle_limit.unwrap_or(s.limit)),
             sched_p99_us: us(s.sched_p99),
             sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
             sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
@@ -160,6 +161,12 @@ impl Control {
     /// The full library snapshot.
     pub fn full_snapshot(&self) -> elastic_cpu::Snapshot {
         self.elastic.snapshot()
+    }
+
+    /// CPU time paced work ran, both classes (same-runtime and idle pool).
+    pub fn used(&self) -> Duration {
+        let s = self.elastic.snapshot();
+        s.used + Duration::from_nanos(s.idle_queue.map_or(0, |q| q.used_nanos))
     }
 
     /// Wrap a stream so it is paced by this runtime's elastic handle.

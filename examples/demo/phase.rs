@@ -214,7 +214,7 @@ fn run_phase_inner(
                 rows: counters.rows.load(Ordering::Relaxed),
                 cpu: util::process_cpu(),
                 busy: util::machine_busy(),
-                used_ns: ctl.full_snapshot().used.as_nanos() as u64,
+                used_ns: ctl.used().as_nanos() as u64,
                 brakes: ctl.full_snapshot().brakes,
                 throttling: ctx.quota.as_ref().and_then(|q| q.throttling()),
             });
@@ -285,7 +285,7 @@ fn run_phase_inner(
     let rows_end = counters.rows.load(Ordering::Relaxed);
     let cpu_end = util::process_cpu();
     let busy_end = util::machine_busy();
-    let used_end = ctl.full_snapshot().used.as_nanos() as u64;
+    let used_end = ctl.used().as_nanos() as u64;
     let brakes_end = ctl.full_snapshot().brakes;
     let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());
     res.interrupted = stopped();

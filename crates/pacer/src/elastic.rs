@@ -224,7 +224,12 @@ impl Elastic {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
-        IdleRuntime::new(self.shared.clone(), workers)
+        IdleRuntime::check_workers(workers)?;
+        let class = self
+            .control
+            .idle_class(&self.shared)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        IdleRuntime::new(self.shared.clone(), class, workers)
     }
 
     /// A [`Pacer`] for one loop of elastic work.

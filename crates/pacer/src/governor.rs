@@ -4,18 +4,19 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use elastic_cpu_core::{rate_for, Clock, ProcessCpuClock, StepController};
+use elastic_cpu_core::{rate_for, Clock, ProcessCpuClock, SettingError, StepController, WorkQueue};
 use elastic_cpu_probe::{CgroupVersion, QuotaReading, Window};
 
 use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::gate::link::{GateLink, GateParts};
 use crate::gate::shared::GateShared;
 use crate::gate::GateSettings;
+use crate::idle_class::{IdleClass, IdleStart};
 use crate::running::RunningTime;
 use crate::share::{ShareCorrection, TickReading};
 use crate::shared::{Queue, QueueClock, Shared};
@@ -59,6 +60,13 @@ pub(crate) struct Governor {
     signals: Signals,
     /// What the controller stepped on at the last tick, and which component it was.
     signal: (Option<Duration>, SignalSource),
+    /// Work on the idle pool: its own limit and bucket (`None`: no pool made yet, or gone).
+    idle: Option<IdleClass>,
+    /// A CPU quota was seen when a runtime was attached.
+    quota_seen: bool,
+    /// The backlog brake paused the idle class too (only inside a quota: on a bare host the
+    /// kernel already hands the cores to the foreground).
+    idle_braked: bool,
 }
 
 impl Governor {
@@ -95,6 +103,9 @@ impl Governor {
             share: ShareCorrection::default(),
             signals: Signals::off(),
             signal: (None, SignalSource::None),
+            idle: None,
+            quota_seen: false,
+            idle_braked: false,
         }
     }
 
@@ -137,6 +148,7 @@ impl Governor {
         }
         shared.queue.set_rate(self.rate());
         self.cap_holders(shared);
+        self.tick_idle(p99, period);
         self.ticks += 1;
         self.waits.push_back(shared.queue.take_longest_wait());
         while self.waits.len() > intervals {
@@ -146,6 +158,59 @@ impl Governor {
         self.gates
             .retain_mut(|gate| gate.tick(p99, period, cpus, intervals));
         window
+    }
+
+    /// Step the idle class on the same signal (its own, looser target) and apply its limit.
+    fn tick_idle(&mut self, p99: Option<Duration>, period: Duration) {
+        let Some(idle) = &mut self.idle else {
+            return;
+        };
+        let Some(class) = idle.shared() else {
+            self.idle = None;
+            return;
+        };
+        let had_waiters = class.queue.tick();
+        idle.step(p99, period, had_waiters);
+        self.apply_idle(&class);
+    }
+
+    /// The idle class's rate and holder cap for its limit on the CPUs.
+    fn apply_idle(&self, class: &Shared) {
+        let Some(idle) = &self.idle else {
+            return;
+        };
+        let limit = idle.limit();
+        class
+            .queue
+            .set_rate(self.share.apply(rate_for(limit, self.cpus)));
+        if self.cap_concurrency {
+            class
+                .queue
+                .set_max_holders(Some(holder_cap(limit, self.cpus)));
+        }
+    }
+
+    /// The idle class of `parent`: the one made before while it lives, else a new one.
+    fn idle_class(&mut self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
+        if let Some(class) = self.idle.as_ref().and_then(IdleClass::shared) {
+            return Ok(class);
+        }
+        let start = IdleStart {
+            elastic_limit: self.limit,
+            fixed: self.fixed,
+            quota: self.quota_seen,
+        };
+        let rate = self.share.apply(rate_for(start.initial_limit(), self.cpus));
+        let queue = WorkQueue::new(self.clock.clone(), rate);
+        let (class, link) = IdleClass::create(parent, queue, self.controller.config(), start)?;
+        self.idle = Some(link);
+        self.apply_idle(&class);
+        Ok(class)
+    }
+
+    /// The idle class's limit (`None`: no idle pool).
+    fn idle_limit(&self) -> Option<f64> {
+        self.idle.as_ref().map(IdleClass::limit)
     }
 
     /// A new connection gate, steered from now on with the elastic limit.
@@ -191,11 +256,24 @@ impl Governor {
                 shared.queue.pause();
                 shared.set_braked(true);
                 self.gates.iter().for_each(|g| g.brake(true));
+                if self.quota_seen {
+                    if let Some(class) = self.idle.as_ref().and_then(IdleClass::shared) {
+                        class.queue.pause();
+                        class.set_braked(true);
+                        self.idle_braked = true;
+                    }
+                }
             }
             Change::Release => {
                 shared.set_braked(false);
                 shared.queue.resume();
                 self.gates.iter().for_each(|g| g.brake(false));
+                if std::mem::take(&mut self.idle_braked) {
+                    if let Some(class) = self.idle.as_ref().and_then(IdleClass::shared) {
+                        class.set_braked(false);
+                        class.queue.resume();
+                    }
+                }
             }
         }
         brake.is_on()
@@ -226,6 +304,9 @@ impl Governor {
                     link.apply(&gate, cpus);
                 }
             }
+            if let Some(class) = self.idle.as_ref().and_then(IdleClass::shared) {
+                self.apply_idle(&class);
+            }
         }
     }
 
@@ -237,6 +318,7 @@ impl Governor {
 
     /// Watch the cgroup in `dir` for throttling from now on (if the signal is on).
     fn watch_throttling(&mut self, dir: PathBuf) {
+        self.quota_seen = true;
         if let Some(watch) = &mut self.throttle {
             watch.watch(dir);
         }
@@ -271,6 +353,10 @@ pub(crate) struct Control {
     overhead: AtomicF64,
     /// The signal's components at the last tick (a lock for the few µs of a copy).
     signal: Mutex<(Reading, Option<Duration>, SignalSource)>,
+    idle_limit: AtomicF64,
+    has_idle: AtomicBool,
+    /// The idle class, for snapshots (read without the governor's lock).
+    idle: Mutex<Weak<Shared>>,
 }
 
 impl Control {
@@ -287,6 +373,9 @@ impl Control {
             throttled_periods: AtomicU64::new(0),
             overhead: AtomicF64::default(),
             signal: Mutex::new((Reading::default(), None, SignalSource::None)),
+            idle_limit: AtomicF64::default(),
+            has_idle: AtomicBool::new(false),
+            idle: Mutex::new(Weak::new()),
             governor: Mutex::new(governor),
         };
         control.publish(&control.lock());
@@ -318,6 +407,9 @@ impl Control {
         let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
         signal.0.clone_from(g.signals.reading());
         (signal.1, signal.2) = g.signal;
+        let idle = g.idle_limit();
+        self.idle_limit.store(idle.unwrap_or(0.0));
+        self.has_idle.store(idle.is_some(), Ordering::Relaxed);
     }
 
     /// One governor tick over `shared`, then the metrics export (outside the lock: an exporter
@@ -375,6 +467,15 @@ impl Control {
         started
     }
 
+    /// [`Governor::idle_class`].
+    pub(crate) fn idle_class(&self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
+        let mut g = self.lock();
+        let class = g.idle_class(parent)?;
+        *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
+        self.publish(&g);
+        Ok(class)
+    }
+
     /// [`Governor::watch_throttling`].
     pub(crate) fn watch_throttling(&self, dir: PathBuf) {
         self.lock().watch_throttling(dir);
@@ -423,8 +524,18 @@ impl Control {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            idle_limit: self
+                .has_idle
+                .load(Ordering::Relaxed)
+                .then(|| self.idle_limit.load()),
         };
-        Snapshot::new(governed, window, shared.queue.snapshot())
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade();
+        let idle_queue = idle.map(|class| class.queue.snapshot());
+        Snapshot::new(governed, window, shared.queue.snapshot(), idle_queue)
     }
 }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
 use crate::quantum::may_run_on;
+use crate::idle_thread;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
 
@@ -37,6 +38,8 @@ pub(crate) struct GrantState {
     state: State,
     /// Running time charged to the current grant (stretches and polls already finished).
     used: Duration,
+    /// The class is settled: checked once, at the first admission (module `idle_thread`).
+    routed: bool,
 }
 
 enum State {
@@ -82,6 +85,7 @@ impl GrantState {
             shared,
             state: State::Idle,
             used: Duration::ZERO,
+            routed: false,
         }
     }
 
@@ -100,6 +104,13 @@ impl GrantState {
                 State::Held(_) if self.shared.braked() => self.settle(),
                 State::Held(_) | State::Running(_) | State::Unpaced => return Poll::Ready(()),
                 State::Idle => {
+                    if !self.routed {
+                        self.routed = true;
+                        // On an idle pool's thread, work paced by its `Elastic` is idle work.
+                        if let Some(idle) = idle_thread::class_for(&self.shared) {
+                            self.shared = idle;
+                        }
+                    }
                     self.state = match self.shared.queue.admit(self.shared.slice) {
                         Admit::Granted(g) => State::Held(g),
                         Admit::Queued(t) => State::Waiting(t),

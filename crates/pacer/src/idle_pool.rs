@@ -13,6 +13,7 @@ use elastic_cpu_core::SettingError;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+use crate::idle_thread;
 use crate::paced::Paced;
 use crate::shared::Shared;
 
@@ -174,30 +175,46 @@ impl Started {
 /// [`paced`]: crate::PacedExt::paced
 pub struct IdleRuntime {
     rt: Runtime,
-    /// The pacing state of the `Elastic` it was made from.
+    /// The pacing state of the idle class of the `Elastic` it was made from.
     shared: Arc<Shared>,
     started: Arc<Started>,
 }
 
 impl IdleRuntime {
-    /// See [`Elastic::idle_runtime`](crate::Elastic::idle_runtime).
-    pub(crate) fn new(shared: Arc<Shared>, workers: usize) -> io::Result<IdleRuntime> {
+    /// `workers == 0` is an [`io::ErrorKind::InvalidInput`] error (checked before anything is
+    /// made).
+    pub(crate) fn check_workers(workers: usize) -> io::Result<()> {
         if workers == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 SettingError::new("idle_runtime(workers)", workers, "at least 1"),
             ));
         }
+        Ok(())
+    }
+
+    /// See [`Elastic::idle_runtime`](crate::Elastic::idle_runtime): a pool for `parent`'s idle
+    /// class `shared`.
+    pub(crate) fn new(
+        parent: Arc<Shared>,
+        shared: Arc<Shared>,
+        workers: usize,
+    ) -> io::Result<IdleRuntime> {
+        IdleRuntime::check_workers(workers)?;
         let started = Arc::new(Started {
             count: Mutex::new(0),
             cv: Condvar::new(),
             worst: AtomicU8::new(0),
         });
         let on_start = started.clone();
+        let class = shared.clone();
         let rt = Builder::new_multi_thread()
             .worker_threads(workers)
             .thread_name("elastic-cpu-idle")
-            .on_thread_start(move || on_start.record(lower_this_thread()))
+            .on_thread_start(move || {
+                idle_thread::enter(&parent, &class);
+                on_start.record(lower_this_thread());
+            })
             .enable_all()
             .build()?;
         started.wait_for(workers);

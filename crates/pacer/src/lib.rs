@@ -45,7 +45,9 @@ mod ext;
 mod gate;
 mod governor;
 mod grant;
+mod idle_class;
 mod idle_pool;
+mod idle_thread;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod paced;

@@ -2,7 +2,7 @@
 //! governor: one per [`Elastic`](crate::Elastic).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -60,8 +60,9 @@ pub(crate) struct Shared {
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
     pub(crate) probe: Probe,
-    /// Running time charged so far, for the governor's overhead correction.
-    pub(crate) charged: Charged,
+    /// Running time charged so far, for the governor's overhead correction (one counter for
+    /// both classes of an `Elastic`: the correction compares it with the process's CPU time).
+    pub(crate) charged: Arc<Charged>,
     /// The runtime's threads and the `pace_blocking` threads, for the run-queue signal.
     pub(crate) threads: ThreadRegistry,
     /// The backlog brake is on: holders give back their grants at their next poll. Written by
@@ -72,6 +73,9 @@ pub(crate) struct Shared {
     governor_thread: OnceLock<Thread>,
     /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
     samplers: Mutex<Vec<Sampler>>,
+    /// The idle class's link to the `Elastic` it belongs to: its governor runs as long as idle
+    /// work does (`None` for the `Elastic`'s own class).
+    _parent: Option<Arc<Shared>>,
 }
 
 impl Shared {
@@ -88,11 +92,32 @@ impl Shared {
             quantum,
             running,
             probe,
-            charged: Charged::default(),
+            charged: Arc::default(),
             threads: ThreadRegistry::new(),
             braked: AtomicBool::new(false),
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
+            _parent: None,
+        }
+    }
+
+    /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
+    /// the rest as `parent`'s.
+    pub(crate) fn idle_class(parent: &Arc<Shared>, queue: Queue, quantum: Duration) -> Shared {
+        Shared {
+            queue,
+            slice: parent.slice,
+            quantum,
+            running: parent.running.clone(),
+            probe: parent.probe.clone(),
+            charged: parent.charged.clone(),
+            // The idle pool's threads are not the foreground's: the run-queue signal reads the
+            // parent's registry only.
+            threads: ThreadRegistry::new(),
+            braked: AtomicBool::new(false),
+            governor_thread: OnceLock::new(),
+            samplers: Mutex::new(Vec::new()),
+            _parent: Some(parent.clone()),
         }
     }
 

@@ -115,6 +115,13 @@ pub struct Snapshot {
     /// in a window without foreground load; the token rate is `limit × cpus / (1 + overhead)`.
     /// 0 until measured, on a manual clock, and while foreground load keeps the windows busy.
     pub overhead: f64,
+    /// The limit of the idle class: work on this `Elastic`'s
+    /// [idle pool](crate::Elastic::idle_runtime), paced by its own bucket (`None`: no pool made).
+    /// Up to 1 (every CPU), steered by a target [4 ×](crate::IdleRuntime#its-own-limit) the
+    /// elastic one and by the cgroup's throttling.
+    pub idle_limit: Option<f64>,
+    /// The idle class's queue ledger (`None`: no pool made, or every pool and its work gone).
+    pub idle_queue: Option<QueueSnapshot>,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -178,10 +185,16 @@ pub(crate) struct Governed {
     pub(crate) throttled_periods: u64,
     pub(crate) overhead: f64,
     pub(crate) signal: (Reading, Option<Duration>, SignalSource),
+    pub(crate) idle_limit: Option<f64>,
 }
 
 impl Snapshot {
-    pub(crate) fn new(governed: Governed, window: Window, queue: QueueSnapshot) -> Snapshot {
+    pub(crate) fn new(
+        governed: Governed,
+        window: Window,
+        queue: QueueSnapshot,
+        idle_queue: Option<QueueSnapshot>,
+    ) -> Snapshot {
         let Governed {
             limit,
             cpus,
@@ -193,6 +206,7 @@ impl Snapshot {
             throttled_periods,
             overhead,
             signal: (reading, signal_p99, signal_source),
+            idle_limit,
         } = governed;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
@@ -233,6 +247,8 @@ impl Snapshot {
             braked_time,
             throttled_periods,
             overhead,
+            idle_limit,
+            idle_queue,
             window,
             queue,
         }

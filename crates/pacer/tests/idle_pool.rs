@@ -1,5 +1,6 @@
 //! The idle-priority elastic pool: its threads really run at the lowest OS priority, paced work
-//! on it balances the ledger and stays out of the foreground probe, shutdown is clean.
+//! on it runs in the idle class, balances the ledger and stays out of the foreground probe,
+//! shutdown is clean.
 
 mod common;
 
@@ -137,7 +138,16 @@ fn paced_work_on_the_pool_balances_the_ledger_and_stays_out_of_the_fg_probe() {
     // Let the governor close an interval or two so the window holds what was recorded.
     std::thread::sleep(Duration::from_millis(300));
     let s = elastic.snapshot();
-    assert!(s.used > Duration::ZERO && s.queue.grants > 0, "{s:#?}");
+    // Both kinds of work ran in the idle class (its own bucket), none in the elastic one.
+    let q = s.idle_queue.clone().expect("the pool's class");
+    assert!(q.used_nanos > 0 && q.grants > 0, "{s:#?}");
+    assert_eq!(q.waiters, 0);
+    assert_eq!(
+        q.acquired_nanos - q.returned_nanos + q.over_limit_nanos,
+        q.used_nanos,
+        "{q:#?}"
+    );
+    assert_eq!(s.queue.grants, 0, "{s:#?}");
     assert_eq!(s.waiters, 0);
     assert_ledger_balanced(&s);
     // The pool has no probe hooks: none of its polls is an elastic queue-latency sample.

@@ -1,0 +1,44 @@
+//! Which idle class, if any, the current thread belongs to: an idle pool's threads note their
+//! `Elastic`'s idle class as they start, and paced work polled there for the first time moves
+//! to that class (a task never leaves its runtime, so the first poll decides for good).
+
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+
+use crate::shared::Shared;
+
+/// The idle class of the `Elastic` whose pool this thread belongs to.
+struct IdleThread {
+    /// The `Elastic`'s own class, by address (compared, never dereferenced).
+    parent: *const Shared,
+    /// Its idle class (weak: a thread-local must not keep a pool's pacing state alive).
+    idle: Weak<Shared>,
+}
+
+thread_local! {
+    static IDLE: RefCell<Option<IdleThread>> = const { RefCell::new(None) };
+}
+
+/// Mark the calling thread as one of `parent`'s idle pool, whose class is `idle`.
+pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
+    IDLE.with(|t| {
+        *t.borrow_mut() = Some(IdleThread {
+            parent: Arc::as_ptr(parent),
+            idle: Arc::downgrade(idle),
+        })
+    });
+}
+
+/// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
+/// `shared`'s idle pool, else `None` (work stays in its class).
+pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
+    IDLE.with(|t| {
+        let t = t.borrow();
+        let t = t.as_ref()?;
+        if std::ptr::eq(t.parent, Arc::as_ptr(shared)) {
+            t.idle.upgrade()
+        } else {
+            None
+        }
+    })
+}

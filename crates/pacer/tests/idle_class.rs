@@ -1,0 +1,202 @@
+//! The idle class (work on the idle pool, paced by its own bucket), on the manual clock: it
+//! starts at every CPU on a bare host and at the elastic limit inside a quota, steps down only
+//! on a foreground p99 above its looser target or on the cgroup's throttling, holds a fixed
+//! limit, and takes the backlog brake only inside a quota.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use elastic_cpu_pacer::{Elastic, ElasticBuilder, ManualClock};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A fake cgroup directory with a `cpu.stat` holding `throttled` periods.
+struct FakeCgroup(PathBuf);
+
+impl FakeCgroup {
+    fn new(name: &str) -> FakeCgroup {
+        let dir = std::env::temp_dir().join(format!(
+            "elastic-cpu-idle-class-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cg = FakeCgroup(dir);
+        cg.set(0);
+        cg
+    }
+
+    fn set(&self, throttled: u64) {
+        let text = format!(
+            "nr_periods {}\nnr_throttled {throttled}\nthrottled_time {}\n",
+            1000 + throttled,
+            throttled * 20_000_000
+        );
+        std::fs::write(self.0.join("cpu.stat"), text).unwrap();
+    }
+}
+
+impl Drop for FakeCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Manual clock, 2 CPUs, target 1 ms (the idle class's: 4 ms), elastic limit 0.5.
+fn builder(clock: &ManualClock) -> ElasticBuilder {
+    Elastic::builder()
+        .manual(clock.clone())
+        .cpus(2.0)
+        .target_p99(MS)
+        .initial_limit(0.5)
+}
+
+/// One tick with the foreground's scheduling latency at `latency`.
+fn tick(elastic: &Elastic, clock: &ManualClock, latency: Duration) {
+    elastic.probe().record_poll(Some(latency), None, false);
+    clock.advance(100 * MS);
+    elastic.tick();
+}
+
+fn idle_limit(elastic: &Elastic) -> f64 {
+    elastic
+        .snapshot()
+        .idle_limit
+        .expect("an idle pool was made")
+}
+
+#[test]
+fn no_pool_no_idle_class() {
+    let clock = ManualClock::new();
+    let elastic = builder(&clock).no_brake().build().unwrap();
+    tick(&elastic, &clock, 100 * Duration::from_micros(1));
+    let s = elastic.snapshot();
+    assert_eq!(s.idle_limit, None);
+    assert_eq!(s.idle_queue, None);
+}
+
+#[test]
+fn on_a_bare_host_it_starts_at_every_cpu_and_ignores_what_only_the_elastic_target_sees() {
+    let clock = ManualClock::new();
+    let elastic = builder(&clock).no_brake().build().unwrap();
+    let pool = elastic.idle_runtime(1).unwrap();
+    assert_eq!(idle_limit(&elastic), 1.0);
+    // Its bucket pays for every CPU.
+    let rate = elastic.snapshot().idle_queue.unwrap().rate_nanos_per_sec;
+    assert_eq!(rate, 2_000_000_000);
+    // 2 ms: over the elastic target (1 ms), under the idle class's (4 ms).
+    for _ in 0..10 {
+        tick(&elastic, &clock, 2 * MS);
+    }
+    assert!(
+        elastic.snapshot().limit < 0.5,
+        "the elastic limit steps down"
+    );
+    assert_eq!(idle_limit(&elastic), 1.0, "the idle class holds");
+    // 5 ms: over both. The window (1 s) still holds the 2 ms samples; its p99 is 5 ms once
+    // enough 5 ms samples are in.
+    for _ in 0..10 {
+        tick(&elastic, &clock, 5 * MS);
+    }
+    assert!(idle_limit(&elastic) < 1.0);
+    // Healthy again (a window later, once the 5 ms samples are out of it) with no idle work
+    // waiting: on a bare host it does not decay.
+    for _ in 0..10 {
+        tick(&elastic, &clock, Duration::from_micros(100));
+    }
+    let down = idle_limit(&elastic);
+    assert!(down < 1.0, "{down}");
+    for _ in 0..20 {
+        tick(&elastic, &clock, Duration::from_micros(100));
+    }
+    assert_eq!(idle_limit(&elastic), down);
+    // A second pool shares the class.
+    let second = elastic.idle_runtime(1).unwrap();
+    assert_eq!(idle_limit(&elastic), down);
+    drop(second);
+    drop(pool);
+}
+
+#[test]
+fn inside_a_quota_it_starts_at_the_elastic_limit_and_throttling_steps_it_down() {
+    let clock = ManualClock::new();
+    let cg = FakeCgroup::new("quota");
+    let elastic = builder(&clock).no_brake().build().unwrap();
+    elastic.watch_throttling(&cg.0);
+    let _pool = elastic.idle_runtime(1).unwrap();
+    assert_eq!(idle_limit(&elastic), 0.5);
+    for _ in 0..5 {
+        tick(&elastic, &clock, Duration::from_micros(100));
+    }
+    let before = idle_limit(&elastic);
+    assert!(
+        before <= 0.5,
+        "no idle work waiting: it decays, never rises"
+    );
+    cg.set(1);
+    tick(&elastic, &clock, Duration::from_micros(100));
+    let after = idle_limit(&elastic);
+    assert!(after < before, "{after} < {before}");
+    // Held for the window (10 ticks), then it stops stepping down.
+    let mut last = after;
+    for _ in 0..9 {
+        tick(&elastic, &clock, Duration::from_micros(100));
+        let now = idle_limit(&elastic);
+        assert!(now < last, "{now} < {last}");
+        last = now;
+    }
+}
+
+#[test]
+fn a_fixed_limit_holds_for_the_idle_class_too() {
+    let clock = ManualClock::new();
+    let elastic = Elastic::builder()
+        .manual(clock.clone())
+        .cpus(2.0)
+        .fixed_limit(0.3)
+        .build()
+        .unwrap();
+    let _pool = elastic.idle_runtime(1).unwrap();
+    assert_eq!(idle_limit(&elastic), 0.3);
+    for _ in 0..10 {
+        tick(&elastic, &clock, 50 * MS);
+    }
+    assert_eq!(idle_limit(&elastic), 0.3);
+    let rate = elastic.snapshot().idle_queue.unwrap().rate_nanos_per_sec;
+    assert_eq!(rate, 600_000_000);
+}
+
+/// Raise the probe's backlog alarm and let the governor see it; returns the idle class's
+/// queue pauses.
+fn alarm_and_brake(elastic: &Elastic) -> u64 {
+    elastic.probe().record_poll(Some(20 * MS), None, false);
+    elastic.tick();
+    let s = elastic.snapshot();
+    assert!(s.braked, "the brake engaged: {s:#?}");
+    s.idle_queue.unwrap().pauses
+}
+
+#[test]
+fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
+    let clock = ManualClock::new();
+    let host = builder(&clock).brake_at(10 * MS).build().unwrap();
+    let _host_pool = host.idle_runtime(1).unwrap();
+    assert_eq!(
+        alarm_and_brake(&host),
+        0,
+        "a bare host: the kernel already yields"
+    );
+
+    let cg = FakeCgroup::new("brake");
+    let quota = builder(&clock).brake_at(10 * MS).build().unwrap();
+    quota.watch_throttling(&cg.0);
+    let _quota_pool = quota.idle_runtime(1).unwrap();
+    assert_eq!(
+        alarm_and_brake(&quota),
+        1,
+        "inside a quota idle work spends it too"
+    );
+    // Quiet for the brake's hold: released, the idle queue resumes.
+    clock.advance(50 * MS);
+    quota.tick();
+    assert!(!quota.snapshot().braked);
+}
