@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
-use crate::quantum::may_run_on;
 use crate::idle_thread;
+use crate::quantum::may_run_on;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
 
