@@ -206,9 +206,12 @@ impl Elastic {
     }
 
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
-    /// work paced by this `Elastic`. The foreground runtime is the one given to
-    /// [`runtime`](Self::runtime) or [`attach`](Self::attach): the limit follows its probe,
-    /// and its CPUs size the bucket. Use it for self-contained CPU work; work that shares
+    /// work paced by this `Elastic` in its idle class: a bucket and a limit of its own, up to
+    /// every CPU, steered by 4 × the target and the cgroup's throttling (see [`IdleRuntime`]).
+    /// Every pool made from one `Elastic` shares that class. The foreground runtime is the one
+    /// given to [`runtime`](Self::runtime) or [`attach`](Self::attach): the limit follows its
+    /// probe, and its CPUs size the bucket; a quota seen there when the first pool is made
+    /// starts the class at the elastic limit instead of every CPU. Use it for self-contained CPU work; work that shares
     /// locks with the foreground belongs in same-runtime [`paced`](crate::PacedExt::paced)
     /// work (see [`IdleRuntime`]: at idle priority a lock holder starves).
     ///

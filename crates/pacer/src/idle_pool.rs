@@ -123,9 +123,12 @@ impl Started {
 }
 
 /// A companion tokio runtime for elastic work, its threads at the lowest OS priority
-/// (`SCHED_IDLE` on Linux), made by [`Elastic::idle_runtime`](crate::Elastic::idle_runtime). Everything spawned through
-/// [`spawn`](Self::spawn) is paced by the [`Elastic`](crate::Elastic) it came from: the same token bucket, the
-/// same limit, steered by the controller on the *foreground* runtime's probe.
+/// (`SCHED_IDLE` on Linux), made by [`Elastic::idle_runtime`](crate::Elastic::idle_runtime).
+/// Work on it is the [`Elastic`](crate::Elastic)'s *idle class*: paced by a token bucket of its
+/// own, with a limit of its own, steered on the same tick by the *foreground* runtime's probe.
+/// Everything spawned through [`spawn`](Self::spawn) runs in it, and so does anything paced by
+/// that `Elastic` (`.paced(&elastic)`, a [`Pacer`](crate::Pacer)) that first asks for CPU on one
+/// of the pool's threads.
 ///
 /// ```
 /// use elastic_cpu_pacer::Elastic;
@@ -138,18 +141,32 @@ impl Started {
 /// let scan = idle.spawn(async { (0..1_000_000u64).map(|x| x % 7).sum::<u64>() });
 /// let total = fg.block_on(scan)?;
 /// assert_eq!(total, 2_999_997);
+/// // The idle class has its own limit: on a bare host it starts at every CPU.
+/// assert!(elastic.snapshot().idle_limit.is_some());
 /// idle.shutdown_timeout(std::time::Duration::from_secs(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// # Two brakes in series
+/// # Its own limit
 ///
 /// The kernel keeps elastic threads off a core the moment a foreground thread wants it, so a
 /// foreground task never waits behind an elastic poll (same-runtime [`paced`] work makes it wait
-/// up to one poll quantum). The token bucket still caps elastic CPU at the limit: inside a CPU
-/// quota (a container's limit) idle-priority threads spend the quota like any other, and
-/// unpaced they get the whole cgroup throttled, foreground included; paced, they stay within
-/// what the controller sees the foreground can spare.
+/// up to one poll quantum). Holding that work to the same-runtime limit would buy the foreground
+/// little and cost the elastic work most of its CPU (measured in the demo: docs/design.md §5).
+/// So the idle class takes what the kernel lets it, up to every CPU
+/// ([`Snapshot::idle_limit`](crate::Snapshot::idle_limit), 1.0 at most), and steps down only
+///
+/// * when the foreground's p99 scheduling latency passes **4 × the target** (the level at which
+///   the backlog brake acts): the foreground really waits, which idle priority cannot always
+///   prevent (memory bandwidth, SMT siblings, a hypervisor);
+/// * when the process's cgroup is throttled (inside a CPU quota, a container's limit): idle
+///   threads spend the quota like any other, and unpaced they get the whole cgroup throttled,
+///   foreground included. There it starts at the elastic limit and takes the backlog brake.
+///
+/// Its polls do not yield at the poll quantum (a yield on an idle thread lets no foreground
+/// task in; the kernel does that). A [`fixed_limit`](crate::ElasticBuilder::fixed_limit) holds
+/// for the idle class too. The two classes' limits are separate: work in both may together
+/// take more than either limit on a bare host.
 ///
 /// # When to use same-runtime `paced` instead
 ///
