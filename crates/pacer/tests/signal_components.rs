@@ -158,6 +158,41 @@ fn a_pace_blocking_holder_counts_against_the_holder_cap() {
     assert_eq!(elastic.snapshot().waiters, 0);
 }
 
+/// Issue 16, item 4: a `pace_blocking` loop's running time is paid from the same bucket as work
+/// on the runtime, so the limit counts the CPU it takes from the workers: its overrun is debt the
+/// runtime's elastic work waits out.
+#[test]
+fn a_pace_blocking_loop_pays_from_the_runtimes_bucket() {
+    let clock = elastic_cpu_pacer::ManualClock::new();
+    // 10 % of one CPU: 100 ms of tokens per second, one 100 ms slice at a time.
+    let elastic = common::manual_elastic(&clock, 0.1, 1.0);
+    let mut blocking = elastic.pacer();
+    blocking.pace_blocking(); // granted at once: the bucket starts full
+    clock.advance(150 * common::MS); // the loop runs 150 ms on its thread
+    drop(blocking); // settles: 50 ms over its slice
+    let s = elastic.snapshot();
+    assert_eq!((s.used, s.over_limit), (150 * common::MS, 50 * common::MS));
+    // 150 ms refilled 15 ms: 35 ms of debt.
+    assert_eq!((s.tokens, s.debt), (Duration::ZERO, 35 * common::MS));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut on_runtime = elastic.pacer();
+    rt.block_on(async {
+        let mut pace = std::pin::pin!(on_runtime.pace());
+        assert!(poll_once(pace.as_mut()).await.is_pending());
+        // 300 ms refill 30 ms: still 5 ms short.
+        clock.advance(300 * common::MS);
+        elastic.tick();
+        assert!(poll_once(pace.as_mut()).await.is_pending());
+        clock.advance(100 * common::MS);
+        elastic.tick();
+        assert!(poll_once(pace.as_mut()).await.is_ready());
+    });
+    drop(on_runtime);
+    common::assert_ledger_balanced(&elastic.snapshot());
+}
+
 /// Poll `f` once, whatever it returns.
 async fn poll_once<F: std::future::Future>(
     mut f: std::pin::Pin<&mut F>,
