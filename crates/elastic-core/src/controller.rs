@@ -29,6 +29,11 @@ pub struct StepController {
     boost_until: f64,
     /// The last step was down (a descent is under way).
     falling: bool,
+    /// Where the last descent began (`max_limit` before any).
+    descent_from: f64,
+    /// Time spent far below the target at or above `descent_from` since: a whole window of it
+    /// (the p99 window then holds no sample from below that level) lifts the threshold.
+    calm: Duration,
 }
 
 impl StepController {
@@ -39,6 +44,8 @@ impl StepController {
         Ok(Self {
             boost_until: config.max_limit,
             falling: false,
+            descent_from: config.max_limit,
+            calm: Duration::ZERO,
             config,
             limit,
             boost: 1,
@@ -66,6 +73,8 @@ impl StepController {
         Ok(Self {
             boost_until: config.max_limit,
             falling: false,
+            descent_from: config.max_limit,
+            calm: Duration::ZERO,
             config,
             limit,
             boost: 1,
@@ -76,13 +85,15 @@ impl StepController {
     ///
     /// * `p99 > target`: step down by `delta × decrease_factor`.
     /// * otherwise, if elastic work waited since the last tick: step up by `delta × boost`.
-    ///   The boost is 1 unless the p99 is at most half the target: then each step up in a row
+    ///   The boost is 1 unless the p99 is at most 2/3 of the target: then each step up in a row
     ///   doubles it, up to `max_boost` (slow start: far below the target the limit climbs in
     ///   seconds, not in a minute). Any other tick resets it to 1, so near the target, and on
     ///   every reversal, the steps are single. As TCP's slow start, boosting stops at a
     ///   threshold: half the limit where the last descent began (`max_limit` before any), so a dip in
     ///   the p99 at rest climbs back in single steps instead of overshooting again: no
-    ///   dithering at rest. Steps down are never boosted: the p99 window lags the limit by up
+    ///   dithering at rest. Back where that descent began and still far below the target for a
+    ///   whole `window`, the threshold is lifted (a descent from a low level must not slow the
+    ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags the limit by up
     ///   to a window, and a boosted descent would overshoot to the floor before the window
     ///   showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
@@ -95,15 +106,17 @@ impl StepController {
         let (min, max) = (c.min_limit, c.max_limit);
         let delta = c.delta_per_sec * period.as_secs_f64();
         let old = self.limit;
-        let far_below = p99.is_some_and(|p| p.saturating_mul(2) <= c.target_p99);
+        let far_below = p99.is_some_and(|p| p.saturating_mul(3) <= c.target_p99.saturating_mul(2));
         let boost = self.boost;
         self.boost = 1;
         let new = match p99 {
             Some(p) if p > c.target_p99 => {
                 if !self.falling {
                     self.boost_until = old / 2.0;
+                    self.descent_from = old;
                     self.falling = true;
                 }
+                self.calm = Duration::ZERO;
                 old - delta * c.decrease_factor
             }
             Some(_) if had_waiters => {
@@ -113,6 +126,15 @@ impl StepController {
                     // A boosted step ends at the threshold (a single step may cross it).
                     (old + delta * f64::from(boost)).min(self.boost_until.max(old + delta))
                 } else {
+                    if far_below && old >= self.descent_from {
+                        self.calm += period;
+                        if self.calm >= c.window {
+                            self.boost_until = max;
+                            self.descent_from = max;
+                        }
+                    } else {
+                        self.calm = Duration::ZERO;
+                    }
                     old + delta
                 }
             }

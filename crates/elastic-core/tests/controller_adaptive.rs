@@ -1,5 +1,5 @@
-//! The adaptive step (issue 16, item 5): far below the target the steps up double (slow
-//! start), near it and on every reversal they are single, steps down are never boosted. On a
+//! The adaptive step (issue 16, item 5): far below the target (at most 2/3 of it) the steps up
+//! double (slow start), near it and on every reversal they are single, steps down are never boosted. On a
 //! plant whose p99 lags the limit by a whole window, on the manual clock.
 
 use std::collections::VecDeque;
@@ -196,6 +196,22 @@ fn after_a_descent_boosts_stop_at_half_its_start() {
     // A dip at rest (far below the target right after): single steps, above the threshold.
     for _ in 0..10 {
         assert_eq!(step(&mut c, far), 1);
+    }
+    // Back at 0.6, where the descent began, and still far below the target for a whole window
+    // (10 ticks): the threshold is lifted and the boost runs again (the descent's cause is gone).
+    let steps: Vec<i64> = (0..6).map(|_| step(&mut c, far)).collect();
+    assert_eq!(
+        steps,
+        [1, 1, 1, 2, 4, 8],
+        "boosting again after a calm window"
+    );
+    // Near the target there it lifts nothing: single steps.
+    let near = Some(Duration::from_micros(800));
+    let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
+    assert_eq!(step(&mut c, high), -2);
+    for i in 0..30 {
+        let p99 = if i >= 2 { near } else { far };
+        assert_eq!(step(&mut c, p99), 1, "tick {i}");
     }
     // Down to 0.2 in one long descent: the threshold stays 0.3 (set where it began).
     let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
