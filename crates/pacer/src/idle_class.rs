@@ -10,9 +10,8 @@
 //! the limit went down (docs/design.md §5). What the kernel does not do is keep the total
 //! within a CPU quota: idle threads spend it like any other. So the idle class takes what the
 //! kernel lets it (up to all the CPUs) while the foreground's p99 stays under
-//! [`IDLE_TARGET_FACTOR`] × the target on a bare host. Inside a quota the kernel's preemption
-//! protects nothing the quota takes away, so there the idle class steers by the elastic target
-//! itself, and the cgroup's throttling steps it down as it steps the elastic limit.
+//! [`IDLE_TARGET_FACTOR`] × the target, and the cgroup's throttling steps it down as it steps the
+//! elastic limit.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -62,14 +61,10 @@ pub(crate) struct IdleClass {
 impl IdleClass {
     /// The controller settings of the idle class, from the elastic ones.
     pub(crate) fn config(elastic: &ControllerConfig, quota: bool) -> ControllerConfig {
-        // Within a quota an idle thread's CPU throttles the foreground's threads with it: the
-        // looser target would let it spend what the foreground needs (demo, 1.5-CPU quota:
-        // paced-idle p99 1.20-1.57x baseline at 4x the target).
-        let factor = if quota { 1 } else { IDLE_TARGET_FACTOR };
         ControllerConfig {
             target_p99: elastic
                 .target_p99
-                .saturating_mul(factor)
+                .saturating_mul(IDLE_TARGET_FACTOR)
                 .min(Duration::from_secs(1)),
             max_limit: IDLE_MAX_LIMIT,
             // On a bare host idle work that comes back after a pause starts where it was.
@@ -149,8 +144,6 @@ mod tests {
         assert!(host.validate().is_ok());
         let quota = IdleClass::config(&elastic, true);
         assert_eq!(quota.inactive_point, elastic.inactive_point);
-        // Inside a quota the kernel's preemption does not protect the foreground.
-        assert_eq!(quota.target_p99, elastic.target_p99);
         // A target near the top stays valid.
         let slow = ControllerConfig {
             target_p99: Duration::from_millis(900),
