@@ -24,13 +24,11 @@ pub struct StepController {
     limit: f64,
     /// Multiple of the step the next step up takes (slow start; 1 unless boosting).
     boost: u32,
-    /// Boosted steps stop here: half the limit where the last descent began (TCP's
-    /// slow-start threshold), `max_limit` until the first one.
-    boost_until: f64,
     /// The last step was down (a descent is under way).
     falling: bool,
-    /// Where the last descent began (`max_limit` before any).
-    descent_from: f64,
+    /// Where the last descent began; boosted steps stop at half of it (TCP's slow-start
+    /// threshold). `None` before any descent and once lifted: no threshold below `max_limit`.
+    descent_from: Option<f64>,
     /// Time spent far below the target at or above `descent_from` since: a whole window of it
     /// (the p99 window then holds no sample from below that level) lifts the threshold.
     calm: Duration,
@@ -42,9 +40,8 @@ impl StepController {
         config.validate()?;
         let limit = config.min_limit;
         Ok(Self {
-            boost_until: config.max_limit,
             falling: false,
-            descent_from: config.max_limit,
+            descent_from: None,
             calm: Duration::ZERO,
             config,
             limit,
@@ -71,9 +68,8 @@ impl StepController {
         }
         let limit = limit.clamp(config.min_limit, config.max_limit);
         Ok(Self {
-            boost_until: config.max_limit,
             falling: false,
-            descent_from: config.max_limit,
+            descent_from: None,
             calm: Duration::ZERO,
             config,
             limit,
@@ -93,9 +89,9 @@ impl StepController {
     ///   the p99 at rest climbs back in single steps instead of overshooting again: no
     ///   dithering at rest. Back where that descent began and still far below the target for a
     ///   whole `window`, the threshold is lifted (a descent from a low level must not slow the
-    ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags the limit by up
-    ///   to a window, and a boosted descent would overshoot to the floor before the window
-    ///   showed its effect.
+    ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags
+    ///   the limit by up to a window, and a boosted descent would overshoot to the floor before
+    ///   the window showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
     ///   never below it.
     ///
@@ -112,8 +108,7 @@ impl StepController {
         let new = match p99 {
             Some(p) if p > c.target_p99 => {
                 if !self.falling {
-                    self.boost_until = old / 2.0;
-                    self.descent_from = old;
+                    self.descent_from = Some(old);
                     self.falling = true;
                 }
                 self.calm = Duration::ZERO;
@@ -121,16 +116,16 @@ impl StepController {
             }
             Some(_) if had_waiters => {
                 self.falling = false;
-                if far_below && old < self.boost_until {
+                let boost_until = self.descent_from.map_or(max, |from| from / 2.0);
+                if far_below && old < boost_until {
                     self.boost = boost.saturating_mul(2).min(c.max_boost);
                     // A boosted step ends at the threshold (a single step may cross it).
-                    (old + delta * f64::from(boost)).min(self.boost_until.max(old + delta))
+                    (old + delta * f64::from(boost)).min(boost_until.max(old + delta))
                 } else {
-                    if far_below && old >= self.descent_from {
+                    if far_below && self.descent_from.is_some_and(|from| old >= from) {
                         self.calm += period;
                         if self.calm >= c.window {
-                            self.boost_until = max;
-                            self.descent_from = max;
+                            self.descent_from = None;
                         }
                     } else {
                         self.calm = Duration::ZERO;

@@ -3,43 +3,12 @@
 //! on a foreground p99 above its looser target or on the cgroup's throttling, holds a fixed
 //! limit, and takes the backlog brake only inside a quota.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
+use common::{FakeCgroup, MS};
 use elastic_cpu_pacer::{Elastic, ElasticBuilder, ManualClock};
-
-const MS: Duration = Duration::from_millis(1);
-
-/// A fake cgroup directory with a `cpu.stat` holding `throttled` periods.
-struct FakeCgroup(PathBuf);
-
-impl FakeCgroup {
-    fn new(name: &str) -> FakeCgroup {
-        let dir = std::env::temp_dir().join(format!(
-            "elastic-cpu-idle-class-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cg = FakeCgroup(dir);
-        cg.set(0);
-        cg
-    }
-
-    fn set(&self, throttled: u64) {
-        let text = format!(
-            "nr_periods {}\nnr_throttled {throttled}\nthrottled_time {}\n",
-            1000 + throttled,
-            throttled * 20_000_000
-        );
-        std::fs::write(self.0.join("cpu.stat"), text).unwrap();
-    }
-}
-
-impl Drop for FakeCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Manual clock, 2 CPUs, target 1 ms (the idle class's: 4 ms), elastic limit 0.5.
 fn builder(clock: &ManualClock) -> ElasticBuilder {
@@ -119,7 +88,7 @@ fn on_a_bare_host_it_starts_at_every_cpu_and_ignores_what_only_the_elastic_targe
 #[test]
 fn inside_a_quota_it_starts_at_the_elastic_limit_and_throttling_steps_it_down() {
     let clock = ManualClock::new();
-    let cg = FakeCgroup::new("quota");
+    let cg = FakeCgroup::new("idle-class-quota");
     let elastic = builder(&clock).no_brake().build().unwrap();
     elastic.watch_throttling(&cg.0);
     let _pool = elastic.idle_runtime(1).unwrap();
@@ -186,7 +155,7 @@ fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
         "a bare host: the kernel already yields"
     );
 
-    let cg = FakeCgroup::new("brake");
+    let cg = FakeCgroup::new("idle-class-brake");
     let quota = builder(&clock).brake_at(10 * MS).build().unwrap();
     quota.watch_throttling(&cg.0);
     let _quota_pool = quota.idle_runtime(1).unwrap();

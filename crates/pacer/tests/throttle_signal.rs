@@ -1,43 +1,12 @@
 //! The cgroup's throttling as a second signal: a throttled period steps the limit down for a
 //! probe window, on the manual clock, with a fake `cpu.stat`.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
+use common::{FakeCgroup, MS};
 use elastic_cpu_pacer::{Elastic, ManualClock};
-
-const MS: Duration = Duration::from_millis(1);
-
-/// A fake cgroup directory with a `cpu.stat` holding `throttled` periods.
-struct FakeCgroup(PathBuf);
-
-impl FakeCgroup {
-    fn new(name: &str) -> FakeCgroup {
-        let dir = std::env::temp_dir().join(format!(
-            "elastic-cpu-throttle-{name}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cg = FakeCgroup(dir);
-        cg.set(0);
-        cg
-    }
-
-    fn set(&self, throttled: u64) {
-        let text = format!(
-            "nr_periods {}\nnr_throttled {throttled}\nthrottled_time {}\n",
-            1000 + throttled,
-            throttled * 20_000_000
-        );
-        std::fs::write(self.0.join("cpu.stat"), text).unwrap();
-    }
-}
-
-impl Drop for FakeCgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A controlled `Elastic` at 0.5 on the manual clock (1 s window of 100 ms ticks, 1 ms target).
 fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {
@@ -71,7 +40,7 @@ fn gap_after_tick(on: &Elastic, off: &Elastic, clock: &ManualClock) -> f64 {
 #[test]
 fn a_throttled_period_steps_the_limit_down_for_exactly_a_window() {
     let clock = ManualClock::new();
-    let cg = FakeCgroup::new("steps");
+    let cg = FakeCgroup::new("throttle-steps");
     // Two identical governors on the same latency, one of them deaf to throttling: the gap
     // between their limits is what the throttling did.
     let on = elastic(&clock, true);

@@ -2,6 +2,7 @@
 #![allow(dead_code, missing_docs)]
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -120,5 +121,36 @@ pub fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) 
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A fake cgroup directory with a `cpu.stat` holding `throttled` periods (removed on drop).
+pub struct FakeCgroup(pub PathBuf);
+
+impl FakeCgroup {
+    pub fn new(name: &str) -> FakeCgroup {
+        let dir = std::env::temp_dir().join(format!(
+            "elastic-cpu-fake-cgroup-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cg = FakeCgroup(dir);
+        cg.set(0);
+        cg
+    }
+
+    pub fn set(&self, throttled: u64) {
+        let text = format!(
+            "nr_periods {}\nnr_throttled {throttled}\nthrottled_time {}\n",
+            1000 + throttled,
+            throttled * 20_000_000
+        );
+        std::fs::write(self.0.join("cpu.stat"), text).unwrap();
+    }
+}
+
+impl Drop for FakeCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
