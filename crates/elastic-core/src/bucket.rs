@@ -222,6 +222,15 @@ impl Core {
         self.balance = sat_i64((self.balance as i128 + n as i128).min(burst));
     }
 
+    /// Hand out the whole balance if it is not negative (to the work queue's fast path, which
+    /// gives it back through [`give_back`](Self::give_back) before the next refill), else
+    /// nothing: the balance is then 0 or the debt it was.
+    pub(crate) fn lend_all(&mut self) -> u64 {
+        let lent = self.balance.max(0);
+        self.balance -= lent;
+        lent as u64
+    }
+
     pub(crate) fn balance(&mut self, now: u64) -> i64 {
         self.refill(now);
         self.balance

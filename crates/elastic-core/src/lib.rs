@@ -48,10 +48,12 @@ mod config;
 mod controller;
 mod crowd;
 mod error;
+mod fast;
 mod gate;
 mod handle;
 mod queue;
 mod sync;
+mod tally;
 
 pub use bucket::{rate_for, TokenBucket, MAX_RATE};
 pub use clock::{Clock, ManualClock, MonotonicClock, ProcessCpuClock, ThreadCpuClock};

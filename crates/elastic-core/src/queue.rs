@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
+use crate::fast::{FastPath, AVAIL_MAX, HOLDERS_MAX};
 use crate::sync::{lock, Arc, Mutex};
 
 /// The shortest slice a grant carries; shorter requests are rounded up.
@@ -119,10 +120,10 @@ struct State {
     interval_longest_wait: u64,
     closed: bool,
     paused: bool,
-    /// Grants handed out and not yet settled (collected or not).
-    holders: usize,
-    /// At most this many `holders` (`usize::MAX`: no cap).
-    max_holders: usize,
+    /// At most this many grants outstanding (at most [`HOLDERS_MAX`]; the count itself is in the
+    /// fast path's word).
+    max_holders: u64,
+    /// The counters only the lock side changes (the rest are in [`FastPath`]).
     stats: QueueSnapshot,
 }
 
@@ -140,23 +141,23 @@ impl State {
     /// grant the head its whole slice (the balance may dip negative). Wakers are collected, not
     /// called: the caller wakes them after releasing the lock, so a waker that re-enters the queue
     /// (or is slow) never runs under it.
-    fn grant_waiters(&mut self, now: Duration, wake: &mut Vec<Waker>) {
+    /// The fast path must be closed ([`FastPath::close`]).
+    fn grant_waiters(&mut self, fast: &FastPath, now: Duration, wake: &mut Vec<Waker>) {
         if self.waiters.is_empty() || self.paused {
             return;
         }
         let t = duration_nanos(now);
         while !self.waiters.is_empty()
-            && self.holders < self.max_holders
+            && fast.holders() < self.max_holders
             && self.bucket.balance(t) > 0
         {
             let Some(w) = self.waiters.pop_front() else {
                 break;
             };
             self.bucket.take_unchecked(w.slice, t);
-            self.holders += 1;
+            fast.add_holder();
+            fast.count_grant(w.slice);
             self.granted.push((w.id, w.slice));
-            self.stats.grants += 1;
-            self.stats.acquired_nanos = self.stats.acquired_nanos.saturating_add(w.slice);
             self.finish_wait(w.since, now);
             if let Some(k) = w.waker {
                 wake.push(k);
@@ -169,8 +170,35 @@ impl State {
 /// ns on some VMs) never lengthens the critical section. A reading that is older than one
 /// another thread already applied is harmless: refill ignores time that went backwards.
 struct Inner<C> {
+    /// The lock-free path (see `fast.rs`); every critical section below closes it first
+    /// ([`Inner::lock`]) and reopens it last ([`Inner::unlock`]).
+    fast: FastPath,
     clock: C,
     state: Mutex<State>,
+}
+
+impl<C> Inner<C> {
+    /// Take the lock and the tokens lent to the fast path: the bucket's balance is then whole.
+    fn lock(&self) -> crate::sync::MutexGuard<'_, State> {
+        let mut st = lock(&self.state);
+        let lent = self.fast.close();
+        st.bucket.give_back(lent);
+        st
+    }
+
+    /// Lend the balance to the fast path again if nothing needs the lock (nobody waits, not
+    /// paused or closed, no debt, a rate the word holds), then release the lock. The refill is
+    /// left to the next critical section: the fast path reads no clock.
+    fn unlock(&self, mut st: crate::sync::MutexGuard<'_, State>) {
+        let rate = st.bucket.rate();
+        if st.waiters.is_empty() && !st.paused && !st.closed && rate <= AVAIL_MAX {
+            let lent = st.bucket.lend_all();
+            if lent > 0 {
+                self.fast.open(lent, rate);
+            }
+        }
+        drop(st);
+    }
 }
 
 type Shared<C> = Arc<Inner<C>>;
@@ -182,6 +210,15 @@ fn wake_all(wake: Vec<Waker>) {
 }
 
 /// The thread-safe granter: admits elastic work against a [`TokenBucket`](crate::TokenBucket), FIFO.
+///
+/// While nobody waits, an admission the bucket covers and a settle within the slice are one
+/// compare-and-swap each, with no lock and no clock read: the bucket's balance is lent to a
+/// lock-free word, and the lock is taken only when it runs short, someone waits, a slice was
+/// overrun, or [`tick`](Self::tick), [`set_rate`](Self::set_rate), a pause or a snapshot
+/// needs the whole state. Refill waits for the next of those, so the bucket may give out up
+/// to what the fast path used since the last refill beyond the exact rule; a tick refills, so
+/// with the governor ticking that is at most one tick of refill. Rates above ~1,100 CPUs
+/// (2^40 ns per second) are not lent: every admission then takes the lock.
 ///
 /// ```
 /// use elastic_cpu_core::{Admit, ManualClock, WorkQueue};
@@ -219,23 +256,26 @@ impl<C: Clock> WorkQueue<C> {
     /// A queue over a full bucket refilling at `rate_nanos_per_sec`.
     pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
         let bucket = Core::new(rate_nanos_per_sec, duration_nanos(clock.now()));
-        Self {
-            shared: Arc::new(Inner {
-                clock,
-                state: Mutex::new(State {
-                    bucket,
-                    waiters: VecDeque::new(),
-                    granted: Vec::new(),
-                    next_id: 0,
-                    had_waiters: false,
-                    interval_longest_wait: 0,
-                    closed: false,
-                    paused: false,
-                    holders: 0,
-                    max_holders: usize::MAX,
-                    stats: QueueSnapshot::default(),
-                }),
+        let inner = Inner {
+            fast: FastPath::new(),
+            clock,
+            state: Mutex::new(State {
+                bucket,
+                waiters: VecDeque::new(),
+                granted: Vec::new(),
+                next_id: 0,
+                had_waiters: false,
+                interval_longest_wait: 0,
+                closed: false,
+                paused: false,
+                max_holders: HOLDERS_MAX,
+                stats: QueueSnapshot::default(),
             }),
+        };
+        let st = inner.lock();
+        inner.unlock(st);
+        Self {
+            shared: Arc::new(inner),
         }
     }
 
@@ -246,19 +286,23 @@ impl<C: Clock> WorkQueue<C> {
     /// [`close`]: WorkQueue::close
     pub fn admit(&self, slice: Duration) -> Admit<C> {
         let n = duration_nanos(slice.clamp(MIN_SLICE, MAX_SLICE));
+        // Nobody waits and the lent tokens cover it: one compare-and-swap, no clock, no lock.
+        if self.shared.fast.try_admit(n) {
+            return Admit::Granted(Grant { nanos: n });
+        }
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         let id = st.next_id;
         st.next_id += 1;
         if !st.closed {
             if st.waiters.is_empty()
                 && !st.paused
-                && st.holders < st.max_holders
+                && self.shared.fast.holders() < st.max_holders
                 && st.bucket.try_take(n, duration_nanos(now))
             {
-                st.holders += 1;
-                st.stats.grants += 1;
-                st.stats.acquired_nanos = st.stats.acquired_nanos.saturating_add(n);
+                self.shared.fast.add_holder();
+                self.shared.fast.count_grant(n);
+                self.shared.unlock(st);
                 return Admit::Granted(Grant { nanos: n });
             }
             st.waiters.push_back(Waiter {
@@ -269,7 +313,7 @@ impl<C: Clock> WorkQueue<C> {
             });
             st.had_waiters = true;
         }
-        drop(st);
+        self.shared.unlock(st);
         Admit::Queued(Ticket {
             shared: self.shared.clone(),
             id,
@@ -282,28 +326,33 @@ impl<C: Clock> WorkQueue<C> {
     pub fn done(&self, grant: Grant, used: Duration) {
         let allotted = grant.nanos;
         let used = duration_nanos(used);
+        // Nobody waits and the slice was not overrun: one compare-and-swap, no clock, no lock.
+        if self.shared.fast.try_settle(allotted, used) {
+            return;
+        }
         let mut wake = Vec::new();
         // Returning needs no clock read (see `Core::give_back`); charging and granting do.
         let mut now = (used > allotted).then(|| self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        st.holders = st.holders.saturating_sub(1);
-        st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
+        let mut st = self.shared.lock();
+        let fast = &self.shared.fast;
+        fast.remove_holder();
         if used > allotted {
             let over = used - allotted;
             let t = *now.get_or_insert_with(|| self.shared.clock.now());
             st.bucket.take_unchecked(over, duration_nanos(t));
             st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
+            fast.count_settle(0, used);
         } else {
             let back = allotted - used;
             st.bucket.give_back(back);
-            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
+            fast.count_settle(back, used);
         }
         if !st.waiters.is_empty() {
             // Rare path (someone waits): reading the clock under the lock is fine here.
             let t = *now.get_or_insert_with(|| self.shared.clock.now());
-            st.grant_waiters(t, &mut wake);
+            st.grant_waiters(fast, t, &mut wake);
         }
-        drop(st);
+        self.shared.unlock(st);
         wake_all(wake);
     }
 
@@ -311,25 +360,27 @@ impl<C: Clock> WorkQueue<C> {
     pub fn set_rate(&self, rate_nanos_per_sec: u64) {
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         st.bucket.set_rate(rate_nanos_per_sec, duration_nanos(now));
-        st.grant_waiters(now, &mut wake);
-        drop(st);
+        st.grant_waiters(&self.shared.fast, now, &mut wake);
+        self.shared.unlock(st);
         wake_all(wake);
     }
 
-    /// The governor's periodic call: grant waiters from what refilled, and return (and clear)
-    /// whether elastic work waited since the last tick: true if an admission queued since then,
-    /// or if any were still queued when this tick began.
+    /// The governor's periodic call: refill, grant waiters from what refilled, and return (and
+    /// clear) whether elastic work waited since the last tick: true if an admission queued
+    /// since then, or if any were still queued when this tick began.
     pub fn tick(&self) -> bool {
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         // Read before granting: waiters this tick serves still waited during the last period.
         let had = st.had_waiters || !st.waiters.is_empty();
         st.had_waiters = false;
-        st.grant_waiters(now, &mut wake);
-        drop(st);
+        // Refill now: the fast path reads no clock, so this bounds how long refill waits.
+        st.bucket.balance(duration_nanos(now));
+        st.grant_waiters(&self.shared.fast, now, &mut wake);
+        self.shared.unlock(st);
         wake_all(wake);
         had
     }
@@ -382,21 +433,22 @@ impl<C: Clock> WorkQueue<C> {
     /// # drop(ticket);
     /// ```
     pub fn pause(&self) {
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         if !st.paused {
             st.paused = true;
             st.stats.pauses += 1;
         }
+        self.shared.unlock(st);
     }
 
     /// Ends a [`pause`](Self::pause) and grants waiters, in order, as the bucket allows.
     pub fn resume(&self) {
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         st.paused = false;
-        st.grant_waiters(now, &mut wake);
-        drop(st);
+        st.grant_waiters(&self.shared.fast, now, &mut wake);
+        self.shared.unlock(st);
         wake_all(wake);
     }
 
@@ -419,10 +471,12 @@ impl<C: Clock> WorkQueue<C> {
     pub fn set_max_holders(&self, max: Option<usize>) {
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
-        st.max_holders = max.unwrap_or(usize::MAX).max(1);
-        st.grant_waiters(now, &mut wake);
-        drop(st);
+        let mut st = self.shared.lock();
+        let max = max.map_or(HOLDERS_MAX, |m| (m as u64).clamp(1, HOLDERS_MAX));
+        st.max_holders = max;
+        self.shared.fast.set_max_holders(max);
+        st.grant_waiters(&self.shared.fast, now, &mut wake);
+        self.shared.unlock(st);
         wake_all(wake);
     }
 
@@ -430,7 +484,7 @@ impl<C: Clock> WorkQueue<C> {
     /// woken). Grants already handed out stay valid and can still be settled.
     pub fn close(&self) {
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         st.closed = true;
         let waiters = std::mem::take(&mut st.waiters);
         let mut wake = Vec::with_capacity(waiters.len());
@@ -438,7 +492,7 @@ impl<C: Clock> WorkQueue<C> {
             st.finish_wait(w.since, now);
             wake.extend(w.waker);
         }
-        drop(st);
+        self.shared.unlock(st);
         wake_all(wake);
     }
 
@@ -455,13 +509,15 @@ impl<C: Clock> WorkQueue<C> {
     /// Counters and gauges, read under one lock.
     pub fn snapshot(&self) -> QueueSnapshot {
         let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         let balance = st.bucket.balance(now);
         let head_wait_nanos = st
             .waiters
             .front()
             .map_or(0, |w| now.saturating_sub(duration_nanos(w.since)));
-        QueueSnapshot {
+        let fast = &self.shared.fast;
+        let counted = fast.counters();
+        let snapshot = QueueSnapshot {
             head_wait_nanos,
             debt_forgiven_nanos: st.bucket.forgiven,
             rate_nanos_per_sec: st.bucket.rate(),
@@ -469,9 +525,15 @@ impl<C: Clock> WorkQueue<C> {
             waiters: st.waiters.len(),
             closed: st.closed,
             paused: st.paused,
-            holders: st.holders,
+            holders: fast.holders() as usize,
+            grants: counted.grants,
+            acquired_nanos: counted.acquired,
+            returned_nanos: counted.returned,
+            used_nanos: counted.used,
             ..st.stats.clone()
-        }
+        };
+        self.shared.unlock(st);
+        snapshot
     }
 }
 
@@ -533,19 +595,21 @@ impl<C: Clock> Drop for Ticket<C> {
         }
         let mut wake = Vec::new();
         let now = self.shared.clock.now();
-        let mut st = lock(&self.shared.state);
+        let mut st = self.shared.lock();
         if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
             if let Some(w) = st.waiters.remove(pos) {
                 st.finish_wait(w.since, now);
             }
         } else if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
             let (_, nanos) = st.granted.swap_remove(pos);
-            st.holders = st.holders.saturating_sub(1);
+            let fast = &self.shared.fast;
+            fast.remove_holder();
             st.bucket.give_back(nanos);
-            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
-            st.grant_waiters(now, &mut wake);
+            fast.count_settle(nanos, 0);
+            st.grant_waiters(fast, now, &mut wake);
         }
-        drop(st);
+        // With the last waiter gone the fast path may reopen.
+        self.shared.unlock(st);
         wake_all(wake);
     }
 }

@@ -2,10 +2,16 @@
 //! loom tests explore every interleaving of the real code (the same trick as tokio's loom shim).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use loom::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc, Mutex, MutexGuard,
+};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc, Mutex, MutexGuard,
+};
 
 /// Lock, ignoring poisoning: every critical section leaves the state consistent before anything
 /// that could panic (waking happens outside the lock), so a poisoned lock still holds valid data
