@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use elastic_cpu_core::{Admit, Clock, Grant, ManualClock, WorkQueue};
+use elastic_cpu_core::{Admit, Clock, Grant, ManualClock, WorkQueue, MAX_SLICE, MIN_SLICE};
+use proptest::prelude::*;
+use proptest::sample::Index;
 
 const MS: u64 = 1_000_000;
 
@@ -131,4 +133,114 @@ fn rates_beyond_the_word_take_the_lock_and_still_count() {
         (10, 10 * MS, 990 * MS)
     );
     assert_eq!(s.balance_nanos as u64, elastic_cpu_core::MAX_RATE - 10 * MS);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Admit a slice of this many µs; a queued admission is cancelled at once.
+    Admit(u64),
+    /// Settle a running grant having used this many ‰ of its slice.
+    Done(Index, u64),
+    Advance(u64),
+    Tick,
+    SetRate(u64),
+    SetMaxHolders(Option<usize>),
+    Pause,
+    Resume,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..=150_000).prop_map(Op::Admit),
+        5 => (any::<Index>(), 0u64..=1500).prop_map(|(i, u)| Op::Done(i, u)),
+        3 => prop_oneof![0u64..1_000, 0u64..300_000_000].prop_map(Op::Advance),
+        2 => Just(Op::Tick),
+        1 => (1u64..=3_000_000_000).prop_map(Op::SetRate),
+        1 => proptest::option::of(1usize..=4).prop_map(Op::SetMaxHolders),
+        1 => Just(Op::Pause),
+        1 => Just(Op::Resume),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Random sequences with no snapshot in between (so the fast path stays open and refill
+    /// waits for the lock side): the holder cap is never exceeded, the counts are exact, the
+    /// ledger balances, the balance stays within one burst either way, the total handed out
+    /// stays within the initial burst plus what was supplied, and once everything is settled a
+    /// second of refill makes the bucket whole again (no token lost).
+    #[test]
+    fn fast_path_sequences_keep_the_rules(
+        rate in 1u64..=3_000_000_000,
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        let clock = ManualClock::new();
+        let q = WorkQueue::new(clock.clone(), rate);
+        let mut running: Vec<Grant> = Vec::new();
+        let (mut cap, mut paused, mut rate_now) = (usize::MAX, false, rate);
+        let (mut grants, mut used_total, mut supply) = (0u64, 0u128, rate as u128);
+        for op in ops {
+            match op {
+                Op::Admit(us) => match q.admit(Duration::from_micros(us)) {
+                    Admit::Granted(g) => {
+                        prop_assert!(!paused, "granted while paused");
+                        let n = Duration::from_micros(us).clamp(MIN_SLICE, MAX_SLICE);
+                        prop_assert_eq!(g.allotted(), n);
+                        grants += 1;
+                        running.push(g);
+                        prop_assert!(running.len() <= cap, "{} held, cap {}", running.len(), cap);
+                    }
+                    Admit::Queued(t) => drop(t),
+                },
+                Op::Done(i, permille) => {
+                    if !running.is_empty() {
+                        let g = running.swap_remove(i.index(running.len()));
+                        let used = g.allotted_nanos() * permille / 1000;
+                        used_total += used as u128;
+                        q.done(g, Duration::from_nanos(used));
+                    }
+                }
+                Op::Advance(ns) => {
+                    clock.advance(Duration::from_nanos(ns));
+                    supply += ns as u128 * rate_now as u128 / 1_000_000_000 + 1;
+                }
+                Op::Tick => { q.tick(); }
+                Op::SetRate(r) => {
+                    supply += r.saturating_sub(rate_now) as u128;
+                    rate_now = r;
+                    q.set_rate(r);
+                }
+                Op::SetMaxHolders(m) => {
+                    q.set_max_holders(m);
+                    cap = m.unwrap_or(usize::MAX);
+                }
+                Op::Pause => { q.pause(); paused = true; }
+                Op::Resume => { q.resume(); paused = false; }
+            }
+        }
+        let s = q.snapshot();
+        let held: u64 = running.iter().map(Grant::allotted_nanos).sum();
+        prop_assert_eq!((s.grants, s.holders, s.waiters), (grants, running.len(), 0));
+        prop_assert_eq!(s.used_nanos as u128, used_total);
+        prop_assert_eq!(
+            s.acquired_nanos as i128 - s.returned_nanos as i128 + s.over_limit_nanos as i128,
+            s.used_nanos as i128 + held as i128,
+            "ledger: {:?}", s
+        );
+        prop_assert!(s.balance_nanos as i128 <= rate_now as i128, "above the burst: {:?}", s);
+        prop_assert!(s.balance_nanos as i128 >= -(rate_now as i128), "debt beyond a burst: {:?}", s);
+        let net = s.acquired_nanos as i128 - s.returned_nanos as i128;
+        prop_assert!(
+            net <= supply as i128 + s.debt_forgiven_nanos as i128 + MAX_SLICE.as_nanos() as i128,
+            "handed out {} > supplied {}", net, supply
+        );
+        for g in running.drain(..) {
+            q.done(g, Duration::ZERO);
+        }
+        q.resume();
+        clock.advance(Duration::from_secs(2));
+        q.tick();
+        prop_assert_eq!(q.snapshot().balance_nanos, rate_now as i64, "tokens lost");
+    }
 }
