@@ -1,9 +1,10 @@
 //! What measuring costs.
 //!
 //! * `probe_overhead/{none,probe,tokio_metrics}/{8,32}`: time per task poll of a poll-heavy
-//!   workload (64 tasks, each `yield_now()` in a loop) on a multi-thread runtime with 8 / 32
-//!   workers: plain runtime, runtime instrumented by the probe (task hooks + schedule-latency
-//!   tracking; a thread rotates every 100 ms as in production), and plain runtime with every task
+//!   workload (1024 tasks, each `yield_now()` in a loop) on a multi-thread runtime with 8 / 32
+//!   workers: plain runtime, runtime instrumented by the probe with its default settings (task
+//!   hooks + schedule-latency tracking, poll time on one poll in 8; a thread rotates every 100 ms
+//!   as in production), and plain runtime with every task
 //!   wrapped by `tokio_metrics::TaskMonitor::instrument` (the peer a user would otherwise pick).
 //!   Without `--cfg tokio_unstable` the `probe` variant has no hooks and equals `none`.
 //!   With `PROBE_BENCH_BREAKDOWN=1` (and `tokio_unstable`) more variants split the probe's
@@ -12,8 +13,13 @@
 //!   calls), `hooks_tls` (hooks touching a thread-local as the probe's do), `hooks_clock` (plus
 //!   the two poll-time clock reads, `std::time::Instant`), `hooks_clock_quanta` (the same with
 //!   `quanta::Instant`, the TSC), `probe_no_poll_time` (the probe recording queue latency only:
-//!   over `hooks_tls`, the histogram record) and `probe_poll_time_every_8` (the probe measuring
-//!   poll time on one poll in 8).
+//!   over `hooks_tls`, the histogram record) and `probe_poll_time_every_1` (the probe measuring
+//!   poll time on every poll).
+//!
+//!   Why 1024 tasks: with 64, the runtime settles within a run into one of two steady states on
+//!   2 cores (about 65 or 130 ns per poll for the plain runtime, flipping between criterion's
+//!   samples), which buries a 10 ns difference; with 1024 every worker always has work and the
+//!   figure is stable to a few ns.
 //! * `histogram/record`: one `Probe::record_poll` on a runtime worker (slot lookup, two bucket
 //!   increments in the worker's own slot).
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
@@ -37,7 +43,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu_probe::{IoProbe, IoProbeConfig, Probe, ProbeConfig};
 use tokio::runtime::Runtime;
 
-const TASKS: u64 = 64;
+/// Tasks per run (see the module docs for why this many).
+const TASKS: u64 = 1024;
 
 #[derive(Clone, Copy)]
 enum Variant {
@@ -48,8 +55,8 @@ enum Variant {
     TrackingOnly,
     /// Breakdown: tracking plus empty poll hooks (the cost of calling the hooks).
     HooksEmpty,
-    /// Breakdown: the probe with `poll_time_every = 8` (poll time on one poll in 8).
-    ProbeSampled,
+    /// Breakdown: the probe with `poll_time_every = 1` (poll time on every poll).
+    ProbeEveryPoll,
     /// Breakdown: tracking plus hooks that touch a thread-local as the probe's do (no clock,
     /// no record): the thread-local's cost over `hooks_empty`.
     HooksTls,
@@ -72,7 +79,7 @@ impl Variant {
             Variant::TokioMetrics => "tokio_metrics",
             Variant::TrackingOnly => "tracking_only",
             Variant::HooksEmpty => "hooks_empty",
-            Variant::ProbeSampled => "probe_poll_time_every_8",
+            Variant::ProbeEveryPoll => "probe_poll_time_every_1",
             Variant::HooksTls => "hooks_tls",
             Variant::HooksClock => "hooks_clock",
             Variant::HooksQuanta => "hooks_clock_quanta",
@@ -166,7 +173,7 @@ fn probe_overhead(c: &mut Criterion) {
             Variant::HooksClock,
             Variant::HooksQuanta,
             Variant::ProbeNoPollTime,
-            Variant::ProbeSampled,
+            Variant::ProbeEveryPoll,
         ]);
     }
     for workers in [8usize, 32] {
@@ -175,15 +182,15 @@ fn probe_overhead(c: &mut Criterion) {
             builder.worker_threads(workers);
             let probe = Probe::new(ProbeConfig {
                 poll_time_every: match variant {
-                    Variant::ProbeSampled => 8,
+                    Variant::ProbeEveryPoll => 1,
                     Variant::ProbeNoPollTime => u32::MAX,
-                    _ => 1,
+                    _ => ProbeConfig::default().poll_time_every,
                 },
                 ..ProbeConfig::default()
             })
             .unwrap();
             match variant {
-                Variant::Probe | Variant::ProbeSampled | Variant::ProbeNoPollTime => {
+                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime => {
                     probe.instrument(&mut builder);
                 }
                 #[cfg(tokio_unstable)]
@@ -227,7 +234,7 @@ fn probe_overhead(c: &mut Criterion) {
             let rt = builder.build().unwrap();
             let _rotator = matches!(
                 variant,
-                Variant::Probe | Variant::ProbeSampled | Variant::ProbeNoPollTime
+                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime
             )
             .then(|| Rotator::start(&probe));
             let monitor =

@@ -155,12 +155,7 @@ impl Default for ElasticBuilder {
             fixed_limit: None,
             slice: DEFAULT_SLICE,
             quantum: DEFAULT_QUANTUM,
-            // Poll time is a diagnostic here (the controller steers by queue latency): timing one
-            // poll in 8 halves what the hooks add per poll (BENCHMARKS.md).
-            probe: ProbeConfig {
-                poll_time_every: 8,
-                ..ProbeConfig::default()
-            },
+            probe: ProbeConfig::default(),
             running: RunningTime::Adaptive,
             #[cfg(feature = "test-util")]
             manual: None,

@@ -39,10 +39,12 @@ pub struct ProbeConfig {
     /// Significant decimal digits the histograms keep, 1 ..= 5 (2 = within 1 %).
     pub significant_figures: u8,
     /// With task hooks: measure poll time on one task poll in this many, per worker thread
-    /// (1, the default, = every poll). Each measured poll costs two clock reads; values above 1
-    /// save them on the other polls, at the price of a sampled poll-time distribution (its
-    /// `count`s are then about 1/n of the polls). Queue latency is recorded on every poll
-    /// regardless (tokio measures it). Must be ≥ 1. No effect on [`Probe::record_poll`].
+    /// (default 8; 1 = every poll). Each measured poll costs two clock reads, about a fifth of
+    /// what the probe adds to a poll (BENCHMARKS.md); sampling saves them on the other polls, at
+    /// the price of a sampled poll-time distribution (its `count`s are about 1/n of the polls).
+    /// Poll time is a diagnostic: the controller steers by queue latency, which is recorded on
+    /// every poll regardless (tokio measures it). Must be ≥ 1. No effect on
+    /// [`Probe::record_poll`].
     ///
     /// [`Probe::record_poll`]: crate::Probe::record_poll
     pub poll_time_every: u32,
@@ -61,7 +63,7 @@ impl Default for ProbeConfig {
             lowest: Duration::from_micros(1),
             highest: Duration::from_secs(10),
             significant_figures: 2,
-            poll_time_every: 1,
+            poll_time_every: 8,
             alarm_at: None,
         }
     }

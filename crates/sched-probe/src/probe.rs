@@ -97,6 +97,7 @@ impl Probe {
         let alarm_above = config.alarm_at.map_or(u64::MAX, |at| nanos(at) - 1);
         Ok(Probe {
             shared: Arc::new(Shared {
+                id: crate::shared::next_id(),
                 config,
                 layout,
                 slots,

@@ -128,7 +128,7 @@ fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
             let ctl = ctl.clone();
             in_flight.push_back(handle.spawn(async move {
                 let waited = requeue().await;
-                shared.record(Some(nanos(waited)), None, false);
+                let _ = shared.record(Some(nanos(waited)), None, false);
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }

@@ -18,6 +18,10 @@ pub(crate) const OVERFLOW: usize = SLOTS;
 
 /// What every clone of a [`Probe`](crate::Probe) points to.
 pub(crate) struct Shared {
+    /// Unique among all probes of the process (never 0): names this probe in a thread's cache
+    /// of the slot it owns (see `hooks`).
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    pub(crate) id: u64,
     pub(crate) config: ProbeConfig,
     /// Bucket layout of the histograms (shared by slots and intervals).
     pub(crate) layout: Layout,
@@ -55,17 +59,24 @@ impl Shared {
         self.slots[index].get_or_init(|| Box::new(Slot::new(&self.layout, index == OVERFLOW)))
     }
 
-    /// Records one sample into the calling thread's slot.
+    /// Raises the alarm if this is a foreground poll that waited past `alarm_at`.
+    #[inline]
+    pub(crate) fn check_alarm(&self, queue_ns: Option<u64>, elastic: bool) {
+        if !elastic && queue_ns.is_some_and(|q| q > self.alarm_above) {
+            self.alarm();
+        }
+    }
+
+    /// Records one sample into the calling thread's slot. Returns the index of the worker slot
+    /// the thread owns, if it owns one (it keeps it until it exits), for the caller to cache.
     #[inline]
     pub(crate) fn record(
         self: &Arc<Self>,
         queue_ns: Option<u64>,
         poll_ns: Option<u64>,
         elastic: bool,
-    ) {
-        if !elastic && queue_ns.is_some_and(|q| q > self.alarm_above) {
-            self.alarm();
-        }
+    ) -> Option<usize> {
+        self.check_alarm(queue_ns, elastic);
         if let Some(worker) = tokio::runtime::worker_index() {
             let index = worker % SLOTS;
             let slot = self.slot(index);
@@ -73,12 +84,36 @@ impl Shared {
             let owner = slot.owner.load(Relaxed);
             if (owner != 0 && owner == token) || (owner == 0 && claim(self, slot, index, token)) {
                 slot.bump(&self.layout, queue_ns, poll_ns, elastic);
-                return;
+                return Some(index);
             }
         }
         self.slot(OVERFLOW)
             .bump(&self.layout, queue_ns, poll_ns, elastic);
+        None
     }
+
+    /// Records into worker slot `index`, which the calling thread owns (cached from `record`).
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    #[inline]
+    pub(crate) fn record_owned(
+        &self,
+        index: usize,
+        queue_ns: Option<u64>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
+        self.check_alarm(queue_ns, elastic);
+        if let Some(slot) = self.slots[index].get() {
+            slot.bump(&self.layout, queue_ns, poll_ns, elastic);
+        }
+    }
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh probe id (see [`Shared::id`]).
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Relaxed)
 }
 
 #[inline]
@@ -102,6 +137,8 @@ struct Claims {
 
 impl Drop for Claims {
     fn drop(&mut self) {
+        // This thread's polls must stop writing the slots it gives up.
+        crate::poll_state::forget_owned_slot();
         for (shared, index) in self.slots.drain(..) {
             if let Some(slot) = shared.upgrade().as_ref().and_then(|s| s.slots[index].get()) {
                 // Release pairs with the next owner's claim: it continues from our counts.

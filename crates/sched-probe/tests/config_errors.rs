@@ -28,7 +28,7 @@ fn default_is_valid() {
     assert_eq!(c.lowest, Duration::from_micros(1));
     assert_eq!(c.highest, Duration::from_secs(10));
     assert_eq!(c.significant_figures, 2);
-    assert_eq!(c.poll_time_every, 1);
+    assert_eq!(c.poll_time_every, 8);
     assert_eq!(c.alarm_at, None);
     assert_eq!(c.intervals(), 25);
     let probe = Probe::new(c.clone()).unwrap();

@@ -29,8 +29,16 @@ const FOREGROUND_TASKS: usize = 20;
 const ELASTIC_TASKS: usize = 12;
 const YIELDS: usize = 50;
 
+/// Poll time on every poll, so both counts are exact.
+fn every_poll() -> ProbeConfig {
+    ProbeConfig {
+        poll_time_every: 1,
+        ..ProbeConfig::default()
+    }
+}
+
 fn run(builder: tokio::runtime::Builder) {
-    let w = run_with(builder, ProbeConfig::default());
+    let w = run_with(builder, every_poll());
 
     // Each task is polled once per yield plus the final poll.
     let polls = YIELDS as u64 + 1;
@@ -110,7 +118,7 @@ fn poll_time_every_n_measures_one_poll_in_n() {
 #[test]
 fn instrumented_runtime_is_measured_without_a_sampler() {
     // Hooks alone feed the window; rotate by hand while the runtime keeps working.
-    let probe = Probe::new(ProbeConfig::default()).unwrap();
+    let probe = Probe::new(every_poll()).unwrap();
     let mut b = tokio::runtime::Builder::new_multi_thread();
     b.worker_threads(2);
     let rt = probe.instrument(&mut b).build().unwrap();
@@ -120,4 +128,16 @@ fn instrumented_runtime_is_measured_without_a_sampler() {
     drop(rt);
     probe.rotate();
     assert!(probe.window().poll_time.foreground.count >= 11);
+}
+
+#[test]
+fn default_times_one_poll_in_eight() {
+    assert_eq!(ProbeConfig::default().poll_time_every, 8);
+    let w = run_with(
+        tokio::runtime::Builder::new_current_thread(),
+        ProbeConfig::default(),
+    );
+    let polls = (FOREGROUND_TASKS + ELASTIC_TASKS) as u64 * (YIELDS as u64 + 1);
+    assert_eq!(w.queue_latency.all.count, polls, "{w:#?}");
+    assert_eq!(w.poll_time.all.count, polls.div_ceil(8), "{w:#?}");
 }
