@@ -516,3 +516,28 @@ fn fast_settle_never_applies_an_older_burst() {
         q.done(g2, Duration::from_millis(90));
     });
 }
+
+/// A thread's counter cell passes to another thread that starts counting after the first has
+/// ended (the two run concurrently, so only the cell's claim orders them): the next owner adds to
+/// what the first counted (its claim acquires what the release published), and a snapshot taken
+/// meanwhile sees whole round trips, never a lost count.
+#[test]
+fn a_counter_cell_changes_owner_without_losing_counts() {
+    loom::model(|| {
+        let q = Arc::new(WorkQueue::new(ManualClock::new(), 100 * MS));
+        let round_trip = |q: Arc<WorkQueue<ManualClock>>| {
+            thread::spawn(move || match q.admit(Duration::from_millis(10)) {
+                Admit::Granted(g) => q.done(g, Duration::from_millis(4)),
+                Admit::Queued(_) => unreachable!("the bucket covers both"),
+            })
+        };
+        let (a, b) = (round_trip(q.clone()), round_trip(q.clone()));
+        let s = q.snapshot();
+        assert!(s.grants <= 2 && s.used_nanos <= 8 * MS, "{s:?}");
+        a.join().unwrap();
+        b.join().unwrap();
+        let s = q.snapshot();
+        assert_eq!((s.grants, s.used_nanos), (2, 8 * MS), "{s:?}");
+        assert_eq!((s.acquired_nanos, s.returned_nanos), (20 * MS, 12 * MS));
+    });
+}

@@ -89,6 +89,38 @@ fn counts_outlive_the_threads_that_made_them() {
     assert_eq!(s.balance_nanos, (100_000 - 12_000) as i64 * MS as i64);
 }
 
+/// More threads than a queue has counter cells, all counting at once and then ending, then as
+/// many again reusing the cells they left: the threads without a cell of their own share one,
+/// and every count is there.
+#[test]
+fn more_threads_than_cells_still_count_exactly() {
+    let q = WorkQueue::new(ManualClock::new(), 100_000 * MS);
+    for _ in 0..2 {
+        let all_counted = Arc::new(std::sync::Barrier::new(48));
+        let threads: Vec<_> = (0..48)
+            .map(|_| {
+                let (q, all_counted) = (q.clone(), all_counted.clone());
+                thread::spawn(move || {
+                    for _ in 0..100 {
+                        let g = granted(q.admit(Duration::from_millis(10)));
+                        q.done(g, Duration::from_millis(3));
+                    }
+                    // Nobody ends (and frees a cell) before everyone has counted.
+                    all_counted.wait();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+    let s = q.snapshot();
+    assert_eq!(s.grants, 9_600);
+    assert_eq!(s.acquired_nanos, 9_600 * 10 * MS);
+    assert_eq!(s.used_nanos, 9_600 * 3 * MS);
+    assert_eq!(s.returned_nanos, 9_600 * 7 * MS);
+}
+
 /// The fast path reads no clock, so refill waits for the next critical section (a tick, a
 /// snapshot, an admission the lent tokens do not cover). Refilling a full bucket late counts
 /// the time it spent full after tokens left it: the bucket may then give out up to what was
