@@ -231,6 +231,10 @@ pub struct Args {
     /// down for a probe window: `ElasticBuilder::throttle_signal`), for an A/B inside a quota
     #[arg(long)]
     pub no_throttle_signal: bool,
+    /// turn off the library's quota headroom cap (inside a quota, elastic work held to 90 % of
+    /// what the foreground leaves: `ElasticBuilder::quota_headroom`), for an A/B inside a quota
+    #[arg(long)]
+    pub no_quota_headroom: bool,
     /// turn off the library's I/O wake-up signal (`ElasticBuilder::io_signal`), for an A/B
     #[arg(long)]
     pub no_io_signal: bool,

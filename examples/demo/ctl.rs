@@ -33,6 +33,8 @@ pub struct Tuning {
     pub brake_us: Option<Option<u64>>,
     /// The library's cgroup throttling signal (on by default).
     pub throttle_signal: bool,
+    /// The library's quota headroom cap (on by default).
+    pub quota_headroom: bool,
     /// The library's I/O wake-up and run-queue signals (on by default).
     pub io_signal: bool,
     pub run_queue_signal: bool,
@@ -120,6 +122,7 @@ impl Control {
         }
         b = b
             .throttle_signal(tune.throttle_signal)
+            .quota_headroom(tune.quota_headroom)
             .io_signal(tune.io_signal)
             .run_queue_signal(tune.run_queue_signal);
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;

@@ -453,6 +453,7 @@ fn tuning(ctx: &Ctx) -> Tuning {
         quantum_us: a.quantum_us,
         brake_us: a.brake_us,
         throttle_signal: !a.no_throttle_signal,
+        quota_headroom: !a.no_quota_headroom,
         io_signal: !a.no_io_signal,
         run_queue_signal: !a.no_run_queue_signal,
     }

@@ -126,6 +126,7 @@ pub struct ElasticBuilder {
     pub(crate) brake: BrakeSetting,
     pub(crate) cap_concurrency: bool,
     pub(crate) throttle_signal: bool,
+    pub(crate) quota_headroom: bool,
     pub(crate) io_signal: bool,
     pub(crate) run_queue_signal: bool,
 }
@@ -163,6 +164,7 @@ impl Default for ElasticBuilder {
             brake: BrakeSetting::Default,
             cap_concurrency: true,
             throttle_signal: true,
+            quota_headroom: true,
             io_signal: true,
             run_queue_signal: true,
         }
@@ -275,6 +277,23 @@ impl ElasticBuilder {
     /// ```
     pub fn throttle_signal(mut self, on: bool) -> Self {
         self.throttle_signal = on;
+        self
+    }
+
+    /// Inside a CPU quota, hold elastic work to 90 % of what the rest of the process leaves of
+    /// the quota (on by default; no effect without a quota). Each tick the governor takes the
+    /// process's CPU time less the running time charged to elastic work; the busiest of the
+    /// last 5 ticks stands for the foreground. The throttle signal
+    /// ([`throttle_signal`](Self::throttle_signal)) acts after a throttled period; this cap
+    /// keeps the period from running out. [`Snapshot::quota_headroom`](crate::Snapshot::quota_headroom)
+    /// shows it.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().quota_headroom(false).build().unwrap();
+    /// assert_eq!(elastic.snapshot().quota_headroom, None);
+    /// ```
+    pub fn quota_headroom(mut self, on: bool) -> Self {
+        self.quota_headroom = on;
         self
     }
 

@@ -102,6 +102,11 @@ impl ElasticBuilder {
         } else {
             governor.without_throttle_signal()
         };
+        let governor = if self.quota_headroom {
+            governor
+        } else {
+            governor.without_quota_headroom()
+        };
         let shared = Arc::new(Shared::new(
             WorkQueue::new(clock, governor.rate()),
             self.slice,
@@ -184,8 +189,9 @@ impl Elastic {
     /// affinity mask; `available_parallelism` when that cannot be read), and, without
     /// `tokio_unstable`, starts the sampling probe on it. [`Snapshot::cpus_source`] says which
     /// figure it took. The quota and the mask are read here, once (a few small files). With a
-    /// quota, the governor watches the cgroup's throttling from now on
-    /// ([`ElasticBuilder::throttle_signal`]).
+    /// quota, the governor watches the cgroup's throttling and holds elastic work within what
+    /// the foreground leaves of the quota from now on ([`ElasticBuilder::throttle_signal`],
+    /// [`ElasticBuilder::quota_headroom`]).
     pub fn attach(&self, handle: &Handle) {
         let quota = cpu_quota();
         let (cpus, source) = choose_cpus(&CpusInputs {
@@ -197,7 +203,7 @@ impl Elastic {
         });
         self.control.attach_cpus(&self.shared, cpus, source);
         if let QuotaReading::Limited(quota) = quota {
-            self.control.watch_throttling(quota.cgroup_dir);
+            self.control.watch_quota(quota.cgroup_dir, quota.cpus);
         }
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
             self.shared
@@ -291,6 +297,14 @@ impl Elastic {
     #[cfg(feature = "test-util")]
     pub fn watch_throttling(&self, cgroup_dir: impl Into<std::path::PathBuf>) {
         self.control.watch_throttling(cgroup_dir.into());
+    }
+
+    /// Treat the cgroup in `cgroup_dir` as the process's, with a quota of `cpus`, as
+    /// [`attach`](Self::attach) does when it finds one (feature `test-util`): the governor
+    /// watches its throttling and caps elastic work within the quota's headroom.
+    #[cfg(feature = "test-util")]
+    pub fn watch_quota(&self, cgroup_dir: impl Into<std::path::PathBuf>, cpus: f64) {
+        self.control.watch_quota(cgroup_dir.into(), cpus);
     }
 
     /// Run one governor tick now, with the configured tick as its period (feature

@@ -16,6 +16,7 @@ use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::gate::link::{GateLink, GateParts};
 use crate::gate::shared::GateShared;
 use crate::gate::GateSettings;
+use crate::headroom::Headroom;
 use crate::idle_class::{IdleClass, IdleStart};
 use crate::running::RunningTime;
 use crate::share::{ShareCorrection, TickReading};
@@ -54,6 +55,8 @@ pub(crate) struct Governor {
     gates_made: usize,
     /// The cgroup's throttling, read once per tick once a quota is seen (`None`: off).
     throttle: Option<ThrottleWatch>,
+    /// Inside a quota, the cap on elastic work from what the foreground leaves (`None`: off).
+    headroom: Option<Headroom>,
     /// The rate's correction for elastic work's scheduler overhead (off on a manual clock).
     share: ShareCorrection,
     /// The I/O wake-up and run-queue components of the signal (off on a manual clock).
@@ -100,6 +103,7 @@ impl Governor {
             gates: Vec::new(),
             gates_made: 0,
             throttle: Some(ThrottleWatch::default()),
+            headroom: Some(Headroom::default()),
             share: ShareCorrection::default(),
             signals: Signals::off(),
             signal: (None, SignalSource::None),
@@ -139,12 +143,21 @@ impl Governor {
         };
         if !self.clock.is_manual() {
             let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
+            let process_cpu = ProcessCpuClock::now();
             self.share.tick(TickReading {
-                process_cpu: ProcessCpuClock::now(),
+                process_cpu,
                 charged: shared.charged.total(),
                 foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
                 period,
             });
+            let idle_charged = self
+                .idle
+                .as_ref()
+                .and_then(IdleClass::shared)
+                .map_or(Duration::ZERO, |class| class.charged.total());
+            if let Some(headroom) = &mut self.headroom {
+                headroom.tick(process_cpu, shared.charged.total(), idle_charged, period);
+            }
         }
         shared.queue.set_rate(self.rate());
         self.cap_holders(shared);
@@ -179,7 +192,7 @@ impl Governor {
         let Some(idle) = &self.idle else {
             return;
         };
-        let limit = idle.limit();
+        let limit = self.capped(idle.limit(), Headroom::idle_cap_cpus);
         class
             .queue
             .set_rate(self.share.apply(rate_for(limit, self.cpus)));
@@ -282,15 +295,35 @@ impl Governor {
     /// With the concurrency cap on: at most `ceil(limit × cpus)` grants at a time.
     fn cap_holders(&self, shared: &Shared) {
         if self.cap_concurrency {
+            let limit = self.capped(self.limit, Headroom::cap_cpus);
             shared
                 .queue
-                .set_max_holders(Some(holder_cap(self.limit, self.cpus)));
+                .set_max_holders(Some(holder_cap(limit, self.cpus)));
         }
     }
 
-    /// The token rate for the limit on the CPUs, less what elastic work's overhead takes.
+    /// The token rate for the limit on the CPUs (within the quota's headroom), less what elastic
+    /// work's overhead takes.
     pub(crate) fn rate(&self) -> u64 {
-        self.share.apply(rate_for(self.limit, self.cpus))
+        let limit = self.capped(self.limit, Headroom::cap_cpus);
+        self.share.apply(rate_for(limit, self.cpus))
+    }
+
+    /// `limit`, lowered to the share of the CPUs the quota's headroom leaves a class (`cap`),
+    /// but never below the controller's floor: elastic work always moves.
+    fn capped(&self, limit: f64, cap: fn(&Headroom) -> Option<f64>) -> f64 {
+        match self.headroom.as_ref().and_then(cap) {
+            Some(cpus) if self.cpus > 0.0 => {
+                let floor = self.controller.config().min_limit.min(limit);
+                limit.min(cpus / self.cpus).max(floor)
+            }
+            _ => limit,
+        }
+    }
+
+    /// CPUs the quota's headroom leaves elastic work now (`None`: no quota, or the cap is off).
+    pub(crate) fn headroom_cpus(&self) -> Option<f64> {
+        self.headroom.as_ref().and_then(Headroom::cap_cpus)
     }
 
     /// Size the bucket for `cpus` from `source` (unless the builder fixed it).
@@ -316,11 +349,26 @@ impl Governor {
         self
     }
 
+    /// Leave the quota's headroom cap off.
+    pub(crate) fn without_quota_headroom(mut self) -> Governor {
+        self.headroom = None;
+        self
+    }
+
     /// Watch the cgroup in `dir` for throttling from now on (if the signal is on).
     fn watch_throttling(&mut self, dir: PathBuf) {
         self.quota_seen = true;
         if let Some(watch) = &mut self.throttle {
             watch.watch(dir);
+        }
+    }
+
+    /// A quota of `cpus` applies in the cgroup in `dir`: watch its throttling and cap elastic
+    /// work within it from now on (each if on).
+    fn watch_quota(&mut self, dir: PathBuf, cpus: f64) {
+        self.watch_throttling(dir);
+        if let Some(headroom) = &mut self.headroom {
+            headroom.watch(cpus);
         }
     }
 
@@ -350,6 +398,8 @@ pub(crate) struct Control {
     braked_nanos: AtomicU64,
     longest_wait_nanos: AtomicU64,
     throttled_periods: AtomicU64,
+    /// [`Governor::headroom_cpus`], NaN for `None`.
+    headroom: AtomicF64,
     overhead: AtomicF64,
     /// The signal's components at the last tick (a lock for the few µs of a copy).
     signal: Mutex<(Reading, Option<Duration>, SignalSource)>,
@@ -371,6 +421,7 @@ impl Control {
             braked_nanos: AtomicU64::new(0),
             longest_wait_nanos: AtomicU64::new(0),
             throttled_periods: AtomicU64::new(0),
+            headroom: AtomicF64::default(),
             overhead: AtomicF64::default(),
             signal: Mutex::new((Reading::default(), None, SignalSource::None)),
             idle_limit: AtomicF64::default(),
@@ -403,6 +454,7 @@ impl Control {
             .as_ref()
             .map_or(0, ThrottleWatch::throttled_periods);
         self.throttled_periods.store(throttled, Ordering::Relaxed);
+        self.headroom.store(g.headroom_cpus().unwrap_or(f64::NAN));
         self.overhead.store(g.share.overhead());
         let mut signal = self.signal.lock().unwrap_or_else(|p| p.into_inner());
         signal.0.clone_from(g.signals.reading());
@@ -477,8 +529,14 @@ impl Control {
     }
 
     /// [`Governor::watch_throttling`].
+    #[cfg(feature = "test-util")]
     pub(crate) fn watch_throttling(&self, dir: PathBuf) {
         self.lock().watch_throttling(dir);
+    }
+
+    /// [`Governor::watch_quota`].
+    pub(crate) fn watch_quota(&self, dir: PathBuf, cpus: f64) {
+        self.lock().watch_quota(dir, cpus);
     }
 
     /// Whether the I/O wake-up signal is on.
@@ -518,6 +576,7 @@ impl Control {
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
             longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
             throttled_periods: self.throttled_periods.load(Ordering::Relaxed),
+            quota_headroom: Some(self.headroom.load()).filter(|c| !c.is_nan()),
             overhead: self.overhead.load(),
             signal: self
                 .signal

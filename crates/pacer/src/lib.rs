@@ -45,6 +45,7 @@ mod ext;
 mod gate;
 mod governor;
 mod grant;
+mod headroom;
 mod idle_class;
 mod idle_pool;
 mod idle_thread;

@@ -115,6 +115,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "CFS periods in which the cgroup ran out of CPU quota, each one a step down of the limit",
     ),
     (
+        "elastic_cpu_quota_headroom_cpus",
+        "cpus",
+        "Inside a CPU quota: the CPUs elastic work may take, 90 % of what the foreground leaves",
+    ),
+    (
         "elastic_cpu_gate_admitted_total",
         "count",
         "Connection attempts admitted to setup since start, label gate=N",
@@ -207,6 +212,9 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
     counter!("elastic_cpu_throttled_periods_total").absolute(s.throttled_periods);
+    if let Some(cpus) = s.quota_headroom {
+        gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);
+    }
     gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
 }
 

@@ -110,6 +110,12 @@ pub struct Snapshot {
     /// [`throttle_signal(false)`](crate::ElasticBuilder::throttle_signal)). Each one steps the
     /// limit down for a probe window.
     pub throttled_periods: u64,
+    /// Inside a CPU quota: the CPUs elastic work may take now, every class together, which is
+    /// 90 % of what the rest of the process left of the quota in the busiest of the last 5
+    /// ticks (`None`: no quota, no reading yet, or
+    /// [`quota_headroom(false)`](crate::ElasticBuilder::quota_headroom)). The token rate is
+    /// held to it (never below the controller's floor), whatever the limit.
+    pub quota_headroom: Option<f64>,
     /// Elastic work's CPU overhead (scheduler work its yields cause: reschedules, wake-ups,
     /// parking), as a fraction of the running time charged, as the governor last measured it
     /// in a window without foreground load; the token rate is `limit × cpus / (1 + overhead)`.
@@ -183,6 +189,7 @@ pub(crate) struct Governed {
     pub(crate) braked_time: Duration,
     pub(crate) longest_wait: Duration,
     pub(crate) throttled_periods: u64,
+    pub(crate) quota_headroom: Option<f64>,
     pub(crate) overhead: f64,
     pub(crate) signal: (Reading, Option<Duration>, SignalSource),
     pub(crate) idle_limit: Option<f64>,
@@ -204,6 +211,7 @@ impl Snapshot {
             braked_time,
             longest_wait,
             throttled_periods,
+            quota_headroom,
             overhead,
             signal: (reading, signal_p99, signal_source),
             idle_limit,
@@ -246,6 +254,7 @@ impl Snapshot {
             brakes: queue.pauses,
             braked_time,
             throttled_periods,
+            quota_headroom,
             overhead,
             idle_limit,
             idle_queue,
