@@ -143,6 +143,10 @@ pub struct Args {
     /// the static phase's fixed rate as a share of the measured capacity
     #[arg(long, value_name = "F", default_value = "0.8", value_parser = positive)]
     pub static_share: f64,
+    /// the controller's target p99 of scheduling latency in µs, which steers the gate's share
+    /// [default: the library's, 1 ms]
+    #[arg(long, value_name = "N", value_parser = at_least_1_u64)]
+    pub target_us: Option<u64>,
     /// the gate's deadline in milliseconds: longest wait before a setup starts
     #[arg(long, value_name = "N", default_value = "250", value_parser = at_least_1_u64)]
     pub gate_deadline_ms: u64,

@@ -77,6 +77,8 @@ struct Ctx {
     pauses: pauses::Pauses,
     /// Setups per second measured by the capacity phases so far (mean).
     capacity: Option<f64>,
+    /// The controller's target: `--target-us`, else the library's default.
+    target: Option<Duration>,
 }
 
 fn main() {
@@ -101,8 +103,10 @@ fn main() {
         run_start: Instant::now(),
         pauses: pauses::Pauses::start(),
         capacity: None,
+        target: None,
         args,
     };
+    ctx.target = ctx.args.target_us.map(Duration::from_micros);
     if !ctx.pauses.realtime {
         eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
     }
@@ -184,7 +188,7 @@ fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
     let a = &ctx.args;
     let machine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
-    let (elastic, rt) = phase::service_runtime(a.workers)?;
+    let (elastic, rt) = phase::service_runtime(a.workers, None)?;
     let addr = fg::start_server(&rt, a.work_us)?;
     let stats = FgStats::new();
     let lg = LoadGen::start(

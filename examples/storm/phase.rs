@@ -17,11 +17,17 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 /// The service's runtime, built through the library in every phase (the probe installed, so
-/// scheduling latency costs the same everywhere).
-pub fn service_runtime(workers: usize) -> Result<(Elastic, Runtime), String> {
-    let elastic = Elastic::builder()
-        .build()
-        .map_err(|e| format!("elastic: {e}"))?;
+/// scheduling latency costs the same everywhere), steered by `target` (the library's default
+/// without one).
+pub fn service_runtime(
+    workers: usize,
+    target: Option<Duration>,
+) -> Result<(Elastic, Runtime), String> {
+    let mut builder = Elastic::builder();
+    if let Some(t) = target {
+        builder = builder.target_p99(t);
+    }
+    let elastic = builder.build().map_err(|e| format!("elastic: {e}"))?;
     let rt = elastic
         .runtime(
             tokio::runtime::Builder::new_multi_thread()
@@ -144,7 +150,7 @@ fn client_totals(c: &Option<Clients>) -> [u64; 4] {
 fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Result<(), String> {
     let a = &ctx.args;
     let name = kind.name();
-    let (elastic, rt) = service_runtime(a.workers)?;
+    let (elastic, rt) = service_runtime(a.workers, ctx.target)?;
     let fg_addr = fg::start_server(&rt, a.work_us)?;
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();

@@ -162,6 +162,8 @@ pub struct Machine {
     pub gate_deadline_ms: u64,
     pub gate_queue: usize,
     pub gate_crowd_hint: bool,
+    /// The controller's target p99 (µs) given by `--target-us` (`None`: the library's).
+    pub target_us: Option<u64>,
     pub calm_secs: f64,
     pub capacity_secs: f64,
     pub storm_secs: f64,
@@ -212,6 +214,7 @@ impl Report {
                 gate_deadline_ms: a.gate_deadline_ms,
                 gate_queue: a.gate_queue,
                 gate_crowd_hint: a.gate_crowd_hint,
+                target_us: a.target_us,
                 calm_secs: a.calm_secs(),
                 capacity_secs: a.capacity_secs,
                 storm_secs: a.storm_secs,
