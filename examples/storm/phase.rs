@@ -310,7 +310,17 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             client_cpu,
             d.hello_age_ms().map_or("-".into(), |a| format!("{a:.0}ms")),
             match (share, queue) {
-                (Some(s), Some(q)) => format!(" | share {s:.2} queue {q:.0}"),
+                (Some(s), Some(q)) => {
+                    // What the gate's controller steered by (the elastic signal it shares).
+                    let e = elastic.snapshot();
+                    format!(
+                        " | share {s:.2} queue {q:.0} | signal {} ({}, sched {}, io {})",
+                        fmt_us(e.signal_p99.map(|d| d.as_secs_f64() * 1e6)),
+                        e.signal_source,
+                        fmt_us(e.sched_p99.map(|d| d.as_secs_f64() * 1e6)),
+                        fmt_us(e.io_p99.map(|d| d.as_secs_f64() * 1e6)),
+                    )
+                }
                 _ => String::new(),
             }
         );
