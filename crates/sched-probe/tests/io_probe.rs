@@ -29,7 +29,14 @@ fn records_then_stops(rt: &tokio::runtime::Runtime) {
     let w = io.window();
     assert!(w.count >= 10, "{w:?}");
     assert!(w.p50.is_some() && w.p99.is_some() && w.max.is_some());
-    assert!(io.sent() >= io.received());
+    // The writer counts a canary after its write returns, so the reader may count it first:
+    // read `received` before `sent`, and allow the one canary the writer has not counted yet.
+    let received = io.received();
+    assert!(
+        io.sent() + 1 >= received,
+        "{} sent, {received} received",
+        io.sent()
+    );
     assert!(format!("{io:?}").contains("IoProbe"));
 
     // More canaries land in the next interval; the window holds both.
