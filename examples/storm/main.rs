@@ -77,8 +77,6 @@ struct Ctx {
     pauses: pauses::Pauses,
     /// Setups per second measured by the capacity phases so far (mean).
     capacity: Option<f64>,
-    /// The controller's target: `--target-us`, else the library's default.
-    target: Option<Duration>,
 }
 
 fn main() {
@@ -103,10 +101,8 @@ fn main() {
         run_start: Instant::now(),
         pauses: pauses::Pauses::start(),
         capacity: None,
-        target: None,
         args,
     };
-    ctx.target = ctx.args.target_us.map(Duration::from_micros);
     if !ctx.pauses.realtime {
         eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
     }

@@ -150,7 +150,7 @@ fn client_totals(c: &Option<Clients>) -> [u64; 4] {
 fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Result<(), String> {
     let a = &ctx.args;
     let name = kind.name();
-    let (elastic, rt) = service_runtime(a.workers, ctx.target)?;
+    let (elastic, rt) = service_runtime(a.workers, a.target_us.map(Duration::from_micros))?;
     let fg_addr = fg::start_server(&rt, a.work_us)?;
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();

@@ -144,9 +144,10 @@ impl Governor {
         if !self.clock.is_manual() {
             let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
             let process_cpu = ProcessCpuClock::now();
+            let charged = shared.charged.total();
             self.share.tick(TickReading {
                 process_cpu,
-                charged: shared.charged.total(),
+                charged,
                 foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
                 period,
             });
@@ -156,7 +157,7 @@ impl Governor {
                 .and_then(IdleClass::shared)
                 .map_or(Duration::ZERO, |class| class.charged.total());
             if let Some(headroom) = &mut self.headroom {
-                headroom.tick(process_cpu, shared.charged.total(), idle_charged, period);
+                headroom.tick(process_cpu, charged, idle_charged, period);
             }
         }
         shared.queue.set_rate(self.rate());

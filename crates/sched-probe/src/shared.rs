@@ -19,7 +19,7 @@ pub(crate) const OVERFLOW: usize = SLOTS;
 /// What every clone of a [`Probe`](crate::Probe) points to.
 pub(crate) struct Shared {
     /// Unique among all probes of the process (never 0): names this probe in a thread's cache
-    /// of the slot it owns (see `hooks`).
+    /// of the slot it owns (see `poll_state`).
     #[cfg_attr(not(tokio_unstable), allow(dead_code))]
     pub(crate) id: u64,
     pub(crate) config: ProbeConfig,
