@@ -200,6 +200,10 @@ struct State {
     stats: GateStats,
 }
 
+/// Expired waiters each arrival drops (two keep up with arrivals that all expire, and
+/// bound the work one arrival does).
+const EXPIRE_PER_ARRIVAL: usize = 2;
+
 /// The measured cost is an exponential average over this many setups.
 const COST_SMOOTHING: u64 = 8;
 
@@ -237,6 +241,21 @@ impl State {
                 self.refuse(w, RejectKind::Expired, now, wake);
             } else {
                 self.waiters.push_back(w);
+            }
+        }
+    }
+
+    /// Drop up to `max` expired waiters from the front (the oldest in either order): each
+    /// arrival does this, so under a flood expiries are spread over arrivals instead of
+    /// waking a tick's worth of tasks at once (a burst that is itself scheduling latency).
+    fn expire_oldest(&mut self, now: u64, max: usize, wake: &mut Vec<Waker>) {
+        for _ in 0..max {
+            match self.waiters.front() {
+                Some(w) if w.expires <= now => {
+                    let w = self.waiters.pop_front().expect("front exists");
+                    self.refuse(w, RejectKind::Expired, now, wake);
+                }
+                _ => return,
             }
         }
     }
@@ -444,6 +463,7 @@ impl<C: Clock> GateQueue<C> {
             st.stats.rejected_closed += 1;
             return GateAdmit::Rejected(st.rejection(RejectKind::Closed, now));
         }
+        st.expire_oldest(now, EXPIRE_PER_ARRIVAL, wake);
         let balance = st.bucket.balance(now);
         // Fast path: nobody ahead, tokens there.
         if st.waiters.is_empty() && st.may_grant() && balance > 0 {
