@@ -38,7 +38,7 @@ impl Report {
             "<div class=\"note\">{} CPUs, service runtime {} workers, tokio_unstable {}. Established: {:.0} req/s at calm (1.5x in the storm's middle), Poisson over {} loopback connections, {} us CPU each, \
              latency from the intended send time (load generator at real-time priority). Setup: {:.0} us of CPU ({} chunks of {:.0} us, an iterated hash). \
              Clients (a separate process, normal priority): timeout {} ms, think {} ms, {} requests per session; the storm peaks at {}x capacity. \
-             Static: {} x capacity. Gate: deadline {} ms, queue {}, retry hint {}. Phases: calm {} s, capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
+             Static: {} x capacity. Gate: deadline {} ms, queue {}, retry hint {}. Phases: calm {:.1} s, capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
              Machine-pause watchdog: {}.</div>",
             m.cpus, m.workers, m.tokio_unstable, m.rate, m.conns, m.work_us, m.setup_us, m.chunks, m.chunk_us,
             m.timeout_ms, m.think_ms, m.requests, m.peak, m.static_share, m.gate_deadline_ms, m.gate_queue,
