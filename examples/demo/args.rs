@@ -242,6 +242,10 @@ pub struct Args {
     /// A/B
     #[arg(long)]
     pub no_run_queue_signal: bool,
+    /// turn off the library's OS yield at each poll quantum (`ElasticBuilder::os_yield`), for
+    /// an A/B
+    #[arg(long)]
+    pub no_os_yield: bool,
     /// append the controller-speed phases: low, high and step for each --profiles entry
     #[arg(long)]
     speed: bool,

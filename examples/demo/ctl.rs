@@ -38,6 +38,8 @@ pub struct Tuning {
     /// The library's I/O wake-up and run-queue signals (on by default).
     pub io_signal: bool,
     pub run_queue_signal: bool,
+    /// The library's OS yield at each quantum (on by default).
+    pub os_yield: bool,
 }
 
 /// What the monitor reads every sample.
@@ -124,7 +126,8 @@ impl Control {
             .throttle_signal(tune.throttle_signal)
             .quota_headroom(tune.quota_headroom)
             .io_signal(tune.io_signal)
-            .run_queue_signal(tune.run_queue_signal);
+            .run_queue_signal(tune.run_queue_signal)
+            .os_yield(tune.os_yield);
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = elastic
             .runtime(

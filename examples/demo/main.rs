@@ -456,5 +456,6 @@ fn tuning(ctx: &Ctx) -> Tuning {
         quota_headroom: !a.no_quota_headroom,
         io_signal: !a.no_io_signal,
         run_queue_signal: !a.no_run_queue_signal,
+        os_yield: !a.no_os_yield,
     }
 }

@@ -118,6 +118,7 @@ pub struct ElasticBuilder {
     pub(crate) fixed_limit: Option<f64>,
     pub(crate) slice: Duration,
     pub(crate) quantum: Duration,
+    pub(crate) os_yield: bool,
     pub(crate) probe: ProbeConfig,
     pub(crate) running: RunningTime,
     #[cfg(feature = "test-util")]
@@ -156,6 +157,7 @@ impl Default for ElasticBuilder {
             fixed_limit: None,
             slice: DEFAULT_SLICE,
             quantum: DEFAULT_QUANTUM,
+            os_yield: true,
             probe: ProbeConfig::default(),
             running: RunningTime::Adaptive,
             #[cfg(feature = "test-util")]
@@ -323,6 +325,25 @@ impl ElasticBuilder {
     /// to the scheduler (10 µs ..= the slice).
     pub fn quantum(mut self, quantum: Duration) -> Self {
         self.quantum = quantum;
+        self
+    }
+
+    /// Whether elastic work, at each poll quantum's yield, also yields its thread's CPU to the
+    /// OS (`sched_yield` on Linux, [`std::thread::yield_now`]). On by default.
+    ///
+    /// The quantum hands the worker to the runtime's other tasks; the OS yield hands the core
+    /// to other threads waiting for it (a client or another service on the same cores, a
+    /// blocking thread, the probes' threads), which would otherwise wait until the kernel's
+    /// time slice ends: up to a few milliseconds. It costs one system call per quantum yield
+    /// (docs/design.md §5, "Yielding to the OS", has the measurements). `pace_blocking` loops
+    /// yield at every quantum too when this is on.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().os_yield(false).build().unwrap();
+    /// # drop(elastic);
+    /// ```
+    pub fn os_yield(mut self, on: bool) -> Self {
+        self.os_yield = on;
         self
     }
 

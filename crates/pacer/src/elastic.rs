@@ -111,6 +111,7 @@ impl ElasticBuilder {
             WorkQueue::new(clock, governor.rate()),
             self.slice,
             self.quantum,
+            self.os_yield,
             self.running.clone(),
             probe,
         ));

@@ -241,6 +241,7 @@ impl Governor {
                 clock: self.clock.clone(),
                 running,
                 quantum: shared.quantum,
+                os_yield: shared.os_yield,
                 cpus: self.cpus,
                 id: self.gates_made,
             },
@@ -577,6 +578,7 @@ impl Control {
             braked_time: Duration::from_nanos(self.braked_nanos.load(Ordering::Relaxed)),
             longest_wait: Duration::from_nanos(self.longest_wait_nanos.load(Ordering::Relaxed)),
             throttled_periods: self.throttled_periods.load(Ordering::Relaxed),
+            os_yields: shared.os_yields.load(Ordering::Relaxed),
             quota_headroom: Some(self.headroom.load()).filter(|c| !c.is_nan()),
             overhead: self.overhead.load(),
             signal: self

@@ -198,7 +198,7 @@ impl<S: Stream> Stream for PacedStream<S> {
         let slot = this.slot;
         if slot.quantum_spent() {
             slot.yielded();
-            yield_to_scheduler(cx);
+            yield_to_scheduler(cx, slot.grant.shared().os_yield());
             return Poll::Pending;
         }
         if slot.poll_acquire(cx).is_pending() {

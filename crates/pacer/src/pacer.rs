@@ -10,7 +10,7 @@ use std::time::Duration;
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
 use crate::grant::{GrantState, Phase, Step};
-use crate::quantum::yield_to_scheduler;
+use crate::quantum::{os_yield, yield_to_scheduler};
 use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
@@ -45,6 +45,9 @@ pub struct Pacer {
     /// The thread `pace_blocking` last ran on, registered as elastic for the run-queue signal
     /// (its waits for a CPU are elastic work's, not the foreground's).
     thread: Option<ThreadRegistration>,
+    /// `pace_blocking`'s waker: it unparks the thread it was made on (kept, so that a loop
+    /// ending a stretch every quantum does not allocate one each time).
+    parker: Option<(thread::ThreadId, Waker)>,
 }
 
 impl Pacer {
@@ -52,6 +55,7 @@ impl Pacer {
         Pacer {
             grant: GrantState::new(shared),
             thread: None,
+            parker: None,
         }
     }
 
@@ -64,17 +68,41 @@ impl Pacer {
     /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
     /// while it waits for a grant. Never call it on a runtime worker.
     pub fn pace_blocking(&mut self) {
-        if self.grant.keep_running() == Step::Go {
+        let step = self.grant.keep_running();
+        if step == Step::Go {
             return;
         }
         self.note_thread();
-        // Off the runtime the OS preempts us: no need to yield at the quantum, only to
-        // settle the slice, which `keep_running` has done.
-        let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+        // Off the runtime no task waits behind us, but other threads may wait for the core:
+        // with `os_yield` a stretch is a quantum and ends in a yield of the core, as on a
+        // worker; without, it is the whole slice (the OS preempts us when it will).
+        let shared = self.grant.shared();
+        let stretch = if shared.os_yield {
+            shared.quantum
+        } else {
+            shared.slice
+        };
+        if let (Some(count), Step::Ended) = (shared.os_yield(), step) {
+            os_yield(count);
+        }
+        let waker = self.parker();
         let mut cx = Context::from_waker(&waker);
-        let slice = self.grant.shared().slice;
-        while self.acquire(&mut cx, slice).is_pending() {
+        while self.acquire(&mut cx, stretch).is_pending() {
             thread::park();
+        }
+    }
+
+    /// A waker that unparks the calling thread.
+    fn parker(&mut self) -> Waker {
+        let me = thread::current();
+        match &self.parker {
+            Some((id, waker)) if *id == me.id() => waker.clone(),
+            _ => {
+                let id = me.id();
+                let waker = Waker::from(Arc::new(ThreadWaker(me)));
+                self.parker = Some((id, waker.clone()));
+                waker
+            }
         }
     }
 
@@ -143,7 +171,7 @@ impl Future for Pace<'_> {
                 // Quantum (or slice) spent: yield once, so the foreground tasks queued behind
                 // this worker (and the I/O driver) run. The grant is paused meanwhile, so time
                 // spent waiting in the run queue is never charged as running time.
-                yield_to_scheduler(cx);
+                yield_to_scheduler(cx, pacer.grant.shared().os_yield());
                 Poll::Pending
             }
             Step::Stopped => {

@@ -14,6 +14,7 @@
 //! LIFO slot, which no other worker may steal.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Context;
 use std::time::Duration;
 
@@ -100,8 +101,23 @@ impl YieldPoint {
 /// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
 /// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
 /// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
+///
+/// With `os` (the counter of such yields), the worker thread also yields its CPU to the OS
+/// ([`os_yield`]), so a thread of this process or another that is waiting for the core gets it
+/// now rather than when the kernel's time slice ends (docs/design.md §5, "Yielding to the OS").
 #[inline]
-pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>) {
+pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>, os: Option<&AtomicU64>) {
+    if let Some(count) = os {
+        os_yield(count);
+    }
     let mut y = std::pin::pin!(tokio::task::yield_now());
     let _ = y.as_mut().poll(cx);
+}
+
+/// Yield the thread's CPU to the OS ([`std::thread::yield_now`]: `sched_yield` on Linux) and
+/// count it.
+#[inline]
+pub(crate) fn os_yield(count: &AtomicU64) {
+    std::thread::yield_now();
+    count.fetch_add(1, Ordering::Relaxed);
 }

@@ -1,7 +1,7 @@
 //! What the paced adapters read on their hot path, shared by the handle, the adapters and the
 //! governor: one per [`Elastic`](crate::Elastic).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -56,6 +56,10 @@ pub(crate) struct Shared {
     pub(crate) slice: Duration,
     /// Running time after which an adapter yields to the scheduler.
     pub(crate) quantum: Duration,
+    /// At the quantum's yield, also yield the thread's CPU to the OS.
+    pub(crate) os_yield: bool,
+    /// Those OS yields so far.
+    pub(crate) os_yields: AtomicU64,
     /// How running time is measured.
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
@@ -79,10 +83,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What a quantum's yield passes to [`yield_to_scheduler`](crate::quantum::yield_to_scheduler):
+    /// the OS-yield counter when elastic work yields the CPU too.
+    #[inline]
+    pub(crate) fn os_yield(&self) -> Option<&AtomicU64> {
+        self.os_yield.then_some(&self.os_yields)
+    }
+
     pub(crate) fn new(
         queue: Queue,
         slice: Duration,
         quantum: Duration,
+        os_yield: bool,
         running: RunningTime,
         probe: Probe,
     ) -> Shared {
@@ -90,6 +102,8 @@ impl Shared {
             queue,
             slice,
             quantum,
+            os_yield,
+            os_yields: AtomicU64::new(0),
             running,
             probe,
             charged: Arc::default(),
@@ -108,6 +122,9 @@ impl Shared {
             queue,
             slice: parent.slice,
             quantum,
+            // At idle priority the kernel hands the core to any other thread at once.
+            os_yield: false,
+            os_yields: AtomicU64::new(0),
             running: parent.running.clone(),
             probe: parent.probe.clone(),
             charged: parent.charged.clone(),

@@ -105,6 +105,9 @@ pub struct Snapshot {
     pub brakes: u64,
     /// Time spent braked (brakes that ended).
     pub braked_time: Duration,
+    /// Times elastic work yielded its thread's CPU to the OS at a poll quantum
+    /// ([`ElasticBuilder::os_yield`](crate::ElasticBuilder::os_yield); 0 when it is off).
+    pub os_yields: u64,
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
     /// runtime with a quota was attached (0 without a quota or with
     /// [`throttle_signal(false)`](crate::ElasticBuilder::throttle_signal)). Each one steps the
@@ -189,6 +192,7 @@ pub(crate) struct Governed {
     pub(crate) braked_time: Duration,
     pub(crate) longest_wait: Duration,
     pub(crate) throttled_periods: u64,
+    pub(crate) os_yields: u64,
     pub(crate) quota_headroom: Option<f64>,
     pub(crate) overhead: f64,
     pub(crate) signal: (Reading, Option<Duration>, SignalSource),
@@ -211,6 +215,7 @@ impl Snapshot {
             braked_time,
             longest_wait,
             throttled_periods,
+            os_yields,
             quota_headroom,
             overhead,
             signal: (reading, signal_p99, signal_source),
@@ -253,6 +258,7 @@ impl Snapshot {
             // Only the brake pauses the queue.
             brakes: queue.pauses,
             braked_time,
+            os_yields,
             throttled_periods,
             quota_headroom,
             overhead,

@@ -66,6 +66,9 @@ impl ConnectionGate {
             self.shared.queue.snapshot(),
             self.shared.share(),
             self.shared.longest_wait(),
+            self.shared
+                .os_yields
+                .load(std::sync::atomic::Ordering::Relaxed),
         )
     }
 }

@@ -104,6 +104,7 @@ pub(crate) struct GateParts<'a> {
     pub(crate) clock: QueueClock,
     pub(crate) running: RunningTime,
     pub(crate) quantum: Duration,
+    pub(crate) os_yield: bool,
     pub(crate) cpus: f64,
     pub(crate) id: usize,
 }
@@ -143,6 +144,7 @@ impl GateLink {
             queue,
             parts.running,
             parts.quantum,
+            parts.os_yield,
             s.deadline,
             parts.id,
             s.initial_share,

@@ -138,7 +138,7 @@ impl Future for SetupPace<'_> {
             permit.since_yield = Duration::ZERO;
             permit.yield_at.reset(quantum);
             this.yielded = true;
-            yield_to_scheduler(cx);
+            yield_to_scheduler(cx, permit.gate.os_yield.then_some(&permit.gate.os_yields));
             return Poll::Pending;
         }
         permit.start_chunk();

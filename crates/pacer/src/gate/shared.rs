@@ -16,6 +16,10 @@ pub(crate) struct GateShared {
     pub(crate) running: RunningTime,
     /// A permit yields once it has run this long since it last returned `Pending`.
     pub(crate) quantum: Duration,
+    /// At the quantum's yield, also yield the thread's CPU to the OS (as elastic work does).
+    pub(crate) os_yield: bool,
+    /// Those OS yields so far.
+    pub(crate) os_yields: AtomicU64,
     /// The listener's deadline.
     pub(crate) deadline: Duration,
     /// The gate's number among this `Elastic`'s gates (the metrics label).
@@ -34,6 +38,7 @@ impl GateShared {
         queue: GateQueue<QueueClock>,
         running: RunningTime,
         quantum: Duration,
+        os_yield: bool,
         deadline: Duration,
         id: usize,
         share: f64,
@@ -42,6 +47,8 @@ impl GateShared {
             queue,
             running,
             quantum,
+            os_yield,
+            os_yields: AtomicU64::new(0),
             deadline,
             id,
             share: AtomicU64::new(share.to_bits()),

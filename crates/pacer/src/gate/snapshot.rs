@@ -42,12 +42,20 @@ pub struct GateSnapshot {
     pub setup_cost: Duration,
     /// Setups running now (permits held).
     pub in_setup: usize,
+    /// Times setups yielded their thread's CPU to the OS at a poll quantum
+    /// ([`ElasticBuilder::os_yield`](crate::ElasticBuilder::os_yield); 0 when it is off).
+    pub os_yields: u64,
     /// The whole ledger, as the admission queue reports it.
     pub stats: GateStats,
 }
 
 impl GateSnapshot {
-    pub(crate) fn new(stats: GateStats, share: f64, longest_wait: Duration) -> GateSnapshot {
+    pub(crate) fn new(
+        stats: GateStats,
+        share: f64,
+        longest_wait: Duration,
+        os_yields: u64,
+    ) -> GateSnapshot {
         GateSnapshot {
             admitted: stats.admitted,
             rejected: stats.rejected,
@@ -59,6 +67,7 @@ impl GateSnapshot {
             longest_wait,
             setup_cost: Duration::from_nanos(stats.cost_nanos),
             in_setup: stats.in_setup,
+            os_yields,
             stats,
         }
     }
