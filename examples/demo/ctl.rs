@@ -52,6 +52,9 @@ pub struct Snap {
     /// The same, foreground tasks only / elastic polls only.
     pub sched_fg_p99_us: Option<f64>,
     pub sched_elastic_p99_us: Option<f64>,
+    /// Inside a CPU quota: the headroom cap on elastic work, as a share of the bucket's CPUs
+    /// (same scale as `limit`; None without a quota or a reading).
+    pub headroom_share: Option<f64>,
     /// The governor's signal and its components.
     pub signal: SignalSnap,
 }
@@ -153,6 +156,9 @@ impl Control {
             sched_p99_us: us(s.sched_p99),
             sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
             sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
+            headroom_share: (s.quota_headroom)
+                .filter(|_| self.paced && s.cpus > 0.0)
+                .map(|cap| (cap / s.cpus).min(1.0)),
             signal: SignalSnap {
                 signal_p99_us: us(s.signal_p99.filter(|d| *d != Duration::MAX)),
                 source: source_name(s.signal_source),

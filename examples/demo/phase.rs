@@ -241,6 +241,7 @@ fn run_phase_inner(
             t_ms: ctx.run_start.elapsed().as_millis() as u64,
             phase: name.to_string(),
             limit: snap.limit,
+            headroom_share: snap.headroom_share,
             sched_p99_us: snap.sched_p99_us,
             sched_fg_p99_us: snap.sched_fg_p99_us,
             sched_elastic_p99_us: snap.sched_elastic_p99_us,

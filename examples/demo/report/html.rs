@@ -237,6 +237,7 @@ impl Report {
         let pts_sched_fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_fg_p99_us;
         let pts_sched_el: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_elastic_p99_us;
         let pts_limit: &dyn Fn(&Point) -> Option<f64> = &|p| p.limit;
+        let pts_cap: &dyn Fn(&Point) -> Option<f64> = &|p| p.headroom_share;
         let pts_rows: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.elastic_rows_per_sec);
         h.push_str(&self.plot(
             "Foreground p99 latency (per sample, log scale)",
@@ -273,18 +274,25 @@ impl Report {
         ));
         h.push_str("<br>");
         h.push_str(&self.plot(
-            "Elastic CPU limit (share of the runtime's CPUs)",
+            "Elastic CPU limit, and inside a quota the headroom cap (share of the runtime's CPUs)",
             &Axis {
                 t_max,
                 y_min: 0.0,
                 y_max: 1.0,
                 log: false,
             },
-            &[Line {
-                color: "#c25a00",
-                label: "limit",
-                get: pts_limit,
-            }],
+            &[
+                Line {
+                    color: "#c25a00",
+                    label: "limit",
+                    get: pts_limit,
+                },
+                Line {
+                    color: "#7a7a7a",
+                    label: "quota headroom cap",
+                    get: pts_cap,
+                },
+            ],
             &[],
         ));
         h.push_str("<br>");

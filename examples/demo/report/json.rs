@@ -142,6 +142,8 @@ struct SignalPoint {
     run_queue_delay_us: Option<Num>,
     run_queue_wait: Option<Num>,
     elastic_run_queue_wait: Option<Num>,
+    /// Inside a quota: the headroom cap on elastic work, on the limit's scale.
+    quota_headroom_share: Option<Num>,
 }
 
 #[derive(Serialize)]
@@ -412,6 +414,7 @@ impl Report {
                     run_queue_delay_us: opt(t.signal.rq_delay_us),
                     run_queue_wait: opt(t.signal.rq_wait),
                     elastic_run_queue_wait: opt(t.signal.elastic_rq_wait),
+                    quota_headroom_share: opt(t.headroom_share),
                 })
                 .collect(),
             phase_extras: self.phases.iter().map(PhaseExtras::of).collect(),

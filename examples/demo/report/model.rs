@@ -34,6 +34,8 @@ pub struct Point {
     pub t_ms: u64,
     pub phase: String,
     pub limit: Option<f64>,
+    /// The quota headroom cap as a share of the bucket's CPUs (written in `timeline_signal`).
+    pub headroom_share: Option<f64>,
     pub sched_p99_us: Option<f64>,
     /// Not in the timeline schema: written as `timeline_sched_split`.
     pub sched_fg_p99_us: Option<f64>,
