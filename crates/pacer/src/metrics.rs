@@ -7,6 +7,8 @@
 //! seconds would lose everything below a second, while the `_seconds` unit is the convention
 //! for durations (an integer nanosecond counter would need another name and unit).
 
+use std::sync::atomic::Ordering;
+
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
 use crate::gate::shared::GateShared;
@@ -105,6 +107,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Times the backlog brake stopped elastic work since start",
     ),
     (
+        "elastic_cpu_os_yields_total",
+        "count",
+        "Quantum yields at which elastic work also yielded its thread's CPU to the OS",
+    ),
+    (
         "elastic_cpu_overhead_ratio",
         "ratio",
         "Elastic work's scheduler overhead over the running time charged; the rate is cut by it",
@@ -153,6 +160,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "elastic_cpu_gate_longest_wait_seconds",
         "seconds",
         "Longest admission wait over the probe window, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_os_yields_total",
+        "count",
+        "Setup quantum yields that also yielded the thread's CPU to the OS, label gate=N",
     ),
 ];
 
@@ -211,6 +223,7 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_grants_total").absolute(s.grants);
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
+    counter!("elastic_cpu_os_yields_total").absolute(s.os_yields);
     counter!("elastic_cpu_throttled_periods_total").absolute(s.throttled_periods);
     if let Some(cpus) = s.quota_headroom {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);
@@ -229,6 +242,8 @@ pub(crate) fn emit_gate(gate: &GateShared) {
     gauge!("elastic_cpu_gate_queue_length", "gate" => label.clone()).set(s.queue_len as f64);
     gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => label.clone())
         .set(s.used_nanos as f64 / 1e9);
-    gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => label)
+    gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => label.clone())
         .set(gate.longest_wait().as_secs_f64());
+    counter!("elastic_cpu_gate_os_yields_total", "gate" => label)
+        .absolute(gate.os_yields.load(Ordering::Relaxed));
 }
