@@ -32,6 +32,9 @@
 //!   reschedule and an I/O driver poll, every 50 µs); `none` sets the quantum to the slice
 //!   (100 ms, the largest the builder accepts), longer than one whole scan, so the scan never
 //!   yields. Throughput in rows (elements); the bench prints the task's polls per scan.
+//!   `one_worker` / `one_worker_no_os_yield`: the same scan on a 1-worker runtime, where no
+//!   other worker is ever parked, so every quantum yields; with and without the OS yield
+//!   (`sched_yield`) at each: what `os_yield` costs elastic work.
 //!
 //! `cargo bench --bench pacer` runs it in about a minute.
 
@@ -552,15 +555,27 @@ fn quantum_cost(c: &mut Criterion) {
         .measurement_time(MEASURE)
         .throughput(Throughput::Elements(SCAN_ROWS as u64));
     // "none": the builder's largest quantum, the slice itself (longer than a whole scan).
-    for (name, quantum) in [("none", DEFAULT_SLICE), ("default", DEFAULT_QUANTUM)] {
+    // "one_worker*": no other worker is ever parked, so every quantum yields (and, by
+    // default, yields the thread's CPU to the OS too): what `os_yield` costs.
+    for (name, quantum, workers, os_yield) in [
+        ("none", DEFAULT_SLICE, 2, true),
+        ("default", DEFAULT_QUANTUM, 2, true),
+        ("one_worker", DEFAULT_QUANTUM, 1, true),
+        ("one_worker_no_os_yield", DEFAULT_QUANTUM, 1, false),
+    ] {
         let elastic = Elastic::builder()
             .fixed_limit(1.0)
             .cpus(1024.0)
             .quantum(quantum)
+            .os_yield(os_yield)
             .build()
             .expect("elastic settings");
         let rt = elastic
-            .runtime(Builder::new_multi_thread().worker_threads(2).enable_all())
+            .runtime(
+                Builder::new_multi_thread()
+                    .worker_threads(workers)
+                    .enable_all(),
+            )
             .build()
             .expect("runtime");
         let mut stats = PollStats::default();
@@ -589,11 +604,12 @@ fn quantum_cost(c: &mut Criterion) {
             let s = elastic.snapshot();
             println!(
                 "    {name} (quantum {:?}): {:.1} task polls per scan of {SCAN_ROWS} rows; \
-                 queue: grants {}, waits {}",
+                 queue: grants {}, waits {}; OS yields per scan {:.1}",
                 quantum,
                 stats.polls.len() as f64 / scans as f64,
                 s.queue.grants,
                 s.queue.waits,
+                s.os_yields as f64 / scans as f64,
             );
         }
     }
