@@ -71,24 +71,6 @@ fn yields_of<F: Future<Output = ()> + Send + 'static>(rt: &Runtime, fut: F) -> u
     pending.load(Ordering::SeqCst) as u64
 }
 
-/// A stream whose every item takes `STEP` of running time.
-struct Items {
-    clock: ManualClock,
-    left: u32,
-}
-
-impl Stream for Items {
-    type Item = ();
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<()>> {
-        if self.left == 0 {
-            return Poll::Ready(None);
-        }
-        self.left -= 1;
-        self.clock.advance(STEP);
-        Poll::Ready(Some(()))
-    }
-}
-
 #[test]
 fn a_pacer_and_a_paced_stream_yield_the_cpu_at_every_quantum_yield() {
     for os_yield in [true, false] {
@@ -104,9 +86,10 @@ fn a_pacer_and_a_paced_stream_yield_the_cpu_at_every_quantum_yield() {
         });
         let after_pacer = elastic.snapshot().os_yields;
         let mut stream = Box::pin(
-            Items {
+            TimedItems {
                 clock: clock.clone(),
-                left: steps(),
+                step: STEP,
+                left: u128::from(steps()),
             }
             .paced(&elastic),
         );

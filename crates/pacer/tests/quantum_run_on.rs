@@ -126,32 +126,15 @@ fn pacer_loop(
     }
 }
 
-/// A stream whose every item takes `STEP` of running time, `RUN` in all.
-struct Items {
-    clock: ManualClock,
-    left: u128,
-}
-
-impl Stream for Items {
-    type Item = ();
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<()>> {
-        if self.left == 0 {
-            return Poll::Ready(None);
-        }
-        self.left -= 1;
-        self.clock.advance(STEP);
-        Poll::Ready(Some(()))
-    }
-}
-
 /// A paced stream of `RUN` running time, drained by one task; `wait` runs before each item.
 fn stream_loop(
     elastic: &Elastic,
     clock: &ManualClock,
     wait: fn(),
 ) -> impl Future<Output = ()> + Send + 'static {
-    let items = Items {
+    let items = TimedItems {
         clock: clock.clone(),
+        step: STEP,
         left: RUN.as_nanos() / STEP.as_nanos(),
     };
     let mut stream = Box::pin(items.paced(elastic));

@@ -12,6 +12,26 @@ use std::time::{Duration, Instant};
 
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::{Elastic, Snapshot};
+use futures_core::Stream;
+
+/// A stream of `left` items, each taking `step` of running time on the manual clock.
+pub struct TimedItems {
+    pub clock: ManualClock,
+    pub step: Duration,
+    pub left: u128,
+}
+
+impl Stream for TimedItems {
+    type Item = ();
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<()>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        self.left -= 1;
+        self.clock.advance(self.step);
+        Poll::Ready(Some(()))
+    }
+}
 
 /// A waker that counts its wake-ups.
 #[derive(Default)]
