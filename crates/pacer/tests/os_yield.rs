@@ -7,8 +7,6 @@ mod common;
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -44,31 +42,8 @@ fn runtime() -> Runtime {
     Builder::new_current_thread().build().expect("runtime")
 }
 
-/// Counts the `Pending`s of the future it wraps: the task's yields.
-struct CountPending<F> {
-    inner: Pin<Box<F>>,
-    pending: Arc<AtomicUsize>,
-}
-
-impl<F: Future> Future for CountPending<F> {
-    type Output = F::Output;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let out = self.inner.as_mut().poll(cx);
-        if out.is_pending() {
-            self.pending.fetch_add(1, Ordering::SeqCst);
-        }
-        out
-    }
-}
-
-fn yields_of<F: Future<Output = ()> + Send + 'static>(rt: &Runtime, fut: F) -> u64 {
-    let pending = Arc::new(AtomicUsize::new(0));
-    let task = CountPending {
-        inner: Box::pin(fut),
-        pending: pending.clone(),
-    };
-    rt.block_on(rt.spawn(task)).expect("the loop task");
-    pending.load(Ordering::SeqCst) as u64
+fn yields_of_u64<F: Future<Output = ()> + Send + 'static>(rt: &Runtime, fut: F) -> u64 {
+    yields_of(rt, fut) as u64
 }
 
 #[test]
@@ -78,7 +53,7 @@ fn a_pacer_and_a_paced_stream_yield_the_cpu_at_every_quantum_yield() {
         let elastic = elastic(&clock, os_yield);
         let rt = runtime();
         let (mut pacer, c) = (elastic.pacer(), clock.clone());
-        let pacer_yields = yields_of(&rt, async move {
+        let pacer_yields = yields_of_u64(&rt, async move {
             for _ in 0..steps() {
                 pacer.pace().await;
                 c.advance(STEP);
@@ -93,7 +68,7 @@ fn a_pacer_and_a_paced_stream_yield_the_cpu_at_every_quantum_yield() {
             }
             .paced(&elastic),
         );
-        let stream_yields = yields_of(&rt, async move {
+        let stream_yields = yields_of_u64(&rt, async move {
             while poll_fn(|cx| stream.as_mut().poll_next(cx)).await.is_some() {}
         });
         let s = elastic.snapshot();

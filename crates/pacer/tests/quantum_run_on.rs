@@ -9,9 +9,7 @@ mod common;
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -70,37 +68,6 @@ fn wait_for_a_parked_worker() {
             return;
         }
     }
-}
-
-/// Counts the `Pending`s of the future it wraps: the task's yields.
-struct CountPending<F> {
-    inner: Pin<Box<F>>,
-    pending: Arc<AtomicUsize>,
-}
-
-impl<F: Future> Future for CountPending<F> {
-    type Output = F::Output;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let out = self.inner.as_mut().poll(cx);
-        if out.is_pending() {
-            self.pending.fetch_add(1, Ordering::SeqCst);
-        }
-        out
-    }
-}
-
-/// Runs `fut` as a task on `rt`; returns how many times it returned `Pending`.
-fn yields_of<F>(rt: &Runtime, fut: F) -> usize
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    let pending = Arc::new(AtomicUsize::new(0));
-    let task = CountPending {
-        inner: Box::pin(fut),
-        pending: pending.clone(),
-    };
-    rt.block_on(rt.spawn(task)).expect("the loop task");
-    pending.load(Ordering::SeqCst)
 }
 
 fn multi_thread(workers: usize) -> Runtime {

@@ -33,6 +33,37 @@ impl Stream for TimedItems {
     }
 }
 
+/// Counts the `Pending`s of the future it wraps: the task's yields.
+pub struct CountPending<F> {
+    inner: Pin<Box<F>>,
+    pending: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for CountPending<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let out = self.inner.as_mut().poll(cx);
+        if out.is_pending() {
+            self.pending.fetch_add(1, Ordering::SeqCst);
+        }
+        out
+    }
+}
+
+/// Runs `fut` as a task on `rt`; returns how many times it returned `Pending`.
+pub fn yields_of<F>(rt: &tokio::runtime::Runtime, fut: F) -> usize
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let pending = Arc::new(AtomicUsize::new(0));
+    let task = CountPending {
+        inner: Box::pin(fut),
+        pending: pending.clone(),
+    };
+    rt.block_on(rt.spawn(task)).expect("the loop task");
+    pending.load(Ordering::SeqCst)
+}
+
 /// A waker that counts its wake-ups.
 #[derive(Default)]
 pub struct CountingWaker(pub AtomicUsize);
