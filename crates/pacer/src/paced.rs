@@ -10,7 +10,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use crate::grant::GrantState;
-use crate::quantum::{yield_to_scheduler, YieldPoint};
+use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::{Mark, LONG_RUN};
 use crate::shared::Shared;
 
@@ -26,6 +26,9 @@ pub(crate) struct Slot {
     polling: Option<Mark>,
     /// The last poll ran at least [`LONG_RUN`]: time the next on the CPU clock.
     long: bool,
+    /// The task yielded at the quantum: its next poll takes the yield's second step
+    /// ([`requeue_behind_woken`]).
+    requeue: bool,
     /// Polls until the next poll time goes to the probe (fallback probe only).
     #[cfg(not(tokio_unstable))]
     sample_in: u8,
@@ -39,6 +42,7 @@ impl Slot {
             run: Duration::ZERO,
             polling: None,
             long: false,
+            requeue: false,
             #[cfg(not(tokio_unstable))]
             sample_in: 0,
         }
@@ -196,8 +200,12 @@ impl<S: Stream> Stream for PacedStream<S> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
         let this = self.project();
         let slot = this.slot;
+        if std::mem::take(&mut slot.requeue) && requeue_behind_woken(cx) {
+            return Poll::Pending;
+        }
         if slot.quantum_spent() {
             slot.yielded();
+            slot.requeue = true;
             yield_to_scheduler(cx, slot.grant.shared().os_yield());
             return Poll::Pending;
         }

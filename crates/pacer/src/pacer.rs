@@ -10,7 +10,7 @@ use std::time::Duration;
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
 use crate::grant::{GrantState, Phase, Step};
-use crate::quantum::{os_yield, yield_to_scheduler};
+use crate::quantum::{os_yield, requeue_behind_woken, yield_to_scheduler};
 use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
@@ -62,7 +62,10 @@ impl Pacer {
     /// Wait, if needed, until this loop may run another iteration.
     #[inline]
     pub fn pace(&mut self) -> Pace<'_> {
-        Pace { pacer: self }
+        Pace {
+            pacer: self,
+            requeue: false,
+        }
     }
 
     /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
@@ -159,6 +162,8 @@ impl std::fmt::Debug for Pacer {
 #[derive(Debug)]
 pub struct Pace<'a> {
     pacer: &'a mut Pacer,
+    /// It yielded at the quantum: the next poll takes the yield's second step.
+    requeue: bool,
 }
 
 impl Future for Pace<'_> {
@@ -166,14 +171,19 @@ impl Future for Pace<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let pacer = &mut *self.get_mut().pacer;
+        let this = self.get_mut();
+        if std::mem::take(&mut this.requeue) && requeue_behind_woken(cx) {
+            return Poll::Pending;
+        }
+        let pacer = &mut *this.pacer;
         match pacer.grant.keep_running() {
             Step::Go => Poll::Ready(()),
             Step::Ended => {
-                // Quantum (or slice) spent: yield once, so the foreground tasks queued behind
-                // this worker (and the I/O driver) run. The grant is paused meanwhile, so time
-                // spent waiting in the run queue is never charged as running time.
+                // Quantum (or slice) spent: yield, so the foreground tasks queued behind this
+                // worker (and the I/O driver) run. The grant is paused meanwhile, so time spent
+                // waiting in the run queue is never charged as running time.
                 yield_to_scheduler(cx, pacer.grant.shared().os_yield());
+                this.requeue = true;
                 Poll::Pending
             }
             Step::Stopped => {

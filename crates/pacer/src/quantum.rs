@@ -114,6 +114,49 @@ pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>, os: Option<&AtomicU64>) {
     let _ = y.as_mut().poll(cx);
 }
 
+/// The second step of a quantum's yield, at the task's first poll after its deferred wake-up:
+/// defer once more, without running (the caller returns `Pending`). Returns whether it did.
+///
+/// Why: a multi-thread worker wakes its deferred tasks right after its non-blocking poll of the
+/// I/O driver, on the worker, so the task lands in the LIFO slot, which runs next. The tasks
+/// that same driver poll woke (a reader whose socket became readable) are pushed out of the slot
+/// to the back of the queue and would wait out the elastic task's whole next poll. Deferring
+/// again lets the worker run them first; the task comes back at its next driver poll, and it
+/// never sits in a queue another worker steals from (a plain self-wake would put it there, and
+/// tasks migrating between workers left a core idle: docs/design.md §5). Only on a multi-thread
+/// worker (a current-thread runtime queues a deferred wake-up behind what its driver woke) and,
+/// where tokio can tell (`tokio_unstable`), only when the worker's local queue holds a task.
+#[inline]
+pub(crate) fn requeue_behind_woken(cx: &mut Context<'_>) -> bool {
+    if !tasks_queued_behind() {
+        return false;
+    }
+    let mut y = std::pin::pin!(tokio::task::yield_now());
+    let _ = y.as_mut().poll(cx);
+    true
+}
+
+/// Whether the caller runs on a worker of a multi-thread runtime and, with `tokio_unstable`, its
+/// local queue holds a task (without it tokio cannot say: assume one does).
+#[inline]
+fn tasks_queued_behind() -> bool {
+    let Some(me) = tokio::runtime::worker_index() else {
+        return false;
+    };
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return false;
+    }
+    #[cfg(tokio_unstable)]
+    if handle.metrics().worker_local_queue_depth(me) == 0 {
+        return false;
+    }
+    let _ = me;
+    true
+}
+
 /// Yield the thread's CPU to the OS ([`std::thread::yield_now`]: `sched_yield` on Linux) and
 /// count it.
 #[inline]

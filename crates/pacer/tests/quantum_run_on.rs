@@ -78,6 +78,9 @@ fn multi_thread(workers: usize) -> Runtime {
 }
 
 /// A `Pacer` loop of `RUN` running time; `wait` runs before each iteration.
+/// Either loop, boxed.
+type BoxedLoop = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
 fn pacer_loop(
     elastic: &Elastic,
     clock: &ManualClock,
@@ -158,14 +161,23 @@ fn with_every_worker_busy_the_quantum_yields_every_time() {
         } else {
             multi_thread(1)
         };
+        // Quantum yields, as the OS-yield counter counts them: without `tokio_unstable` a
+        // multi-thread worker takes the yield's second step at each (one more `Pending`).
+        let quantum_yields = |fut: BoxedLoop| {
+            let before = elastic.snapshot().os_yields;
+            let pendings = yields_of(&rt, fut);
+            let yields = (elastic.snapshot().os_yields - before) as usize;
+            assert!(pendings >= yields, "{pendings} Pending for {yields} yields");
+            yields
+        };
         for (what, yields) in [
             (
                 "pacer",
-                yields_of(&rt, pacer_loop(&elastic, &clock, no_wait)),
+                quantum_yields(Box::pin(pacer_loop(&elastic, &clock, no_wait)) as BoxedLoop),
             ),
             (
                 "stream",
-                yields_of(&rt, stream_loop(&elastic, &clock, no_wait)),
+                quantum_yields(Box::pin(stream_loop(&elastic, &clock, no_wait)) as BoxedLoop),
             ),
         ] {
             // The amortized check may let a stretch run up to twice the quantum.

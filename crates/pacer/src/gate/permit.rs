@@ -11,7 +11,7 @@ use std::time::Duration;
 use elastic_cpu_core::SetupGrant;
 
 use super::shared::GateShared;
-use crate::quantum::{yield_to_scheduler, YieldPoint};
+use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
 
 /// An admitted connection setup. Run the setup's CPU work under it, calling
@@ -58,6 +58,7 @@ impl SetupPermit {
         SetupPace {
             permit: self,
             yielded: false,
+            requeued: false,
         }
     }
 
@@ -117,6 +118,8 @@ impl fmt::Debug for SetupPermit {
 pub struct SetupPace<'a> {
     permit: &'a mut SetupPermit,
     yielded: bool,
+    /// The yield's second step is taken.
+    requeued: bool,
 }
 
 impl Future for SetupPace<'_> {
@@ -126,6 +129,9 @@ impl Future for SetupPace<'_> {
         let this = self.get_mut();
         let permit = &mut *this.permit;
         if this.yielded {
+            if !std::mem::replace(&mut this.requeued, true) && requeue_behind_woken(cx) {
+                return Poll::Pending;
+            }
             // Back from the yield: the next chunk starts now.
             if permit.mark.is_none() {
                 permit.start_chunk();
