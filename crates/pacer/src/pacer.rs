@@ -48,6 +48,9 @@ pub struct Pacer {
     /// `pace_blocking`'s waker: it unparks the thread it was made on (kept, so that a loop
     /// ending a stretch every quantum does not allocate one each time).
     parker: Option<(thread::ThreadId, Waker)>,
+    /// It yielded at the quantum: its next poll back takes the yield's second step (kept
+    /// here, not in `Pace`, so that the per-iteration future stays one pointer).
+    requeue: bool,
 }
 
 impl Pacer {
@@ -56,16 +59,14 @@ impl Pacer {
             grant: GrantState::new(shared),
             thread: None,
             parker: None,
+            requeue: false,
         }
     }
 
     /// Wait, if needed, until this loop may run another iteration.
     #[inline]
     pub fn pace(&mut self) -> Pace<'_> {
-        Pace {
-            pacer: self,
-            requeue: false,
-        }
+        Pace { pacer: self }
     }
 
     /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
@@ -162,8 +163,6 @@ impl std::fmt::Debug for Pacer {
 #[derive(Debug)]
 pub struct Pace<'a> {
     pacer: &'a mut Pacer,
-    /// It yielded at the quantum: the next poll takes the yield's second step.
-    requeue: bool,
 }
 
 impl Future for Pace<'_> {
@@ -171,26 +170,33 @@ impl Future for Pace<'_> {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
-        if std::mem::take(&mut this.requeue) && requeue_behind_woken(cx) {
-            return Poll::Pending;
-        }
-        let pacer = &mut *this.pacer;
+        let pacer = &mut *self.get_mut().pacer;
         match pacer.grant.keep_running() {
             Step::Go => Poll::Ready(()),
-            Step::Ended => {
-                // Quantum (or slice) spent: yield, so the foreground tasks queued behind this
-                // worker (and the I/O driver) run. The grant is paused meanwhile, so time spent
-                // waiting in the run queue is never charged as running time.
-                yield_to_scheduler(cx, pacer.grant.shared().os_yield());
-                this.requeue = true;
-                Poll::Pending
-            }
-            Step::Stopped => {
-                let quantum = pacer.grant.shared().quantum;
-                pacer.acquire(cx, quantum)
-            }
+            step => pacer.poll_stretch_end(step, cx),
         }
+    }
+}
+
+impl Pacer {
+    /// [`Pace::poll`] past its fast path, out of line so that the per-iteration path stays a
+    /// decrement and a branch in the caller's loop.
+    #[inline(never)]
+    fn poll_stretch_end(&mut self, step: Step, cx: &mut Context<'_>) -> Poll<()> {
+        if let Step::Ended = step {
+            // Quantum (or slice) spent: yield, so the foreground tasks queued behind this
+            // worker (and the I/O driver) run. The grant is paused meanwhile, so time spent
+            // waiting in the run queue is never charged as running time.
+            yield_to_scheduler(cx, self.grant.shared().os_yield());
+            self.requeue = true;
+            return Poll::Pending;
+        }
+        // Back from the yield (the grant is paused): its second step.
+        if std::mem::take(&mut self.requeue) && requeue_behind_woken(cx) {
+            return Poll::Pending;
+        }
+        let quantum = self.grant.shared().quantum;
+        self.acquire(cx, quantum)
     }
 }
 

@@ -126,7 +126,8 @@ pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>, os: Option<&AtomicU64>) {
 /// tasks migrating between workers left a core idle: docs/design.md §5). Only on a multi-thread
 /// worker (a current-thread runtime queues a deferred wake-up behind what its driver woke) and,
 /// where tokio can tell (`tokio_unstable`), only when the worker's local queue holds a task.
-#[inline]
+#[cold]
+#[inline(never)]
 pub(crate) fn requeue_behind_woken(cx: &mut Context<'_>) -> bool {
     if !tasks_queued_behind() {
         return false;

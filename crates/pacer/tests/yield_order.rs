@@ -9,12 +9,15 @@
 
 mod common;
 
+use std::future::Future;
 use std::io::Write;
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::{Elastic, GateSettings, PacedStreamExt, DEFAULT_QUANTUM};
+use futures_util::StreamExt;
 use tokio::runtime::{Builder, Runtime};
 
 type Log = Arc<Mutex<Vec<&'static str>>>;
@@ -80,16 +83,45 @@ fn write_from_outside(writer: &mut std::os::unix::net::UnixStream) {
         .unwrap();
 }
 
-/// One quantum of running time, in which the socket becomes readable.
-fn stretch(clock: &ManualClock, writer: &mut std::os::unix::net::UnixStream) {
-    write_from_outside(writer);
-    clock.advance(DEFAULT_QUANTUM);
+/// The elastic work's two stretches, logged: in the first (one quantum of running time) the
+/// socket becomes readable.
+struct Stretches {
+    clock: ManualClock,
+    writer: std::os::unix::net::UnixStream,
+    log: Log,
 }
 
-fn assert_reader_ran_first(log: &Log) {
-    let log = log.lock().unwrap().clone();
+impl Stretches {
+    fn first(&mut self) {
+        write_from_outside(&mut self.writer);
+        self.clock.advance(DEFAULT_QUANTUM);
+        self.log.lock().unwrap().push("stretch 1");
+    }
+
+    fn second(&self) {
+        self.log.lock().unwrap().push("stretch 2");
+    }
+}
+
+/// Run `work` (elastic work that yields between its two stretches) on one worker beside the
+/// reader, and check the reader ran between the stretches.
+fn assert_reader_runs_between<F>(clock: &ManualClock, work: impl FnOnce(Stretches) -> F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let rt = one_worker();
+    let Wire { reader, writer } = wire(&rt);
+    let log: Log = Arc::default();
+    let reader = spawn_reader(&rt, reader, &log);
+    let stretches = Stretches {
+        clock: clock.clone(),
+        writer,
+        log: log.clone(),
+    };
+    rt.block_on(rt.spawn(work(stretches))).unwrap();
+    rt.block_on(reader).unwrap();
     assert_eq!(
-        log,
+        *log.lock().unwrap(),
         ["stretch 1", "reader", "stretch 2"],
         "the woken reader waited out an elastic stretch"
     );
@@ -99,57 +131,33 @@ fn assert_reader_ran_first(log: &Log) {
 fn a_paced_stream_lets_the_woken_reader_run_before_its_next_item() {
     let clock = ManualClock::new();
     let elastic = elastic(&clock);
-    let rt = one_worker();
-    let Wire { reader, mut writer } = wire(&rt);
-    let log: Log = Arc::default();
-    let reader = spawn_reader(&rt, reader, &log);
-    let (c, l) = (clock.clone(), log.clone());
-    let mut n = 0;
-    let items = futures_util::stream::poll_fn(move |_| {
-        n += 1;
-        match n {
-            1 => {
-                stretch(&c, &mut writer);
-                l.lock().unwrap().push("stretch 1");
-                std::task::Poll::Ready(Some(()))
+    assert_reader_runs_between(&clock, |mut stretches| {
+        let mut n = 0;
+        let items = futures_util::stream::poll_fn(move |_| {
+            n += 1;
+            match n {
+                1 => stretches.first(),
+                2 => stretches.second(),
+                _ => return Poll::Ready(None),
             }
-            2 => {
-                l.lock().unwrap().push("stretch 2");
-                std::task::Poll::Ready(None)
-            }
-            _ => std::task::Poll::Ready(None),
-        }
+            Poll::Ready(Some(()))
+        });
+        let mut stream = items.paced(&elastic);
+        async move { while stream.next().await.is_some() {} }
     });
-    let mut stream = items.paced(&elastic);
-    rt.block_on(rt.spawn(async move {
-        use futures_util::StreamExt;
-        while stream.next().await.is_some() {}
-    }))
-    .unwrap();
-    rt.block_on(reader).unwrap();
-    assert_reader_ran_first(&log);
 }
 
 #[test]
 fn a_pacer_loop_lets_the_woken_reader_run_before_its_next_stretch() {
     let clock = ManualClock::new();
     let elastic = elastic(&clock);
-    let rt = one_worker();
-    let Wire { reader, mut writer } = wire(&rt);
-    let log: Log = Arc::default();
-    let reader = spawn_reader(&rt, reader, &log);
-    let (c, l) = (clock.clone(), log.clone());
     let mut pacer = elastic.pacer();
-    rt.block_on(rt.spawn(async move {
+    assert_reader_runs_between(&clock, |mut stretches| async move {
         pacer.pace().await;
-        stretch(&c, &mut writer);
-        l.lock().unwrap().push("stretch 1");
+        stretches.first();
         pacer.pace().await;
-        l.lock().unwrap().push("stretch 2");
-    }))
-    .unwrap();
-    rt.block_on(reader).unwrap();
-    assert_reader_ran_first(&log);
+        stretches.second();
+    });
 }
 
 #[test]
@@ -159,19 +167,10 @@ fn a_setup_permit_lets_the_woken_reader_run_before_its_next_chunk() {
     let gate = elastic
         .connection_gate(GateSettings::new().share(0.5, 0.5).initial_share(0.5))
         .expect("valid settings");
-    let rt = one_worker();
-    let Wire { reader, mut writer } = wire(&rt);
-    let log: Log = Arc::default();
-    let reader = spawn_reader(&rt, reader, &log);
-    let (c, l) = (clock.clone(), log.clone());
-    rt.block_on(rt.spawn(async move {
+    assert_reader_runs_between(&clock, |mut stretches| async move {
         let mut permit = gate.admit(Duration::from_secs(10)).await.expect("admitted");
-        stretch(&c, &mut writer);
-        l.lock().unwrap().push("stretch 1");
+        stretches.first();
         permit.pace().await;
-        l.lock().unwrap().push("stretch 2");
-    }))
-    .unwrap();
-    rt.block_on(reader).unwrap();
-    assert_reader_ran_first(&log);
+        stretches.second();
+    });
 }
