@@ -99,8 +99,9 @@ impl YieldPoint {
 }
 
 /// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
-/// worker has run its other ready tasks and polled the I/O driver, so a yielding elastic task
-/// never jumps ahead of the foreground work it yields to. Outside a runtime it wakes at once.
+/// worker has run its other ready tasks and polled the I/O driver (what that poll wakes runs
+/// first only with the second step, [`requeue_behind_woken`]). Outside a runtime it wakes at
+/// once.
 ///
 /// With `os` (the counter of such yields), the worker thread also yields its CPU to the OS
 /// ([`os_yield`]), so a thread of this process or another that is waiting for the core gets it
@@ -132,8 +133,7 @@ pub(crate) fn requeue_behind_woken(cx: &mut Context<'_>) -> bool {
     if !tasks_queued_behind() {
         return false;
     }
-    let mut y = std::pin::pin!(tokio::task::yield_now());
-    let _ = y.as_mut().poll(cx);
+    yield_to_scheduler(cx, None);
     true
 }
 
@@ -151,11 +151,12 @@ fn tasks_queued_behind() -> bool {
         return false;
     }
     #[cfg(tokio_unstable)]
-    if handle.metrics().worker_local_queue_depth(me) == 0 {
-        return false;
+    return handle.metrics().worker_local_queue_depth(me) > 0;
+    #[cfg(not(tokio_unstable))]
+    {
+        let _ = me; // only the local queue's depth needs the worker's index
+        true
     }
-    let _ = me;
-    true
 }
 
 /// Yield the thread's CPU to the OS ([`std::thread::yield_now`]: `sched_yield` on Linux) and

@@ -70,6 +70,20 @@ fn wait_for_a_parked_worker() {
     }
 }
 
+/// Quantum yields of `fut`, run as a task on `rt`, as the OS-yield counter counts them: without
+/// `tokio_unstable` a multi-thread worker takes the yield's second step at each (one more
+/// `Pending` than yields).
+fn quantum_yields<F>(rt: &Runtime, elastic: &Elastic, fut: F) -> usize
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let before = elastic.snapshot().os_yields;
+    let pendings = yields_of(rt, fut);
+    let yields = (elastic.snapshot().os_yields - before) as usize;
+    assert!(pendings >= yields, "{pendings} Pending for {yields} yields");
+    yields
+}
+
 fn multi_thread(workers: usize) -> Runtime {
     Builder::new_multi_thread()
         .worker_threads(workers)
@@ -78,9 +92,6 @@ fn multi_thread(workers: usize) -> Runtime {
 }
 
 /// A `Pacer` loop of `RUN` running time; `wait` runs before each iteration.
-/// Either loop, boxed.
-type BoxedLoop = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-
 fn pacer_loop(
     elastic: &Elastic,
     clock: &ManualClock,
@@ -161,23 +172,14 @@ fn with_every_worker_busy_the_quantum_yields_every_time() {
         } else {
             multi_thread(1)
         };
-        // Quantum yields, as the OS-yield counter counts them: without `tokio_unstable` a
-        // multi-thread worker takes the yield's second step at each (one more `Pending`).
-        let quantum_yields = |fut: BoxedLoop| {
-            let before = elastic.snapshot().os_yields;
-            let pendings = yields_of(&rt, fut);
-            let yields = (elastic.snapshot().os_yields - before) as usize;
-            assert!(pendings >= yields, "{pendings} Pending for {yields} yields");
-            yields
-        };
         for (what, yields) in [
             (
                 "pacer",
-                quantum_yields(Box::pin(pacer_loop(&elastic, &clock, no_wait)) as BoxedLoop),
+                quantum_yields(&rt, &elastic, pacer_loop(&elastic, &clock, no_wait)),
             ),
             (
                 "stream",
-                quantum_yields(Box::pin(stream_loop(&elastic, &clock, no_wait)) as BoxedLoop),
+                quantum_yields(&rt, &elastic, stream_loop(&elastic, &clock, no_wait)),
             ),
         ] {
             // The amortized check may let a stretch run up to twice the quantum.

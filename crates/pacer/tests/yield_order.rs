@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, GateSettings, PacedStreamExt, DEFAULT_QUANTUM};
+use elastic_cpu_pacer::{GateSettings, PacedStreamExt, DEFAULT_QUANTUM};
 use futures_util::StreamExt;
 use tokio::runtime::{Builder, Runtime};
 
@@ -28,16 +28,6 @@ fn one_worker() -> Runtime {
         .enable_io()
         .build()
         .expect("runtime")
-}
-
-fn elastic(clock: &ManualClock) -> Elastic {
-    Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .fixed_limit(1.0)
-        .cpus(1.0)
-        .build()
-        .expect("valid settings")
 }
 
 /// A socket the reader task waits on, and a writer that makes it readable from a thread
@@ -130,7 +120,7 @@ where
 #[test]
 fn a_paced_stream_lets_the_woken_reader_run_before_its_next_item() {
     let clock = ManualClock::new();
-    let elastic = elastic(&clock);
+    let elastic = common::manual_elastic(&clock, 1.0, 1.0);
     assert_reader_runs_between(&clock, |mut stretches| {
         let mut n = 0;
         let items = futures_util::stream::poll_fn(move |_| {
@@ -150,7 +140,7 @@ fn a_paced_stream_lets_the_woken_reader_run_before_its_next_item() {
 #[test]
 fn a_pacer_loop_lets_the_woken_reader_run_before_its_next_stretch() {
     let clock = ManualClock::new();
-    let elastic = elastic(&clock);
+    let elastic = common::manual_elastic(&clock, 1.0, 1.0);
     let mut pacer = elastic.pacer();
     assert_reader_runs_between(&clock, |mut stretches| async move {
         pacer.pace().await;
@@ -163,7 +153,7 @@ fn a_pacer_loop_lets_the_woken_reader_run_before_its_next_stretch() {
 #[test]
 fn a_setup_permit_lets_the_woken_reader_run_before_its_next_chunk() {
     let clock = ManualClock::new();
-    let elastic = elastic(&clock);
+    let elastic = common::manual_elastic(&clock, 1.0, 1.0);
     let gate = elastic
         .connection_gate(GateSettings::new().share(0.5, 0.5).initial_share(0.5))
         .expect("valid settings");
