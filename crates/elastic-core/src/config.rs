@@ -36,8 +36,9 @@ pub struct ControllerConfig {
     /// Window of the p99 measurement. Valid: ≥ `tick`.
     pub window: Duration,
     /// Largest multiple of the step an upward run may grow to (slow start): while the p99 stays
-    /// at or below 2/3 of the target, each further step up in a row doubles, up to this; any
-    /// other tick takes single steps again. 1: fixed steps (CockroachDB). Valid: 1 ..= 64.
+    /// far below the target (in the lower 2/3 of the way from the lowest p99 of the last 8
+    /// windows to the target), each further step up in a row doubles, up to this; any other
+    /// tick takes single steps again. 1: fixed steps (CockroachDB). Valid: 1 ..= 64.
     pub max_boost: u32,
 }
 

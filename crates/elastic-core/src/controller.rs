@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::config::ControllerConfig;
 use crate::error::SettingError;
+use crate::recent_low::RecentLow;
 
 /// Decides the elastic CPU limit (a share of the CPUs, in `[min_limit, max_limit]`)
 /// from the p99 scheduling latency.
@@ -24,6 +25,10 @@ pub struct StepController {
     limit: f64,
     /// Multiple of the step the next step up takes (slow start; 1 unless boosting).
     boost: u32,
+    /// The lowest p99 of the last 8 windows: "far below the target" is the lower 2/3 of the
+    /// way from it to the target (as HyStart's delay test measures from the lowest RTT), not
+    /// of the way from zero.
+    recent_low: RecentLow,
     /// The last step was down (a descent is under way).
     falling: bool,
     /// Where the last descent began; boosted steps stop at half of it (TCP's slow-start
@@ -46,6 +51,7 @@ impl StepController {
             config,
             limit,
             boost: 1,
+            recent_low: RecentLow::default(),
         })
     }
 
@@ -74,6 +80,7 @@ impl StepController {
             config,
             limit,
             boost: 1,
+            recent_low: RecentLow::default(),
         })
     }
 
@@ -81,17 +88,21 @@ impl StepController {
     ///
     /// * `p99 > target`: step down by `delta × decrease_factor`.
     /// * otherwise, if elastic work waited since the last tick: step up by `delta × boost`.
-    ///   The boost is 1 unless the p99 is at most 2/3 of the target: then each step up in a row
-    ///   doubles it, up to `max_boost` (slow start: far below the target the limit climbs in
-    ///   seconds, not in a minute). Any other tick resets it to 1, so near the target, and on
-    ///   every reversal, the steps are single. As TCP's slow start, boosting stops at a
-    ///   threshold: half the limit where the last descent began (`max_limit` before any), so a dip in
-    ///   the p99 at rest climbs back in single steps instead of overshooting again: no
-    ///   dithering at rest. Back where that descent began and still far below the target for a
-    ///   whole `window`, the threshold is lifted (a descent from a low level must not slow the
-    ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags
-    ///   the limit by up to a window, and a boosted descent would overshoot to the floor before
-    ///   the window showed its effect.
+    ///   The boost is 1 unless the p99 is far below the target: in the lower 2/3 of the way from
+    ///   the lowest p99 of the last 8 windows to the target (at most 2/3 of the target when that
+    ///   low is zero). Then each step up in a row doubles it, up to `max_boost` (slow start: far
+    ///   below the target the limit climbs in seconds, not in a minute). Measuring from the
+    ///   recent low, not from zero, keeps the climb fast under a tight target, one just above
+    ///   what the runtime shows with no elastic work at all. Any other tick resets the boost to
+    ///   1, so near the target, and on every reversal, the steps are single. As TCP's slow
+    ///   start, boosting stops at a threshold: half the limit where the last descent began
+    ///   (`max_limit` before any; a descent needs a limit above the floor), so a dip in the p99
+    ///   at rest climbs back in single steps instead of overshooting again: no dithering at
+    ///   rest. Back where that descent began and still far below the target for a whole
+    ///   `window`, the threshold is lifted (a descent from a low level must not slow the climb
+    ///   for good: its cause is gone). Steps down are never boosted: the p99 window lags the
+    ///   limit by up to a window, and a boosted descent would overshoot to the floor before the
+    ///   window showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
     ///   never below it.
     ///
@@ -102,12 +113,18 @@ impl StepController {
         let (min, max) = (c.min_limit, c.max_limit);
         let delta = c.delta_per_sec * period.as_secs_f64();
         let old = self.limit;
-        let far_below = p99.is_some_and(|p| p.saturating_mul(3) <= c.target_p99.saturating_mul(2));
+        // Far below: p ≤ low + 2/3 × (target − low), without division: 3p ≤ low + 2 × target.
+        let far_below = p99.is_some_and(|p| {
+            let low = self.recent_low.record(p, period, c.window);
+            p.saturating_mul(3) <= low.saturating_add(c.target_p99.saturating_mul(2))
+        });
         let boost = self.boost;
         self.boost = 1;
         let new = match p99 {
+            // At the floor nothing descends: a threshold of half the floor would only slow
+            // the climb (the first window of a fresh controller often holds start-up noise).
             Some(p) if p > c.target_p99 => {
-                if !self.falling {
+                if !self.falling && old > min {
                     self.descent_from = Some(old);
                     self.falling = true;
                 }

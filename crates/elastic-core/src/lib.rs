@@ -52,6 +52,7 @@ mod fast;
 mod gate;
 mod handle;
 mod queue;
+mod recent_low;
 mod sync;
 mod tally;
 
