@@ -315,7 +315,7 @@ impl Report {
         // Controller speed.
         let settles = self.settles();
         if !settles.is_empty() {
-            h.push_str("<h2>Controller speed</h2><table><tr><th>phase</th><th>start</th><th>end</th><th>other side ended at</th><th>settle</th><th>tail peak-to-peak</th><th>reversals</th><th>step: before / stepped / after</th><th>fg p99 max, 5 s after step up</th></tr>");
+            h.push_str("<h2>Controller speed</h2><table><tr><th>phase</th><th>start</th><th>end</th><th>other side ended at</th><th>settle</th><th>tail peak-to-peak</th><th>reversals</th><th>step: before / stepped / after</th><th>step: moves after up / down</th><th>fg p99 max, 5 s after step up</th></tr>");
             let f = |x: Option<f64>| x.map(|x| format!("{x:.3}")).unwrap_or("-".into());
             for st in &settles {
                 let settle = st
@@ -336,9 +336,18 @@ impl Report {
                         .collect::<Vec<_>>()
                         .join(" / ")
                 };
+                let moves = if st.move_s.is_empty() {
+                    "-".to_string()
+                } else {
+                    st.move_s
+                        .iter()
+                        .map(|x| x.map(|x| format!("{x:.1} s")).unwrap_or("-".into()))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                };
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                     esc(&st.phase),
                     f(st.start_limit),
                     f(st.end_limit),
@@ -347,11 +356,13 @@ impl Report {
                     st.tail_p2p,
                     st.reversals,
                     steps,
+                    moves,
                     fmt_us(st.fg_p99_after_step_us)
                 );
             }
             h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
-                the level the paced phase ended at; foreground load x1.5 in the middle third; settle times after the step up / down. \
+                the level the paced phase ended at; foreground load x1.5 in the middle third; settle times after the step up / down; moves after: time until the limit first moved 0.02 toward the level its segment ends at \
+                (- when it was within the band of that level already). \
                 settle = time until the limit first comes within max(0.05, 20%) of its resting level: for low/high the level both sides \
                 end at (not settled when they end apart); for step segments the level the segment ends at, counted only when it ends at \
                 rest (over its last 30%, the scheduling p99 on both sides of the target, or the limit pinned at floor/ceiling). The \

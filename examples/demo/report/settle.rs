@@ -19,6 +19,10 @@ pub struct Settle {
     pub reversals: usize,
     /// Mean limit before the load step and at the end of the stepped segment (step phases).
     pub step_levels: Vec<Option<f64>>,
+    /// Step phases: seconds from each load step until the limit first moved toward the level its
+    /// segment ends at (by at least two single steps); None when it never did, or had no need to
+    /// (already within the band of that level at the step).
+    pub move_s: Vec<Option<f64>>,
     /// Max foreground p99 in the 5 s after the (up) step.
     pub fg_p99_after_step_us: Option<f64>,
     /// Mean limit at the end of the sibling phase (low <-> high) of the same profile.
@@ -36,6 +40,20 @@ fn settle_time(pts: &[(f64, f64)], from_s: f64, level: f64) -> Option<f64> {
     pts.iter()
         .find(|p| p.0 >= from_s && (p.1 - level).abs() <= b)
         .map(|p| (p.0 - from_s).max(0.0))
+}
+
+/// Time from `from_s` until the limit has moved at least `MOVE` toward `level` from where it was
+/// at `from_s`; None when it was already within the band of `level`, or never moved.
+fn move_time(pts: &[(f64, f64)], from_s: f64, level: f64) -> Option<f64> {
+    const MOVE: f64 = 0.02;
+    let start = pts.iter().find(|p| p.0 >= from_s)?.1;
+    if (start - level).abs() <= band(level) {
+        return None;
+    }
+    let dir = (level - start).signum();
+    pts.iter()
+        .find(|p| p.0 >= from_s && (p.1 - start) * dir >= MOVE - 1e-9)
+        .map(|p| p.0 - from_s)
 }
 
 fn tail_stats(pts: &[(f64, f64)]) -> (f64, usize) {
@@ -79,13 +97,16 @@ impl Settle {
             x.map(|x| format!("{x:.1}s"))
                 .unwrap_or("not settled".into())
         };
+        let m = |x: &Option<f64>| x.map(|x| format!("{x:.1}s")).unwrap_or("-".into());
         match self.kind {
             Kind::Step => format!(
-                "{:<18} before {} -> stepped {} -> after {}; settle after up {}, after down {}; fg p99 max 5s after up {}; tail p-p {:.3}, reversals {}",
+                "{:<18} before {} -> stepped {} -> after {}; moves after up {}, after down {}; settle after up {}, after down {}; fg p99 max 5s after up {}; tail p-p {:.3}, reversals {}",
                 self.phase,
                 f(self.step_levels.first().copied().flatten()),
                 f(self.step_levels.get(1).copied().flatten()),
                 f(self.end_limit),
+                m(self.move_s.first().unwrap_or(&None)),
+                m(self.move_s.get(1).unwrap_or(&None)),
                 s(self.settle_s.first().unwrap_or(&None)),
                 s(self.settle_s.get(1).unwrap_or(&None)),
                 crate::util::fmt_us(self.fg_p99_after_step_us),
@@ -179,6 +200,7 @@ impl Report {
                 tail_p2p: 0.0,
                 reversals: 0,
                 step_levels: Vec::new(),
+                move_s: Vec::new(),
                 fg_p99_after_step_us: None,
                 sibling_end: None,
             };
@@ -238,6 +260,8 @@ impl Report {
                         if i > 0 {
                             st.settle_s
                                 .push(lvl.and_then(|l| settle_time(seg, bounds[i], l)));
+                            st.move_s
+                                .push(lvl.and_then(|l| move_time(&pts, bounds[i], l)));
                         }
                     }
                     if let Some(last) = segs.last() {
