@@ -96,9 +96,9 @@ impl StepController {
     ///   what the runtime shows with no elastic work at all. Any other tick resets the boost to
     ///   1, so near the target, and on every reversal, the steps are single. As TCP's slow
     ///   start, boosting stops at a threshold: half the limit where the last descent began
-    ///   (`max_limit` before any; a descent needs a limit above the floor), so a dip in the p99
-    ///   at rest climbs back in single steps instead of overshooting again: no dithering at
-    ///   rest. Back where that descent began and still far below the target for a whole
+    ///   (`max_limit` before any; a descent that begins below twice the floor sets none), so a
+    ///   dip in the p99 at rest climbs back in single steps instead of overshooting again: no
+    ///   dithering at rest. Back where that descent began and still far below the target for a whole
     ///   `window`, the threshold is lifted (a descent from a low level must not slow the climb
     ///   for good: its cause is gone). Steps down are never boosted: the p99 window lags the
     ///   limit by up to a window, and a boosted descent would overshoot to the floor before the
@@ -121,12 +121,15 @@ impl StepController {
         let boost = self.boost;
         self.boost = 1;
         let new = match p99 {
-            // At the floor nothing descends: a threshold of half the floor would only slow
-            // the climb (the first window of a fresh controller often holds start-up noise).
             Some(p) if p > c.target_p99 => {
-                if !self.falling && old > min {
-                    self.descent_from = Some(old);
+                if !self.falling {
                     self.falling = true;
+                    // Half of a start below twice the floor lies at or under it, where boosts
+                    // could never resume: such a descent (often start-up noise in the first
+                    // windows of a fresh controller) sets no threshold.
+                    if old / 2.0 > min {
+                        self.descent_from = Some(old);
+                    }
                 }
                 self.calm = Duration::ZERO;
                 old - delta * c.decrease_factor

@@ -278,19 +278,24 @@ fn far_below_is_measured_from_the_lowest_p99_of_the_last_eight_windows() {
 }
 
 #[test]
-fn a_descent_needs_a_limit_above_the_floor() {
-    // A fresh controller's first window above the target (start-up noise) sets no threshold:
-    // the climb after it boosts.
-    let mut c = StepController::new(fast(8)).unwrap();
-    c.tick(Some(Duration::from_micros(1500)), TICK, true);
-    assert_eq!(c.limit(), 0.05);
-    let steps: Vec<i64> = (0..5)
-        .map(|_| {
-            let before = c.limit();
-            ((c.tick(Some(Duration::from_micros(600)), TICK, true) - before) / 0.005).round() as i64
-        })
-        .collect();
-    assert_eq!(steps, [1, 2, 4, 8, 8]);
+fn a_descent_below_twice_the_floor_sets_no_threshold() {
+    let steps_after = |start: f64| {
+        let mut c = StepController::with_initial_limit(fast(8), start).unwrap();
+        // One window over the target (start-up noise in a fresh controller's first windows).
+        c.tick(Some(Duration::from_micros(1500)), TICK, true);
+        (0..5)
+            .map(|_| {
+                let before = c.limit();
+                let after = c.tick(Some(Duration::from_micros(600)), TICK, true);
+                ((after - before) / 0.005).round() as i64
+            })
+            .collect::<Vec<_>>()
+    };
+    // From the floor and from 0.08: half of either lies under the floor, so the climb boosts.
+    assert_eq!(steps_after(0.05), [1, 2, 4, 8, 8]);
+    assert_eq!(steps_after(0.08), [1, 2, 4, 8, 8]);
+    // From 0.12 the threshold is 0.06 and the limit is above it: single steps.
+    assert_eq!(steps_after(0.12), [1, 1, 1, 1, 1]);
 }
 
 #[test]

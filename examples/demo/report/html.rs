@@ -361,7 +361,7 @@ impl Report {
                 );
             }
             h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
-                the level the paced phase ended at; foreground load x1.5 in the middle third; settle times after the step up / down; moves after: time until the limit first moved 0.02 toward the level its segment ends at \
+                the level the paced phase ended at (the floor when none ran); foreground load x1.5 in the middle third; settle times after the step up / down; moves after: time until the limit first moved 0.02 toward the level its segment ends at \
                 (- when it was within the band of that level already). \
                 settle = time until the limit first comes within max(0.05, 20%) of its resting level: for low/high the level both sides \
                 end at (not settled when they end apart); for step segments the level the segment ends at, counted only when it ends at \
