@@ -28,7 +28,10 @@
 //!   8 workers and I/O enabled, without and with an `IoProbe` running (a canary every 1 ms from
 //!   its writer thread, read by its task on the runtime; rotated every tick as in production).
 //!   The difference is what the I/O probe costs the foreground: its task's polls and I/O driver
-//!   events on the workers, and its writer thread's CPU.
+//!   events on the workers, and its writer thread's CPU. After them the bench prints
+//!   `io_probe/cpu_share`: the probe's own CPU as a share of one core (process CPU time per
+//!   wall second on an idle runtime, without it, with it at 1 ms and quiet at 50 ms, 3
+//!   interleaved rounds of 2 s).
 //!
 //! ```text
 //! cargo bench --bench probe
@@ -40,6 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use elastic_cpu_core::ProcessCpuClock;
 use elastic_cpu_probe::{IoProbe, IoProbeConfig, Probe, ProbeConfig};
 use tokio::runtime::Runtime;
 
@@ -433,6 +437,57 @@ fn io_probe(c: &mut Criterion) {
         }
     }
     group.finish();
+    io_probe_cpu_share();
+}
+
+/// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second on an
+/// idle runtime (8 workers, I/O enabled), without the probe, with it at its 1 ms period and with
+/// it quiet (50 ms), 3 interleaved rounds of 2 s each. Printed, not a criterion figure:
+/// criterion plans its iterations from the time it measures, and a CPU time per wall second is
+/// not one.
+fn io_probe_cpu_share() {
+    const ROUND: Duration = Duration::from_secs(2);
+    const VARIANTS: [&str; 3] = ["off", "on", "quiet"];
+    let mut used = [Duration::ZERO; 3];
+    for _ in 0..3 {
+        for (v, name) in VARIANTS.iter().enumerate() {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(8)
+                .enable_io()
+                .build()
+                .unwrap();
+            let io = (*name != "off")
+                .then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
+            if let Some(io) = &io {
+                io.set_quiet(*name == "quiet");
+            }
+            let _rotator = io.clone().map(|io| {
+                Rotator::every(io.config().probe.tick, move || {
+                    io.rotate();
+                    black_box(io.window().p99);
+                })
+            });
+            // Let the workers park before measuring.
+            std::thread::sleep(Duration::from_millis(200));
+            let Some(cpu) = ProcessCpuClock::now() else {
+                println!("io_probe/cpu_share: no process CPU clock on this target");
+                return;
+            };
+            std::thread::sleep(ROUND);
+            used[v] += ProcessCpuClock::now().unwrap_or(cpu).saturating_sub(cpu);
+        }
+    }
+    let pct = |d: Duration| 100.0 * d.as_secs_f64() / (3.0 * ROUND.as_secs_f64());
+    println!(
+        "io_probe/cpu_share: off {:.3} % of one core; on (1 ms) {:.3} %, the probe {:+.3} %; \
+         quiet (50 ms) {:.3} %, the probe {:+.3} % (process CPU per wall second, idle runtime, \
+         3 interleaved rounds of 2 s)",
+        pct(used[0]),
+        pct(used[1]),
+        pct(used[1]) - pct(used[0]),
+        pct(used[2]),
+        pct(used[2]) - pct(used[0]),
+    );
 }
 
 criterion_group!(benches, probe_overhead, histogram, io_probe);

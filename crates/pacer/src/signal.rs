@@ -95,6 +95,7 @@ impl fmt::Display for SignalSource {
 pub(crate) struct Reading {
     pub(crate) io_p99: Option<Duration>,
     pub(crate) io: Availability,
+    pub(crate) io_quiet: bool,
     pub(crate) run_queue_delay: Option<Duration>,
     pub(crate) run_queue_wait: Option<f64>,
     pub(crate) elastic_run_queue_wait: Option<f64>,
@@ -216,6 +217,14 @@ impl Signals {
             },
         }
         self.reading = r;
+    }
+
+    /// Quiet I/O canaries ([`IoProbe::set_quiet`]) while nothing steers by them.
+    pub(crate) fn set_io_quiet(&mut self, quiet: bool) {
+        if let Some(io) = &self.io {
+            io.set_quiet(quiet);
+            self.reading.io_quiet = quiet;
+        }
     }
 
     /// Whether the I/O signal is on.

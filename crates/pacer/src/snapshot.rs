@@ -56,6 +56,9 @@ pub struct Snapshot {
     pub io_p99: Option<Duration>,
     /// Whether the I/O wake-up probe runs, and if not, why.
     pub io_probe: Availability,
+    /// The I/O probe sends its canaries at the quiet period (50 ms, not 1 ms): at the last tick
+    /// no elastic work ran or waited and no idle class or gate steered by the signal.
+    pub io_quiet: bool,
     /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,
     /// over the probe window: how long a runnable worker waited for a CPU
     /// ([`ElasticBuilder::run_queue_signal`](crate::ElasticBuilder::run_queue_signal)). `None`:
@@ -237,6 +240,7 @@ impl Snapshot {
             signal_source,
             io_p99: reading.io_p99,
             io_probe: reading.io,
+            io_quiet: reading.io_quiet,
             run_queue_delay: reading.run_queue_delay,
             run_queue_wait: reading.run_queue_wait,
             elastic_run_queue_wait: reading.elastic_run_queue_wait,

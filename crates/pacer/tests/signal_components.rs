@@ -50,6 +50,36 @@ fn both_components_are_in_the_snapshot() {
     drop(rt);
 }
 
+/// The I/O canaries slow to their quiet period while nothing steers by the signal, and speed
+/// up again while elastic work runs.
+#[test]
+fn io_canaries_are_quiet_without_elastic_work() {
+    let elastic = Elastic::builder().build().unwrap();
+    let rt = runtime(&elastic);
+    eventually("quiet with no elastic work", WITHIN, || {
+        elastic.snapshot().io_quiet
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pacer = elastic.pacer();
+    let job = {
+        let stop = stop.clone();
+        rt.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                pacer.pace().await;
+                common::spin(Duration::from_micros(50));
+            }
+        })
+    };
+    eventually("active while elastic work runs", WITHIN, || {
+        !elastic.snapshot().io_quiet
+    });
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(job).unwrap();
+    eventually("quiet again once it stopped", WITHIN, || {
+        elastic.snapshot().io_quiet
+    });
+}
+
 #[test]
 fn off_by_setting() {
     let elastic = Elastic::builder()

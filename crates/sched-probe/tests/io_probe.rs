@@ -13,11 +13,20 @@ use elastic_cpu_probe::{IoProbe, IoProbeConfig, IoProbeError, ProbeConfig};
 fn config() -> IoProbeConfig {
     IoProbeConfig {
         period: Duration::from_millis(1),
+        quiet_period: Duration::from_millis(10),
         probe: ProbeConfig {
             window: Duration::from_secs(1000),
             ..ProbeConfig::default()
         },
     }
+}
+
+fn one_worker_with_io() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_io()
+        .build()
+        .unwrap()
 }
 
 fn records_then_stops(rt: &tokio::runtime::Runtime) {
@@ -105,11 +114,7 @@ fn an_undriven_runtime_gets_no_records_and_the_writer_skips_when_the_buffer_is_f
 
 #[test]
 fn runtime_shutdown_stops_the_probe_without_a_hang() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_io()
-        .build()
-        .unwrap();
+    let rt = one_worker_with_io();
     let io = IoProbe::start(rt.handle(), config()).unwrap();
     wait_until(|| io.received() >= 1);
     drop(rt); // drops the reader task and closes its end of the socket
@@ -169,6 +174,13 @@ fn bad_settings_are_refused_with_the_setting_named() {
     };
     assert_eq!(e.setting, "period");
 
+    let quiet_too_short = IoProbeConfig {
+        quiet_period: Duration::from_micros(500),
+        ..IoProbeConfig::default()
+    };
+    let err = IoProbe::start(rt.handle(), quiet_too_short).unwrap_err();
+    assert!(matches!(&err, IoProbeError::Setting(e) if e.setting == "quiet_period"));
+
     let short_window = IoProbeConfig {
         probe: ProbeConfig {
             window: Duration::from_millis(1),
@@ -180,4 +192,20 @@ fn bad_settings_are_refused_with_the_setting_named() {
     assert!(matches!(&err, IoProbeError::Setting(e) if e.setting == "window"));
     assert!(std::error::Error::source(&err).is_some());
     assert_eq!(IoProbeConfig::default().period, Duration::from_millis(1));
+}
+
+/// Quiet, the canaries still flow (at the quiet period), and leaving quiet resumes them.
+#[test]
+fn quiet_canaries_still_flow() {
+    let rt = one_worker_with_io();
+    let io = IoProbe::start(rt.handle(), config()).unwrap();
+    io.set_quiet(true);
+    assert!(io.is_quiet());
+    let at = io.received();
+    wait_until(|| io.received() >= at + 3);
+    io.set_quiet(false);
+    assert!(!io.is_quiet());
+    let at = io.received();
+    wait_until(|| io.received() >= at + 10);
+    assert!(format!("{io:?}").contains("quiet: false"));
 }
