@@ -98,11 +98,11 @@ impl StepController {
     ///   start, boosting stops at a threshold: half the limit where the last descent began
     ///   (`max_limit` before any; a descent that begins below twice the floor sets none), so a
     ///   dip in the p99 at rest climbs back in single steps instead of overshooting again: no
-    ///   dithering at rest. Back where that descent began and still far below the target for a whole
-    ///   `window`, the threshold is lifted (a descent from a low level must not slow the climb
-    ///   for good: its cause is gone). Steps down are never boosted: the p99 window lags the
-    ///   limit by up to a window, and a boosted descent would overshoot to the floor before the
-    ///   window showed its effect.
+    ///   dithering at rest. Back where that descent began and still far below the target for a
+    ///   whole `window`, the threshold is lifted (a descent from a low level must not slow the
+    ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags
+    ///   the limit by up to a window, and a boosted descent would overshoot to the floor before
+    ///   the window showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
     ///   never below it.
     ///
