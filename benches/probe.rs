@@ -415,20 +415,7 @@ fn io_probe(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     for on in [false, true] {
-        // I/O enabled in both: only the probe differs.
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(8)
-            .enable_io()
-            .build()
-            .unwrap();
-        let io =
-            on.then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
-        let _rotator = io.clone().map(|io| {
-            Rotator::every(io.config().probe.tick, move || {
-                io.rotate();
-                black_box(io.window().p99);
-            })
-        });
+        let (rt, io, _rotator) = io_probe_runtime(on, false);
         group.bench_function(if on { "on" } else { "off" }, |b| {
             b.iter_custom(|polls| run_polls(&rt, polls, None))
         });
@@ -438,6 +425,29 @@ fn io_probe(c: &mut Criterion) {
     }
     group.finish();
     io_probe_cpu_share();
+}
+
+/// An 8-worker runtime with I/O enabled (with or without the probe, only the probe differs)
+/// and, with `probe`, an `IoProbe` on it (`quiet` as given) rotated every tick as in
+/// production.
+fn io_probe_runtime(probe: bool, quiet: bool) -> (Runtime, Option<Arc<IoProbe>>, Option<Rotator>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(8)
+        .enable_io()
+        .build()
+        .unwrap();
+    let io =
+        probe.then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
+    if let Some(io) = &io {
+        io.set_quiet(quiet);
+    }
+    let rotator = io.clone().map(|io| {
+        Rotator::every(io.config().probe.tick, move || {
+            io.rotate();
+            black_box(io.window().p99);
+        })
+    });
+    (rt, io, rotator)
 }
 
 /// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second on an
@@ -451,22 +461,7 @@ fn io_probe_cpu_share() {
     let mut used = [Duration::ZERO; 3];
     for _ in 0..3 {
         for (v, name) in VARIANTS.iter().enumerate() {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(8)
-                .enable_io()
-                .build()
-                .unwrap();
-            let io = (*name != "off")
-                .then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
-            if let Some(io) = &io {
-                io.set_quiet(*name == "quiet");
-            }
-            let _rotator = io.clone().map(|io| {
-                Rotator::every(io.config().probe.tick, move || {
-                    io.rotate();
-                    black_box(io.window().p99);
-                })
-            });
+            let _probe = io_probe_runtime(*name != "off", *name == "quiet");
             // Let the workers park before measuring.
             std::thread::sleep(Duration::from_millis(200));
             let Some(cpu) = ProcessCpuClock::now() else {

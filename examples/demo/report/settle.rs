@@ -20,7 +20,7 @@ pub struct Settle {
     /// Mean limit before the load step and at the end of the stepped segment (step phases).
     pub step_levels: Vec<Option<f64>>,
     /// Step phases: seconds from each load step until the limit first moved toward the level its
-    /// segment ends at (by at least two single steps); None when it never did, or had no need to
+    /// segment ends at (by at least 0.02); None when it never did, or had no need to
     /// (already within the band of that level at the step).
     pub move_s: Vec<Option<f64>>,
     /// Max foreground p99 in the 5 s after the (up) step.
