@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu_core::ProcessCpuClock;
-use elastic_cpu_probe::{IoProbe, IoProbeConfig, Probe, ProbeConfig};
+use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig};
 use tokio::runtime::Runtime;
 
 /// Tasks per run (see the module docs for why this many).
@@ -135,16 +135,19 @@ impl Rotator {
     }
 
     /// Runs `rotate` every `tick` until dropped.
-    fn every(tick: Duration, rotate: impl Fn() + Send + 'static) -> Rotator {
+    fn every(tick: Duration, mut rotate: impl FnMut() + Send + 'static) -> Rotator {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    rotate();
-                }
-            })
+            std::thread::Builder::new()
+                .name(ROTATOR.into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        rotate();
+                    }
+                })
+                .unwrap()
         };
         Rotator {
             stop,
@@ -415,7 +418,7 @@ fn io_probe(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     for on in [false, true] {
-        let (rt, io, _rotator) = io_probe_runtime(on, false);
+        let (rt, io, _rotator) = io_probe_runtime(on.then(IoCanary::default), false, false);
         group.bench_function(if on { "on" } else { "off" }, |b| {
             b.iter_custom(|polls| run_polls(&rt, polls, None))
         });
@@ -427,17 +430,40 @@ fn io_probe(c: &mut Criterion) {
     io_probe_cpu_share();
 }
 
-/// An 8-worker runtime with I/O enabled (with or without the probe, only the probe differs)
-/// and, with `probe`, an `IoProbe` on it (`quiet` as given) rotated every tick as in
+/// A runtime (8 workers) with I/O and time enabled (with or without the probe, only the probe
+/// differs) and, with `probe`, an `IoProbe` from that canary source on it (`quiet` as given;
+/// with `follow_load` its period follows the runtime's load), rotated every tick as in
 /// production.
-fn io_probe_runtime(probe: bool, quiet: bool) -> (Runtime, Option<Arc<IoProbe>>, Option<Rotator>) {
+fn io_probe_runtime(
+    probe: Option<IoCanary>,
+    quiet: bool,
+    follow_load: bool,
+) -> (Runtime, Option<Arc<IoProbe>>, Option<Rotator>) {
+    io_probe_runtime_with(8, probe, quiet, follow_load)
+}
+
+/// [`io_probe_runtime`] with `workers` workers.
+fn io_probe_runtime_with(
+    workers: usize,
+    probe: Option<IoCanary>,
+    quiet: bool,
+    follow_load: bool,
+) -> (Runtime, Option<Arc<IoProbe>>, Option<Rotator>) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(8)
+        .worker_threads(workers)
+        .thread_name(IO_BENCH_WORKER)
         .enable_io()
+        .enable_time()
         .build()
         .unwrap();
-    let io =
-        probe.then(|| Arc::new(IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap()));
+    let io = probe.map(|canary| {
+        let config = IoProbeConfig {
+            canary,
+            follow_load,
+            ..IoProbeConfig::default()
+        };
+        Arc::new(IoProbe::start(rt.handle(), config).unwrap())
+    });
     if let Some(io) = &io {
         io.set_quiet(quiet);
     }
@@ -450,40 +476,149 @@ fn io_probe_runtime(probe: bool, quiet: bool) -> (Runtime, Option<Arc<IoProbe>>,
     (rt, io, rotator)
 }
 
-/// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second on an
-/// idle runtime (8 workers, I/O enabled), without the probe, with it at its 1 ms period and with
-/// it quiet (50 ms), 3 interleaved rounds of 2 s each. Printed, not a criterion figure:
-/// criterion plans its iterations from the time it measures, and a CPU time per wall second is
-/// not one.
+/// Spin iterations per µs of CPU on this machine (measured once).
+fn spins_per_us() -> u64 {
+    static SPINS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SPINS.get_or_init(|| {
+        let n = 2_000_000u64;
+        let start = Instant::now();
+        spin(n);
+        (n as f64 / start.elapsed().as_secs_f64() / 1e6).max(1.0) as u64
+    })
+}
+
+fn spin(n: u64) {
+    let mut x = 0u64;
+    for i in 0..n {
+        x = black_box(x.wrapping_mul(31).wrapping_add(i));
+    }
+    black_box(x);
+}
+
+/// A load on the runtime: one task per CPU, each doing a fixed amount of work, `share` of a
+/// ms of CPU, every ms. Fixed work, not a wall-clock spin: a canary that takes a worker's CPU
+/// makes the load run longer, so the process's CPU time counts what the probe costs.
+fn start_load(rt: &Runtime, share: f64) {
+    if share <= 0.0 {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let work = (spins_per_us() as f64 * 1000.0 * share) as u64;
+    for _ in 0..cpus {
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                spin(work);
+            }
+        });
+    }
+}
+
+/// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second with
+/// and without the probe, interleaved rounds. Printed, not a criterion figure: criterion plans
+/// its iterations from the time it measures, and a CPU time per wall second is not one.
+///
+/// First on an idle 8-worker runtime, the probe's worst case (each canary wakes a parked worker
+/// on a halted CPU): at the fixed 1 ms period from both canary sources, and quiet (50 ms); 3
+/// rounds of 2 s. Then as the library runs it (its period following the runtime's load) and
+/// at the fixed 1 ms, under a load of 0, 25, 50, 75 and 90 % of every CPU run on the runtime as
+/// fixed work, with one worker per CPU (tokio's default); 6 rounds of 1.5 s, and the spread of
+/// the rounds' differences, since a loaded VM's CPU time moves by about 1 % of a core.
 fn io_probe_cpu_share() {
-    const ROUND: Duration = Duration::from_secs(2);
-    const VARIANTS: [&str; 3] = ["off", "on", "quiet"];
-    let mut used = [Duration::ZERO; 3];
-    for _ in 0..3 {
-        for (v, name) in VARIANTS.iter().enumerate() {
-            let _probe = io_probe_runtime(*name != "off", *name == "quiet");
-            // Let the workers park before measuring.
-            std::thread::sleep(Duration::from_millis(200));
+    let fixed = |canary: IoCanary, quiet: bool| (Some(canary), quiet, false, 0.0);
+    let mut idle = vec![
+        ("on (1 ms)", fixed(IoCanary::default(), false)),
+        ("quiet (50 ms)", fixed(IoCanary::default(), true)),
+    ];
+    if IoCanary::default() != IoCanary::Thread {
+        idle.push(("on, thread canaries (1 ms)", fixed(IoCanary::Thread, false)));
+        idle.push(("quiet, thread canaries", fixed(IoCanary::Thread, true)));
+    }
+    print_cpu_share("idle 8-worker runtime, fixed period", 8, 3, &idle);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for load in [0.0, 0.25, 0.5, 0.75, 0.9] {
+        let variants = [
+            (
+                "following the load",
+                (Some(IoCanary::default()), false, true, load),
+            ),
+            (
+                "fixed 1 ms",
+                (Some(IoCanary::default()), false, false, load),
+            ),
+        ];
+        let what = format!(
+            "{cpus}-worker runtime, load {:.0} % of every CPU",
+            load * 100.0
+        );
+        print_cpu_share(&what, cpus, 6, &variants);
+    }
+}
+
+/// One line of `io_probe/cpu_share`: `off` (no probe, the first variant's load) against each
+/// variant (canary source, quiet, follow_load, load), interleaved.
+type ShareVariant<'a> = (&'a str, (Option<IoCanary>, bool, bool, f64));
+
+fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVariant<'_>]) {
+    let round = Duration::from_secs(3) / rounds;
+    let load = variants.first().map_or(0.0, |v| v.1 .3);
+    let all: Vec<ShareVariant<'_>> = std::iter::once(("off", (None, false, false, load)))
+        .chain(variants.iter().copied())
+        .collect();
+    let mut used = vec![Vec::new(); all.len()];
+    let mut periods = vec![Vec::new(); all.len()];
+    for _ in 0..rounds {
+        for (v, (_, (canary, quiet, follow_load, load))) in all.iter().enumerate() {
+            let (rt, io, rotator) = io_probe_runtime_with(workers, *canary, *quiet, *follow_load);
+            start_load(&rt, *load);
+            // Let the workers settle, and the probe's period find the load, before measuring.
+            std::thread::sleep(Duration::from_millis(300));
             let Some(cpu) = ProcessCpuClock::now() else {
                 println!("io_probe/cpu_share: no process CPU clock on this target");
                 return;
             };
-            std::thread::sleep(ROUND);
-            used[v] += ProcessCpuClock::now().unwrap_or(cpu).saturating_sub(cpu);
+            std::thread::sleep(round);
+            used[v].push(ProcessCpuClock::now().unwrap_or(cpu).saturating_sub(cpu));
+            if let Some(io) = &io {
+                periods[v].push(io.period().as_secs_f64() * 1e3);
+            }
+            drop(rotator);
+            rt.shutdown_background();
         }
     }
-    let pct = |d: Duration| 100.0 * d.as_secs_f64() / (3.0 * ROUND.as_secs_f64());
+    let pct = |d: Duration| 100.0 * d.as_secs_f64() / round.as_secs_f64();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let off: Vec<f64> = used[0].iter().map(|d| pct(*d)).collect();
+    let parts: Vec<String> = all
+        .iter()
+        .zip(used.iter().zip(&periods))
+        .skip(1)
+        .map(|((name, _), (d, p))| {
+            let diffs: Vec<f64> = d.iter().zip(&off).map(|(d, o)| pct(*d) - o).collect();
+            let lo = diffs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = diffs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!(
+                "{name}: the probe {:+.2} % (rounds {lo:+.2} .. {hi:+.2}; period {:.1} ms)",
+                mean(&diffs),
+                mean(p),
+            )
+        })
+        .collect();
     println!(
-        "io_probe/cpu_share: off {:.3} % of one core; on (1 ms) {:.3} %, the probe {:+.3} %; \
-         quiet (50 ms) {:.3} %, the probe {:+.3} % (process CPU per wall second, idle runtime, \
-         3 interleaved rounds of 2 s)",
-        pct(used[0]),
-        pct(used[1]),
-        pct(used[1]) - pct(used[0]),
-        pct(used[2]),
-        pct(used[2]) - pct(used[0]),
+        "io_probe/cpu_share ({what}): off {:.2} % of one core; {} (process CPU per wall second, \
+         {rounds} interleaved rounds; canaries: {:?})",
+        mean(&off),
+        parts.join("; "),
+        IoCanary::default(),
     );
 }
+
+/// The runtime's worker threads in `io_probe_runtime`.
+const IO_BENCH_WORKER: &str = "io-bench-worker";
+/// The thread of a [`Rotator`].
+const ROTATOR: &str = "bench-rotator";
 
 criterion_group!(benches, probe_overhead, histogram, io_probe);
 criterion_main!(benches);

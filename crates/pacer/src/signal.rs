@@ -96,6 +96,7 @@ pub(crate) struct Reading {
     pub(crate) io_p99: Option<Duration>,
     pub(crate) io: Availability,
     pub(crate) io_quiet: bool,
+    pub(crate) io_period: Option<Duration>,
     pub(crate) run_queue_delay: Option<Duration>,
     pub(crate) run_queue_wait: Option<f64>,
     pub(crate) elastic_run_queue_wait: Option<f64>,
@@ -219,11 +220,13 @@ impl Signals {
         self.reading = r;
     }
 
-    /// Quiet I/O canaries ([`IoProbe::set_quiet`]) while nothing steers by them.
+    /// Quiet I/O canaries ([`IoProbe::set_quiet`]) while nothing steers by them (else their
+    /// period follows the runtime's load, which the probe measures as it rotates).
     pub(crate) fn set_io_quiet(&mut self, quiet: bool) {
         if let Some(io) = &self.io {
             io.set_quiet(quiet);
             self.reading.io_quiet = quiet;
+            self.reading.io_period = Some(io.period());
         }
     }
 

@@ -59,6 +59,12 @@ pub struct Snapshot {
     /// The I/O probe sends its canaries at the quiet period (50 ms, not 1 ms): at the last tick
     /// no elastic work ran or waited and no idle class or gate steered by the signal.
     pub io_quiet: bool,
+    /// The period the I/O probe's canaries come at since the last tick: the quiet period while
+    /// quiet, else 1 ms on a busy machine, stretched to 1 ms ÷ busy² on one that is not, where
+    /// busy is the share of the CPUs the process kept busy over the last tick (at most the
+    /// quiet period: [`IoProbeConfig::period_for`](elastic_cpu_probe::IoProbeConfig::period_for)).
+    /// `None`: no probe running.
+    pub io_period: Option<Duration>,
     /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,
     /// over the probe window: how long a runnable worker waited for a CPU
     /// ([`ElasticBuilder::run_queue_signal`](crate::ElasticBuilder::run_queue_signal)). `None`:
@@ -241,6 +247,7 @@ impl Snapshot {
             io_p99: reading.io_p99,
             io_probe: reading.io,
             io_quiet: reading.io_quiet,
+            io_period: reading.io_period,
             run_queue_delay: reading.run_queue_delay,
             run_queue_wait: reading.run_queue_wait,
             elastic_run_queue_wait: reading.elastic_run_queue_wait,

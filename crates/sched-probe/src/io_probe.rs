@@ -1,6 +1,7 @@
-//! The I/O wake-up probe: how long a datagram waits between being written and being read by a
-//! task of the runtime, through the runtime's own I/O driver (what it measures and costs: on
-//! [`IoProbe`]).
+//! The I/O wake-up probe: how long a canary waits between being due and being read by a task
+//! of the runtime, through the runtime's own I/O driver (what it measures and costs: on
+//! [`IoProbe`]). The canaries come from a kernel timer on Linux (`timer.rs`) or from a writer
+//! thread through a socket (`socket.rs`).
 
 use std::fmt;
 use std::io;
@@ -8,7 +9,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use elastic_cpu_core::SettingError;
 use hdrhistogram::Histogram;
@@ -16,12 +17,45 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::config::ProbeConfig;
+use crate::runtime_load::RuntimeLoad;
 use crate::shared::nanos;
 use crate::slot::{Layout, Slot};
 use crate::window::{Summary, WindowState};
 
-/// A canary is the write time as nanoseconds since the probe's start, little-endian.
-const CANARY_LEN: usize = 8;
+mod socket;
+#[cfg(target_os = "linux")]
+mod timer;
+
+/// Where the I/O probe's canaries come from ([`IoProbeConfig::canary`]).
+///
+/// ```
+/// use elastic_cpu_probe::IoCanary;
+///
+/// // The kernel's timer where there is one (Linux), a writer thread elsewhere.
+/// let default = IoCanary::default();
+/// assert_eq!(default == IoCanary::Timer, cfg!(target_os = "linux"));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IoCanary {
+    /// A `timerfd` that expires every period (Linux only). A canary's wait is counted from its
+    /// expiry. No thread of the probe's own: on an idle runtime a canary wakes one thread (a
+    /// worker) instead of two, half the cost.
+    Timer,
+    /// A thread outside the runtime sends a timestamp into a datagram socket every period (a
+    /// Unix socket pair on Unix, loopback UDP elsewhere). Works on every OS.
+    Thread,
+}
+
+impl Default for IoCanary {
+    fn default() -> Self {
+        if cfg!(target_os = "linux") {
+            IoCanary::Timer
+        } else {
+            IoCanary::Thread
+        }
+    }
+}
 
 /// Settings of an [`IoProbe`].
 ///
@@ -33,6 +67,7 @@ const CANARY_LEN: usize = 8;
 ///     period: Duration::from_millis(2),
 ///     quiet_period: Duration::from_millis(20),
 ///     probe: ProbeConfig { tick: Duration::from_millis(50), ..ProbeConfig::default() },
+///     ..IoProbeConfig::default()
 /// };
 /// config.validate().unwrap();
 /// let bad = IoProbeConfig { period: Duration::ZERO, ..IoProbeConfig::default() };
@@ -42,14 +77,22 @@ const CANARY_LEN: usize = 8;
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct IoProbeConfig {
-    /// How often the writer thread sends a canary. Must be > 0. Default 1 ms: a few µs of work
-    /// per canary, and a 2.5 s window of up to 2500 samples.
+    /// How often a canary is due on a busy runtime. Must be > 0. Default 1 ms: a few µs of work
+    /// per canary, and a 2.5 s window of up to 2500 samples. Stretched on a runtime that is not
+    /// busy ([`follow_load`](Self::follow_load), [`period_for`](Self::period_for)).
     pub period: Duration,
     /// The period while the probe is quiet ([`IoProbe::set_quiet`]): when nothing steers by
-    /// it, canaries cost less. Must be ≥ `period`. Default 50 ms: on an idle runtime each
-    /// canary wakes parked workers, so the 1 ms period costs 3–4 % of one core there and 50 ms
-    /// about 0.3 % (bench `io_probe/cpu_share`).
+    /// it, canaries cost less. Also the longest period on an idle runtime
+    /// ([`follow_load`](Self::follow_load)). Must be ≥ `period`. Default 50 ms: on an idle runtime each
+    /// canary wakes a parked worker, so the 1 ms period costs a few % of one core there and
+    /// 50 ms a fraction of 1 % (bench `io_probe/cpu_share`; figures on [`IoProbe`]).
     pub quiet_period: Duration,
+    /// Whether the period follows the runtime's load ([`period_for`](Self::period_for), measured
+    /// at each [`IoProbe::rotate`]). Default true; false: always `period` (or `quiet_period`).
+    pub follow_load: bool,
+    /// Where the canaries come from. Default: [`IoCanary::Timer`] on Linux, else
+    /// [`IoCanary::Thread`]; [`IoCanary::Timer`] elsewhere is refused (setting `canary`).
+    pub canary: IoCanary,
     /// Tick, window and histogram bounds, with the same meaning as for the scheduling
     /// [`Probe`](crate::Probe): give both the same settings so that their windows cover the
     /// same time. `poll_time_every` and `alarm_at` are not used.
@@ -61,28 +104,48 @@ impl Default for IoProbeConfig {
         IoProbeConfig {
             period: Duration::from_millis(1),
             quiet_period: Duration::from_millis(50),
+            follow_load: true,
+            canary: IoCanary::default(),
             probe: ProbeConfig::default(),
         }
     }
 }
 
 impl IoProbeConfig {
-    /// The writer's period: `quiet_period` while quiet, else `period`.
+    /// The canaries' period: `quiet_period` while quiet, else `period` stretched on a runtime
+    /// that is not fully busy (`busy`: the share of its CPUs its workers kept busy, 0.0 ..= 1.0)
+    /// to `period / busy²`, at most `quiet_period`.
+    ///
+    /// Why: a canary that finds the workers parked wakes one, which is most of its cost (~30 µs
+    /// of CPU on a VM when the CPU was halted, ~17 µs when it preempts another thread), while one
+    /// that a busy worker picks up between polls costs a few µs. And workers that are mostly
+    /// parked cannot hold the I/O driver up: a wait there is the OS's, which the run-queue
+    /// signal reads. With the rate in proportion to `busy²`, the canaries that wake a worker
+    /// (rate × (1 − busy)) peak near two thirds busy at about a seventh of the fixed 1 ms
+    /// rate's, and the rate is full where the signal matters, on a busy runtime.
     ///
     /// ```
     /// use elastic_cpu_probe::IoProbeConfig;
     /// use std::time::Duration;
     ///
     /// let c = IoProbeConfig::default();
-    /// assert_eq!(c.period_when(false), Duration::from_millis(1));
-    /// assert_eq!(c.period_when(true), Duration::from_millis(50));
+    /// assert_eq!(c.period_for(false, 1.0), Duration::from_millis(1));
+    /// assert_eq!(c.period_for(false, 0.5), Duration::from_millis(4));
+    /// assert_eq!(c.period_for(false, 0.0), Duration::from_millis(50));
+    /// assert_eq!(c.period_for(true, 1.0), Duration::from_millis(50));
     /// ```
-    pub fn period_when(&self, quiet: bool) -> Duration {
+    pub fn period_for(&self, quiet: bool, busy: f64) -> Duration {
         if quiet {
-            self.quiet_period
-        } else {
-            self.period
+            return self.quiet_period;
         }
+        let busy = if busy.is_nan() {
+            1.0
+        } else {
+            busy.clamp(0.0, 1.0)
+        };
+        let longest = self.quiet_period.as_secs_f64();
+        let stretched = (self.period.as_secs_f64() / (busy * busy)).min(longest);
+        Duration::from_secs_f64(stretched).clamp(self.period, self.quiet_period)
     }
 
     /// Checks every setting; the first bad one is returned as a [`SettingError`] naming it.
@@ -99,6 +162,13 @@ impl IoProbeConfig {
                 "quiet_period",
                 format!("{:?}", self.quiet_period),
                 "at least period",
+            ));
+        }
+        if self.canary == IoCanary::Timer && !cfg!(target_os = "linux") {
+            return Err(SettingError::new(
+                "canary",
+                "Timer",
+                "Thread on this OS (the timer is a Linux timerfd)",
             ));
         }
         self.probe.validate()
@@ -122,8 +192,8 @@ pub enum IoProbeError {
     Setting(SettingError),
     /// The runtime was built without `enable_io()` (or `enable_all()`): it has no I/O driver.
     IoDisabled,
-    /// The OS refused the socket pair, or the runtime refused to register it (it is shutting
-    /// down).
+    /// The OS refused the socket pair or the timer, or the runtime refused to register it (it
+    /// is shutting down).
     Socket(io::Error),
     /// The OS refused to start the writer thread.
     Thread(io::Error),
@@ -136,7 +206,9 @@ impl fmt::Display for IoProbeError {
             IoProbeError::IoDisabled => f.write_str(
                 "the runtime has no I/O driver to probe: build it with enable_io() or enable_all()",
             ),
-            IoProbeError::Socket(e) => write!(f, "cannot set up the I/O probe's socket: {e}"),
+            IoProbeError::Socket(e) => {
+                write!(f, "cannot set up the I/O probe's socket or timer: {e}")
+            }
             IoProbeError::Thread(e) => write!(f, "cannot start the I/O probe's writer thread: {e}"),
         }
     }
@@ -158,43 +230,46 @@ impl From<SettingError> for IoProbeError {
     }
 }
 
-/// A running I/O wake-up probe: canaries written from a thread outside the runtime, read by a
-/// task on it, *written → read* recorded into a window rotated like the scheduling probe's.
+/// A running I/O wake-up probe: canaries due every `period`, read by a task on the runtime,
+/// *due → read* recorded into a window rotated like the scheduling probe's.
 ///
 /// tokio's schedule latency starts when a task is woken. A request on a socket waits before
 /// that too: from the socket becoming readable until a worker polls the I/O driver and wakes the
 /// reader task. With every worker busy on long polls (elastic work), the driver is polled only
 /// between them, and that wait is invisible to the task hooks. The I/O probe measures the whole
-/// path a request's first byte takes: a thread outside the runtime writes a timestamp into a
-/// datagram socket every `period` (1 ms by default); a task on the runtime, registered with the
-/// runtime's I/O driver like any server socket, reads it and records *written → read*: the I/O
-/// driver delay (readable → a worker polls the driver, which wakes the task), plus the reader
-/// task's schedule latency (woken → polled), plus one `recv` call.
+/// path a request's first byte takes: a canary becomes readable every `period` (1 ms by
+/// default) on a file descriptor registered with the runtime's I/O driver like any server
+/// socket; a task on the runtime reads it and records *due → read*: the I/O driver delay
+/// (readable → a worker polls the driver, which wakes the task), plus the reader task's
+/// schedule latency (woken → polled), plus one `read` call.
 ///
-/// The socket is a Unix datagram socket pair on Unix (no network stack, no port, works in any
-/// network namespace) and a connected pair of loopback UDP sockets elsewhere.
+/// Where canaries come from is [`IoProbeConfig::canary`]: on Linux by default a `timerfd`
+/// ([`IoCanary::Timer`]: the kernel's timer interrupt makes it readable, the wait counts from
+/// the expiry), elsewhere a thread outside the runtime that sends its clock into a Unix datagram
+/// socket pair (loopback UDP off Unix) ([`IoCanary::Thread`]: the wait counts from the send).
 ///
 /// # Cost
 ///
-/// Per canary, on the writer thread: one clock read, one non-blocking `send` of 8 bytes and one
-/// timed park (a futex wait and its timer wake-up, a context switch): a few µs of CPU per ms.
-/// On the runtime: one readiness event in a driver poll the workers make anyway (or, on an idle
-/// runtime, the wake-up of a parked worker), one task wake and poll, two `recv` calls (the
-/// datagram, then the `WouldBlock` that re-arms readiness), one clock read and one relaxed
-/// `fetch_add` on a histogram counter: a few µs of one worker per ms, no lock, no allocation.
-/// Measured (bench `io_probe/cpu_share`, 2-vCPU VM): on an idle runtime, where every canary
-/// wakes parked workers, 3–4 % of one core at the 1 ms period and about 0.3 % at the 50 ms
-/// quiet period (window rotated every tick in both); on a busy runtime the per-poll cost of a
-/// workload moved by +0.5 to +10 % between runs of `io_probe/{off,on}`, as much as `off`
-/// itself moves between runs on this VM. Memory: the window reuses
-/// the probe's interval sets (four series, of which the canaries fill one), about 2 MB at the
-/// default bounds once every interval of the 2.5 s window holds samples. [`IoProbe::rotate`]
-/// costs what [`Probe::rotate`](crate::Probe::rotate) costs for one worker slot.
+/// On the runtime, per canary: one readiness event in a driver poll the workers make anyway
+/// (or, on an idle runtime, the wake-up of a parked worker), one task wake and poll, two `read`
+/// calls (the canary, then the `WouldBlock` that re-arms readiness), one clock read, one lock
+/// nobody else takes but on a quiet switch, and one relaxed `fetch_add` on a histogram counter:
+/// a few µs of one worker per ms, no allocation. The writer thread ([`IoCanary::Thread`] only)
+/// adds one clock read, one `send` of 8 bytes and one timed park per canary: a second thread
+/// woken each time. Measured (bench `io_probe/cpu_share`, 2-vCPU VM): on an idle runtime, where
+/// every canary wakes a parked worker, see BENCHMARKS.md for the figures of both sources at the
+/// 1 ms period and the 50 ms quiet period; on a busy runtime the per-poll cost of a workload
+/// moved by +0.5 to +10 % between runs of `io_probe/{off,on}`, as much as `off` itself moves
+/// between runs on this VM. Memory: the window reuses the probe's interval sets (four series, of
+/// which the canaries fill one), about 2 MB at the default bounds once every interval of the
+/// 2.5 s window holds samples. [`IoProbe::rotate`] costs what
+/// [`Probe::rotate`](crate::Probe::rotate) costs for one worker slot.
 ///
 /// # Stopping
 ///
-/// Dropping it stops and joins the writer thread (within one `period`) and aborts the reader
-/// task. If the runtime shuts down first, the reader task is dropped with it and the writer
+/// Dropping it aborts the reader task, which closes its end (and disarms the timer), and stops
+/// and joins the writer thread if there is one (within one `period`). If the runtime shuts down
+/// first, the reader task is dropped with it: the timer is disarmed then, and a writer thread
 /// stops by itself at its next canary (on Unix: the socket's other end is gone; off Unix a UDP
 /// send may not notice, and the writer stops at the drop); nothing waits for the other side.
 ///
@@ -214,42 +289,72 @@ impl From<SettingError> for IoProbeError {
 /// let w = io.window();
 /// assert!(w.count >= 1);
 /// println!("p99 I/O wake-up latency: {:?}", w.p99);
-/// drop(io); // stops the writer thread and the reader task
+/// drop(io); // stops the reader task (and the timer or writer thread)
 /// ```
 pub struct IoProbe {
     shared: Arc<IoShared>,
-    writer: Option<thread::JoinHandle<()>>,
+    source: Source,
     reader: JoinHandle<()>,
+    /// The runtime's load, read at each rotate (with `follow_load`).
+    load: Mutex<RuntimeLoad>,
 }
 
-/// What the writer thread, the reader task and the handle share.
+/// What makes the canaries, as the handle holds it.
+enum Source {
+    #[cfg(target_os = "linux")]
+    Timer(Arc<timer::Timer>),
+    Thread(Option<thread::JoinHandle<()>>),
+}
+
+/// What the canary source, the reader task and the handle share.
 struct IoShared {
     config: IoProbeConfig,
-    /// Set by [`IoProbe`]'s drop: the writer stops.
+    /// Set by [`IoProbe`]'s drop: the writer thread stops.
     stop: AtomicBool,
-    /// [`IoProbe::set_quiet`]: the writer waits `quiet_period` between canaries.
+    /// [`IoProbe::set_quiet`]: canaries every `quiet_period`.
     quiet: AtomicBool,
-    /// Canaries written.
+    /// The share of the runtime's CPUs busy at the last rotate, as `f64` bits.
+    load: AtomicU64,
+    /// The period canaries are due at now, in ns ([`IoProbeConfig::period_for`]).
+    period_ns: AtomicU64,
+    /// Canaries written (the thread) or expired (the timer).
     sent: AtomicU64,
-    /// Canaries not written because the socket buffer was full (the reader is stalled).
+    /// Canaries not recorded: not written because the socket buffer was full, or expired longer
+    /// ago than the window lasts when read (the reader was held up).
     skipped: AtomicU64,
     /// Canaries read and recorded.
     received: AtomicU64,
+    /// The most canaries one read of the timer records: a window's worth.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    max_backlog: u64,
     layout: Layout,
     /// One slot, in shared mode: written by the reader task wherever it runs (`fetch_add`).
     slot: Slot,
     window: Mutex<WindowState>,
 }
 
+impl IoShared {
+    /// The period canaries are due at now.
+    fn period(&self) -> Duration {
+        Duration::from_nanos(self.period_ns.load(Ordering::Relaxed))
+    }
+
+    /// One canary read `age_ns` after it was due.
+    fn record(&self, age_ns: u64) {
+        self.slot.bump(&self.layout, Some(age_ns), None, false);
+        self.received.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl IoProbe {
-    /// Starts the probe on the runtime behind `handle`: registers the reading end of a socket
-    /// pair with the runtime's I/O driver, spawns the reader task there and starts the writer
-    /// thread (`io-probe-canary`).
+    /// Starts the probe on the runtime behind `handle`: registers the reading end (the timer,
+    /// or a socket pair's) with the runtime's I/O driver, spawns the reader task there and, for
+    /// [`IoCanary::Thread`], starts the writer thread (`io-probe-canary`).
     ///
     /// Fails with [`IoProbeError::IoDisabled`] on a runtime built without I/O. tokio has no call
-    /// that tells; the probe tries to register its socket and catches the panic tokio raises
-    /// then. The panic hook still reports that panic (a message on stderr), and a program built
-    /// with `panic = "abort"` aborts: there, only start the probe on a runtime with I/O.
+    /// that tells; the probe tries to register its file descriptor and catches the panic tokio
+    /// raises then. The panic hook still reports that panic (a message on stderr), and a program
+    /// built with `panic = "abort"` aborts: there, only start the probe on a runtime with I/O.
     pub fn start(handle: &Handle, config: IoProbeConfig) -> Result<IoProbe, IoProbeError> {
         config.validate()?;
         let template = Histogram::<u64>::new_with_bounds(
@@ -264,40 +369,49 @@ impl IoProbe {
             config.probe.highest_ns(),
             config.probe.significant_figures,
         );
+        let window = config
+            .probe
+            .tick
+            .saturating_mul(config.probe.intervals() as u32);
+        let max_backlog = (window.as_nanos() / config.period.as_nanos().max(1)).max(1);
         let shared = Arc::new(IoShared {
             slot: Slot::new(&layout, true),
             window: Mutex::new(WindowState::new(&template, config.probe.intervals())),
             layout,
+            max_backlog: u64::try_from(max_backlog).unwrap_or(u64::MAX),
+            period_ns: AtomicU64::new(nanos(config.period)),
             config,
             stop: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
+            load: AtomicU64::new(1.0f64.to_bits()),
             sent: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             received: AtomicU64::new(0),
         });
-
-        let (send, recv) = socket_pair().map_err(IoProbeError::Socket)?;
-        let recv = register(handle, recv)?;
-        // Both ends measure from the same origin: a canary carries its write time.
-        let origin = Instant::now();
-        let reader = handle.spawn(read_canaries(recv, shared.clone(), origin));
-        let writer = {
-            let shared = shared.clone();
-            thread::Builder::new()
-                .name("io-probe-canary".into())
-                .spawn(move || write_canaries(&send, &shared, origin))
-        };
-        match writer {
-            Ok(writer) => Ok(IoProbe {
-                shared,
-                writer: Some(writer),
-                reader,
-            }),
-            Err(e) => {
-                reader.abort();
-                Err(IoProbeError::Thread(e))
+        let (source, reader) = match shared.config.canary {
+            #[cfg(target_os = "linux")]
+            IoCanary::Timer => {
+                let (timer, reader) = timer::start(handle, &shared, shared.config.period)?;
+                (Source::Timer(timer), reader)
             }
-        }
+            // Off Linux `validate` refused the timer.
+            #[cfg(not(target_os = "linux"))]
+            IoCanary::Timer | IoCanary::Thread => {
+                let (reader, writer) = socket::start(handle, &shared)?;
+                (Source::Thread(Some(writer)), reader)
+            }
+            #[cfg(target_os = "linux")]
+            IoCanary::Thread => {
+                let (reader, writer) = socket::start(handle, &shared)?;
+                (Source::Thread(Some(writer)), reader)
+            }
+        };
+        Ok(IoProbe {
+            shared,
+            source,
+            reader,
+            load: Mutex::new(RuntimeLoad::new(handle)),
+        })
     }
 
     /// The settings this probe was started with.
@@ -306,17 +420,32 @@ impl IoProbe {
     }
 
     /// Closes the current interval and pushes it into the window (evicting the interval that
-    /// falls out), as [`Probe::rotate`](crate::Probe::rotate) does. Call once per tick, from
-    /// outside the runtime; never blocks the reader task (it only reads counters).
+    /// falls out), as [`Probe::rotate`](crate::Probe::rotate) does, and (with
+    /// [`follow_load`](IoProbeConfig::follow_load)) sets the canaries' period for the runtime's
+    /// load since the last rotate. Call once per tick, from outside the runtime; never blocks
+    /// the reader task (it only reads counters).
     pub fn rotate(&self) {
         let shared = &*self.shared;
-        let mut state = shared.window.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut interval = None;
-        state.collect_from(0, &shared.slot, &shared.layout, &mut interval);
-        state.push(interval);
+        {
+            let mut state = shared.window.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut interval = None;
+            state.collect_from(0, &shared.slot, &shared.layout, &mut interval);
+            state.push(interval);
+        }
+        if shared.config.follow_load {
+            let busy = self
+                .load
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .busy();
+            if let Some(busy) = busy {
+                shared.load.store(busy.to_bits(), Ordering::Relaxed);
+                self.retune();
+            }
+        }
     }
 
-    /// *Written → read* latency of the canaries over the window (the intervals closed by
+    /// *Due → read* latency of the canaries over the window (the intervals closed by
     /// [`rotate`](Self::rotate)). `count == 0` and `None` percentiles when there were none.
     ///
     /// Every canary counts: when the reader is held up, canaries queue in the socket and each
@@ -336,7 +465,8 @@ impl IoProbe {
 
     /// Quiet: one canary every `quiet_period` instead of every `period`, for when nothing
     /// steers by the probe (the governor sets it while no elastic work runs or waits). Leaving
-    /// quiet wakes the writer at once, so the next canary does not wait out a quiet period.
+    /// quiet sends the next canary at once (the writer thread) or one `period` later (the timer),
+    /// not after a quiet period.
     ///
     /// ```
     /// use elastic_cpu_probe::{IoProbe, IoProbeConfig};
@@ -345,15 +475,44 @@ impl IoProbe {
     /// let io = IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap();
     /// io.set_quiet(true);
     /// assert!(io.is_quiet());
+    /// assert_eq!(io.period(), io.config().quiet_period);
     /// io.set_quiet(false);
     /// assert!(!io.is_quiet());
+    /// assert_eq!(io.period(), io.config().period);
     /// ```
     pub fn set_quiet(&self, quiet: bool) {
-        let was = self.shared.quiet.swap(quiet, Ordering::Relaxed);
-        if was && !quiet {
-            if let Some(t) = &self.writer {
-                t.thread().unpark();
+        self.shared.quiet.store(quiet, Ordering::Relaxed);
+        self.retune();
+    }
+
+    /// The period canaries are due at now ([`set_quiet`](Self::set_quiet), and the runtime's
+    /// load at the last [`rotate`](Self::rotate): [`IoProbeConfig::period_for`]).
+    pub fn period(&self) -> Duration {
+        self.shared.period()
+    }
+
+    /// Applies the period that quiet and load ask for, when it moved by an eighth or more (a
+    /// load that wobbles from tick to tick does not re-arm the timer every tick).
+    fn retune(&self) {
+        let shared = &*self.shared;
+        let quiet = shared.quiet.load(Ordering::Relaxed);
+        let busy = f64::from_bits(shared.load.load(Ordering::Relaxed));
+        let want = shared.config.period_for(quiet, busy);
+        let now = shared.period();
+        let moved = want.abs_diff(now);
+        if moved.is_zero() || (moved < now / 8 && !quiet && want != shared.config.period) {
+            return;
+        }
+        shared.period_ns.store(nanos(want), Ordering::Relaxed);
+        match &self.source {
+            // A failed re-arm keeps the old period: the probe still works, at the other rate.
+            #[cfg(target_os = "linux")]
+            Source::Timer(timer) => {
+                let _ = timer.arm(want, shared);
             }
+            // A shorter period starts now, not after the longer wait the writer is in.
+            Source::Thread(Some(writer)) if want < now => writer.thread().unpark(),
+            Source::Thread(_) => {}
         }
     }
 
@@ -362,7 +521,7 @@ impl IoProbe {
         self.shared.quiet.load(Ordering::Relaxed)
     }
 
-    /// Canaries written so far.
+    /// Canaries written (a thread) or expired and read (the timer) so far.
     pub fn sent(&self) -> u64 {
         self.shared.sent.load(Ordering::Relaxed)
     }
@@ -372,7 +531,8 @@ impl IoProbe {
         self.shared.received.load(Ordering::Relaxed)
     }
 
-    /// Canaries not written because the socket buffer was full (the reader was held up).
+    /// Canaries not recorded because the reader was held up: not written as the socket buffer
+    /// was full (a thread), or more than a window's worth expired before a read (the timer).
     pub fn skipped(&self) -> u64 {
         self.shared.skipped.load(Ordering::Relaxed)
     }
@@ -380,15 +540,20 @@ impl IoProbe {
     /// Whether both the writer thread and the reader task are still running (false once the
     /// runtime has shut down and the writer has noticed).
     pub fn is_running(&self) -> bool {
-        self.writer.as_ref().is_some_and(|t| !t.is_finished()) && !self.reader.is_finished()
+        let source = match &self.source {
+            #[cfg(target_os = "linux")]
+            Source::Timer(_) => true,
+            Source::Thread(writer) => writer.as_ref().is_some_and(|t| !t.is_finished()),
+        };
+        source && !self.reader.is_finished()
     }
 }
 
 impl fmt::Debug for IoProbe {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IoProbe")
-            .field("period", &self.shared.config.period)
             .field("quiet", &self.is_quiet())
+            .field("period", &self.period())
             .field("sent", &self.sent())
             .field("received", &self.received())
             .field("skipped", &self.skipped())
@@ -400,112 +565,29 @@ impl fmt::Debug for IoProbe {
 impl Drop for IoProbe {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(t) = self.writer.take() {
-            t.thread().unpark();
-            // The writer parks for one period at most and never blocks on the socket: prompt.
-            let _ = t.join();
+        if let Source::Thread(writer) = &mut self.source {
+            if let Some(t) = writer.take() {
+                t.thread().unpark();
+                // The writer parks for one period at most and never blocks on the socket.
+                let _ = t.join();
+            }
         }
-        // Cancels the reader at its next poll (it is parked on the socket); its end of the
-        // socket closes with it. A no-op if the runtime is gone.
+        // Cancels the reader at its next poll (it is parked on its file descriptor), which
+        // closes it (and disarms the timer). A no-op if the runtime is gone.
         self.reader.abort();
     }
 }
 
-/// The writer thread: one canary per period, skipping ahead rather than bursting after a delay.
-fn write_canaries(send: &StdEnd, shared: &IoShared, origin: Instant) {
-    let mut next = Instant::now();
-    while !shared.stop.load(Ordering::Acquire) {
-        let written = nanos(origin.elapsed());
-        match send.send(&written.to_le_bytes()) {
-            Ok(_) => {
-                shared.sent.fetch_add(1, Ordering::Relaxed);
-            }
-            // The reader is held up and the buffer is full: the queued canaries will report it.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                shared.skipped.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // The reading end is closed: the runtime has shut down (or the reader was aborted).
-            Err(_) => return,
-        }
-        let quiet = shared.quiet.load(Ordering::Relaxed);
-        let period = shared.config.period_when(quiet);
-        next += period;
-        let now = Instant::now();
-        if next <= now {
-            next = now + period;
-        }
-        thread::park_timeout(next - now);
-        // Woken out of a quiet wait by `set_quiet(false)`: the next canary goes now.
-        if quiet && !shared.quiet.load(Ordering::Relaxed) {
-            next = next.min(Instant::now());
-        }
-    }
-}
-
-/// The reader task: reads canaries as the I/O driver reports them and records their age.
-async fn read_canaries(recv: RecvEnd, shared: Arc<IoShared>, origin: Instant) {
-    // Larger than a canary, so that a longer datagram is seen as such (and ignored).
-    let mut buf = [0u8; 2 * CANARY_LEN];
-    loop {
-        match recv.recv(&mut buf).await {
-            Ok(CANARY_LEN) => {
-                let mut bytes = [0u8; CANARY_LEN];
-                bytes.copy_from_slice(&buf[..CANARY_LEN]);
-                let written = u64::from_le_bytes(bytes);
-                let age = nanos(origin.elapsed()).saturating_sub(written);
-                shared.slot.bump(&shared.layout, Some(age), None, false);
-                shared.received.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // The socket failed (or the writer is gone): nothing more to read.
-            Err(_) => return,
-        }
-    }
-}
-
-/// One end of the socket pair, as std has it (the writer's end stays so).
-#[cfg(unix)]
-type StdEnd = std::os::unix::net::UnixDatagram;
-/// The reading end, registered with the runtime's I/O driver.
-#[cfg(unix)]
-type RecvEnd = tokio::net::UnixDatagram;
-#[cfg(not(unix))]
-type StdEnd = std::net::UdpSocket;
-#[cfg(not(unix))]
-type RecvEnd = tokio::net::UdpSocket;
-
-/// A connected datagram socket pair, both ends non-blocking (the writer never blocks on a full
-/// buffer; tokio requires it of the reader). The reading end is not registered yet.
-#[cfg(unix)]
-fn socket_pair() -> io::Result<(StdEnd, StdEnd)> {
-    let (send, recv) = StdEnd::pair()?;
-    send.set_nonblocking(true)?;
-    recv.set_nonblocking(true)?;
-    Ok((send, recv))
-}
-
-#[cfg(not(unix))]
-fn socket_pair() -> io::Result<(StdEnd, StdEnd)> {
-    use std::net::Ipv4Addr;
-    let send = StdEnd::bind((Ipv4Addr::LOCALHOST, 0))?;
-    let recv = StdEnd::bind((Ipv4Addr::LOCALHOST, 0))?;
-    // Connected both ways: the reader only accepts datagrams from the writer.
-    send.connect(recv.local_addr()?)?;
-    recv.connect(send.local_addr()?)?;
-    send.set_nonblocking(true)?;
-    recv.set_nonblocking(true)?;
-    Ok((send, recv))
-}
-
-/// Registers the reading end with the I/O driver of `handle`'s runtime. Inside the runtime's
-/// context (entered here) tokio panics there only when the runtime has no I/O driver ("IO is
-/// disabled"): that panic becomes [`IoProbeError::IoDisabled`]. Not matched on its message,
-/// which tokio does not promise to keep.
-fn register(handle: &Handle, recv: StdEnd) -> Result<RecvEnd, IoProbeError> {
+/// Registers a reading end with the I/O driver of `handle`'s runtime (`register` wraps it in
+/// tokio's type). Inside the runtime's context (entered here) tokio panics there only when the
+/// runtime has no I/O driver ("IO is disabled"): that panic becomes [`IoProbeError::IoDisabled`].
+/// Not matched on its message, which tokio does not promise to keep.
+fn register<T>(
+    handle: &Handle,
+    register: impl FnOnce() -> io::Result<T>,
+) -> Result<T, IoProbeError> {
     let _entered = handle.enter();
-    match panic::catch_unwind(AssertUnwindSafe(|| RecvEnd::from_std(recv))) {
+    match panic::catch_unwind(AssertUnwindSafe(register)) {
         Ok(registered) => registered.map_err(IoProbeError::Socket),
         Err(_io_disabled) => Err(IoProbeError::IoDisabled),
     }

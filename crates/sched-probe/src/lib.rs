@@ -103,18 +103,20 @@
 //!
 //! # Waits tokio's clock does not see
 //!
-//! * [`IoProbe`]: from a socket becoming readable until the reader task is polled, through the
-//!   runtime's own I/O driver (a canary datagram every ~1 ms), in a window rotated like the
-//!   probe's.
+//! * [`IoProbe`]: from a canary becoming readable until the reader task is polled, through the
+//!   runtime's own I/O driver (a timer expiry or a datagram every ~1 ms), in a window rotated
+//!   like the probe's.
 //! * [`RunQueueStats`]: time the threads of a [`ThreadRegistry`] spent runnable in the OS run
 //!   queue (Linux per-thread `schedstat`), per tick, per thread and summed.
 
-#![forbid(unsafe_code)]
+// One `unsafe` block: registering the I/O probe's timerfd with tokio (io_probe/timer.rs).
+#![deny(unsafe_code)]
 
 // Module layering: each module uses only the modules on its right, none uses the crate root, so
 // there is no import cycle.
 //   probe   -> config, hooks, sampler, shared, slot, window
-//   io_probe -> config, shared, slot, window
+//   io_probe -> config, runtime_load, shared, slot, window
+//   runtime_load: no crate imports
 //   run_queue -> threads
 //   threads: no crate imports
 //   hooks   -> shared
@@ -132,6 +134,7 @@ mod io_probe;
 mod poll_state;
 mod probe;
 mod run_queue;
+mod runtime_load;
 mod sampler;
 mod shared;
 mod slot;
@@ -144,7 +147,7 @@ pub use cgroup::{
 };
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;
-pub use io_probe::{IoProbe, IoProbeConfig, IoProbeError};
+pub use io_probe::{IoCanary, IoProbe, IoProbeConfig, IoProbeError};
 pub use poll_state::mark_elastic_poll;
 pub use probe::{Probe, Source};
 pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};

@@ -1,15 +1,16 @@
-//! The I/O wake-up probe end to end on real runtimes: canaries are read and recorded, the probe
-//! stops on drop and by itself when the runtime is gone, and a runtime without I/O is a typed
-//! error. Counts with generous deadlines; no timing assertions.
+//! The I/O wake-up probe end to end on real runtimes, with each canary source: canaries are read
+//! and recorded, the probe stops on drop and by itself when the runtime is gone, a held-up
+//! reader's canaries are all counted, the period follows quiet and the runtime's load, and a
+//! runtime without I/O is a typed error. Counts with generous deadlines; no timing assertions.
 
 mod common;
 
 use common::wait_until;
 use std::time::Duration;
 
-use elastic_cpu_probe::{IoProbe, IoProbeConfig, IoProbeError, ProbeConfig};
+use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig, IoProbeError, ProbeConfig};
 
-/// Nothing leaves the window during a test.
+/// Nothing leaves the window during a test; the default canary source.
 fn config() -> IoProbeConfig {
     IoProbeConfig {
         period: Duration::from_millis(1),
@@ -18,7 +19,22 @@ fn config() -> IoProbeConfig {
             window: Duration::from_secs(1000),
             ..ProbeConfig::default()
         },
+        ..IoProbeConfig::default()
     }
+}
+
+/// The canary sources this OS has.
+fn canaries() -> Vec<IoCanary> {
+    if cfg!(target_os = "linux") {
+        vec![IoCanary::Timer, IoCanary::Thread]
+    } else {
+        vec![IoCanary::Thread]
+    }
+}
+
+/// [`config`] with canaries from `canary`.
+fn config_with(canary: IoCanary) -> IoProbeConfig {
+    IoProbeConfig { canary, ..config() }
 }
 
 fn one_worker_with_io() -> tokio::runtime::Runtime {
@@ -29,8 +45,8 @@ fn one_worker_with_io() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn records_then_stops(rt: &tokio::runtime::Runtime) {
-    let io = IoProbe::start(rt.handle(), config()).unwrap();
+fn records_then_stops(rt: &tokio::runtime::Runtime, canary: IoCanary) {
+    let io = IoProbe::start(rt.handle(), config_with(canary)).unwrap();
     assert!(io.is_running());
     assert_eq!(io.window().count, 0, "nothing rotated yet");
     wait_until(|| io.received() >= 10);
@@ -63,7 +79,9 @@ fn multi_thread_runtime() {
         .enable_io()
         .build()
         .unwrap();
-    records_then_stops(&rt);
+    for canary in canaries() {
+        records_then_stops(&rt, canary);
+    }
     // The runtime goes on working after the probe is gone.
     assert_eq!(
         rt.block_on(async { tokio::spawn(async { 7 }).await.unwrap() }),
@@ -82,7 +100,9 @@ fn current_thread_runtime_driven_by_block_on() {
         let rt = &rt;
         // Someone has to drive a current-thread runtime (and its I/O driver).
         s.spawn(move || rt.block_on(async { stop_rx.await.ok() }));
-        records_then_stops(rt);
+        for canary in canaries() {
+            records_then_stops(rt, canary);
+        }
         stop_tx.send(()).unwrap();
     });
 }
@@ -94,7 +114,7 @@ fn an_undriven_runtime_gets_no_records_and_the_writer_skips_when_the_buffer_is_f
         .enable_time()
         .build()
         .unwrap();
-    let io = IoProbe::start(rt.handle(), config()).unwrap();
+    let io = IoProbe::start(rt.handle(), config_with(IoCanary::Thread)).unwrap();
     // Nobody drives the runtime: the canaries queue in the socket until it is full.
     wait_until(|| io.skipped() >= 1);
     assert_eq!(io.received(), 0);
@@ -112,19 +132,81 @@ fn an_undriven_runtime_gets_no_records_and_the_writer_skips_when_the_buffer_is_f
     assert!(io.window().count >= queued);
 }
 
+/// The timer's expiries wait for a reader in the kernel's count: once the runtime is driven,
+/// every one is recorded with its own wait, the first ones the longest.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_undriven_runtime_keeps_the_timer_expiries_for_the_reader() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
+    let io = IoProbe::start(rt.handle(), config_with(IoCanary::Timer)).unwrap();
+    // Nothing is read while nobody drives the runtime (at least 30 expiries go by: 30 ms).
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!((io.sent(), io.received()), (0, 0));
+    rt.block_on(async {
+        while io.received() < 30 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    assert_eq!(io.skipped(), 0, "a window holds them all");
+    io.rotate();
+    let w = io.window();
+    assert!(w.count >= 30, "{w:?}");
+    // The first read found ≥ 30 expiries at once: the oldest had waited ≥ 29 periods.
+    assert!(w.max.unwrap() >= Duration::from_millis(29), "{w:?}");
+}
+
+/// A reader held up for longer than the window records a window's worth of the newest
+/// expiries and counts the older ones as skipped.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_timer_backlog_past_the_window_is_skipped_not_recorded() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
+    // A 100 ms window (10 ticks of 10 ms) at 1 ms: of a backlog, the newest 100 are recorded.
+    let config = IoProbeConfig {
+        probe: ProbeConfig {
+            tick: Duration::from_millis(10),
+            window: Duration::from_millis(100),
+            ..ProbeConfig::default()
+        },
+        ..config_with(IoCanary::Timer)
+    };
+    let io = IoProbe::start(rt.handle(), config).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    rt.block_on(async {
+        while io.sent() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    // The runtime is no longer driven: the counts stand still. The first read found ≥ 250
+    // expiries, recorded the newest 100 and skipped the rest; later reads skipped none.
+    assert!(io.skipped() >= 150, "{io:?}");
+    assert!(io.received() >= 100, "{io:?}");
+    assert_eq!(io.sent(), io.received() + io.skipped(), "{io:?}");
+}
+
 #[test]
 fn runtime_shutdown_stops_the_probe_without_a_hang() {
-    let rt = one_worker_with_io();
-    let io = IoProbe::start(rt.handle(), config()).unwrap();
-    wait_until(|| io.received() >= 1);
-    drop(rt); // drops the reader task and closes its end of the socket
-    wait_until(|| !io.is_running()); // the writer notices at its next canary
-    let sent = io.sent();
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(io.sent(), sent, "the writer has stopped");
-    io.rotate();
-    assert!(io.window().count >= 1);
-    drop(io);
+    for canary in canaries() {
+        let rt = one_worker_with_io();
+        let io = IoProbe::start(rt.handle(), config_with(canary)).unwrap();
+        wait_until(|| io.received() >= 1);
+        drop(rt); // drops the reader task, which closes its end (and disarms the timer)
+        wait_until(|| !io.is_running()); // a writer thread notices at its next canary
+        let sent = io.sent();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(io.sent(), sent, "{canary:?}: no more canaries");
+        io.rotate();
+        assert!(io.window().count >= 1);
+        drop(io);
+    }
 }
 
 #[test]
@@ -197,15 +279,69 @@ fn bad_settings_are_refused_with_the_setting_named() {
 /// Quiet, the canaries still flow (at the quiet period), and leaving quiet resumes them.
 #[test]
 fn quiet_canaries_still_flow() {
-    let rt = one_worker_with_io();
-    let io = IoProbe::start(rt.handle(), config()).unwrap();
-    io.set_quiet(true);
-    assert!(io.is_quiet());
-    let at = io.received();
-    wait_until(|| io.received() >= at + 3);
-    io.set_quiet(false);
-    assert!(!io.is_quiet());
-    let at = io.received();
-    wait_until(|| io.received() >= at + 10);
-    assert!(format!("{io:?}").contains("quiet: false"));
+    for canary in canaries() {
+        let rt = one_worker_with_io();
+        let io = IoProbe::start(rt.handle(), config_with(canary)).unwrap();
+        io.set_quiet(true);
+        assert!(io.is_quiet());
+        assert_eq!(io.period(), Duration::from_millis(10));
+        let at = io.received();
+        wait_until(|| io.received() >= at + 3);
+        io.set_quiet(false);
+        assert!(!io.is_quiet());
+        assert_eq!(io.period(), Duration::from_millis(1));
+        let at = io.received();
+        wait_until(|| io.received() >= at + 10);
+        assert!(format!("{io:?}").contains("quiet: false"));
+    }
+}
+
+/// The period follows the runtime's load, measured at each rotate: an idle runtime stretches it
+/// to the quiet period, a busy one brings it back toward `period`; with `follow_load` off it
+/// stays.
+#[test]
+fn the_period_follows_the_runtime_load() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    for canary in canaries() {
+        let rt = one_worker_with_io();
+        let io = IoProbe::start(rt.handle(), config_with(canary)).unwrap();
+        let fixed = IoProbeConfig {
+            follow_load: false,
+            ..config_with(canary)
+        };
+        let fixed = IoProbe::start(rt.handle(), fixed).unwrap();
+        // Idle: the worker only reads canaries, a small share of its time.
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(20));
+            io.rotate();
+            fixed.rotate();
+        }
+        assert_eq!(io.period(), Duration::from_millis(10), "{canary:?} idle");
+        assert_eq!(fixed.period(), Duration::from_millis(1));
+        let at = io.received();
+        wait_until(|| io.received() >= at + 3);
+        // Busy: a task that yields and is polled again at once keeps the worker busy (tokio
+        // adds its busy time up at each maintenance, every 61 polls).
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinning = {
+            let stop = stop.clone();
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        io.rotate();
+        wait_until(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            io.rotate();
+            io.period() < Duration::from_millis(10)
+        });
+        stop.store(true, Ordering::Relaxed);
+        rt.block_on(spinning).unwrap();
+        let at = io.received();
+        wait_until(|| io.received() >= at + 10);
+    }
 }

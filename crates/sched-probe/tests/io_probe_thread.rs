@@ -1,14 +1,20 @@
-//! Dropping an `IoProbe` ends its writer thread: counted in `/proc/self/task` by thread name
-//! (Linux only). Its own test binary, so no other test's probe threads are counted.
+//! Dropping an `IoProbe` ends its writer thread (counted in `/proc/self/task` by thread name),
+//! and closes its timer (counted in `/proc/self/fd`); the timer source starts no thread (Linux
+//! only). Its own test binary, so no other test's probe threads or descriptors are counted; the
+//! two tests share a lock, so neither counts the other's.
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod common;
+
+/// Held by each test: the other's threads and descriptors are not counted.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[test]
 fn drop_ends_the_writer_thread() {
     use common::wait_until;
-    use elastic_cpu_probe::{IoProbe, IoProbeConfig};
+    use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig};
 
     /// Threads of this process named like the writer.
     fn writers() -> usize {
@@ -19,13 +25,20 @@ fn drop_ends_the_writer_thread() {
             .count()
     }
 
+    let _alone = ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_io()
         .build()
         .unwrap();
     assert_eq!(writers(), 0);
-    let io = IoProbe::start(rt.handle(), IoProbeConfig::default()).unwrap();
+    let thread = IoProbeConfig {
+        canary: IoCanary::Thread,
+        ..IoProbeConfig::default()
+    };
+    let io = IoProbe::start(rt.handle(), thread).unwrap();
     // The thread names itself as it starts: maybe not yet when `start` returns.
     wait_until(|| writers() == 1);
     wait_until(|| io.received() >= 1);
@@ -33,5 +46,46 @@ fn drop_ends_the_writer_thread() {
     // The join returns as the thread exits; the kernel removes its entry a moment later.
     wait_until(|| writers() == 0);
     // The runtime shuts down cleanly (the reader task was aborted).
+    drop(rt);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_timer_starts_no_thread_and_drop_closes_it() {
+    use common::wait_until;
+    use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig};
+
+    /// This process's threads, and its open timerfds.
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().count()
+    }
+    fn timerfds() -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("timerfd"))
+            .count()
+    }
+
+    let _alone = ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_io()
+        .build()
+        .unwrap();
+    let (threads_before, timers_before) = (threads(), timerfds());
+    let timer = IoProbeConfig {
+        canary: IoCanary::Timer,
+        ..IoProbeConfig::default()
+    };
+    let io = IoProbe::start(rt.handle(), timer).unwrap();
+    wait_until(|| io.received() >= 1);
+    assert_eq!(threads(), threads_before, "no thread of the probe's own");
+    assert_eq!(timerfds(), timers_before + 1);
+    drop(io);
+    // The reader task, which holds the timer too, is dropped at its next poll.
+    wait_until(|| timerfds() == timers_before);
     drop(rt);
 }
