@@ -47,10 +47,10 @@ pub use elastic_cpu_pacer::{
     DEFAULT_QUANTUM, DEFAULT_SLICE, IO_TARGET_FACTOR, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
 };
 pub use elastic_cpu_probe::{
-    cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoProbe, IoProbeConfig,
-    IoProbeError, NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource, RunQueueStats,
-    RunQueueTick, RunQueueUnavailable, Sampler, Source, Split, Summary, ThreadRegistration,
-    ThreadRegistry, ThreadRole, ThreadWait, Window,
+    cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoCanary, IoProbe,
+    IoProbeConfig, IoProbeError, NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource,
+    RunQueueStats, RunQueueTick, RunQueueUnavailable, Sampler, Source, Split, Summary,
+    ThreadRegistration, ThreadRegistry, ThreadRole, ThreadWait, Window,
 };
 
 /// The three crates, for what the facade does not re-export.
