@@ -25,13 +25,16 @@
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
 //!   window with samples in several worker slots (what the governor does every tick).
 //! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
-//!   8 workers and I/O enabled, without and with an `IoProbe` running (a canary every 1 ms from
-//!   its writer thread, read by its task on the runtime; rotated every tick as in production).
-//!   The difference is what the I/O probe costs the foreground: its task's polls and I/O driver
-//!   events on the workers, and its writer thread's CPU. After them the bench prints
-//!   `io_probe/cpu_share`: the probe's own CPU as a share of one core (process CPU time per
-//!   wall second on an idle runtime, without it, with it at 1 ms and quiet at 50 ms, 3
-//!   interleaved rounds of 2 s).
+//!   8 workers and I/O enabled, without and with an `IoProbe` running (its default canaries, a
+//!   timerfd on Linux, at the fixed 1 ms; rotated every tick as in production). The difference
+//!   is what the I/O probe costs a busy runtime: its task's polls and I/O driver events on the
+//!   workers. After them the bench prints `io_probe/cpu_share`: the probe's own CPU as a share
+//!   of one core (process CPU time per wall second without and with it, interleaved rounds): on
+//!   an idle runtime at the fixed 1 ms from both canary sources and quiet, then following the
+//!   runtime's load (the library's default) and at the fixed 1 ms under loads of 0–90 % of
+//!   every CPU (see `io_probe_cpu_share`).
+//! * `run_queue/sample/{8,32}`: one `RunQueueStats::sample()` over a registry of 8 / 32 threads
+//!   (one `schedstat` read each, Linux): what the run-queue signal costs the governor per tick.
 //!
 //! ```text
 //! cargo bench --bench probe
@@ -44,7 +47,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu_core::ProcessCpuClock;
-use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig};
+use elastic_cpu_probe::{
+    IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig, RunQueueStats, ThreadRegistry, ThreadRole,
+};
 use tokio::runtime::Runtime;
 
 /// Tasks per run (see the module docs for why this many).
@@ -620,5 +625,43 @@ const IO_BENCH_WORKER: &str = "io-bench-worker";
 /// The thread of a [`Rotator`].
 const ROTATOR: &str = "bench-rotator";
 
-criterion_group!(benches, probe_overhead, histogram, io_probe);
+/// What the run-queue signal costs per governor tick: one sample over 8 and 32 registered
+/// threads (parked while measured, as idle workers are).
+fn run_queue(c: &mut Criterion) {
+    let mut group = c.benchmark_group("run_queue");
+    for threads in [8usize, 32] {
+        let registry = ThreadRegistry::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let parked: Vec<_> = (0..threads)
+            .map(|_| {
+                let (registry, stop) = (registry.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let _registered = registry.register_current(ThreadRole::Worker).ok();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::park();
+                    }
+                })
+            })
+            .collect();
+        while registry.len() < threads {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut stats = RunQueueStats::new(&registry);
+        if stats.sample().is_err() {
+            println!("run_queue/sample: no per-thread schedstat on this target");
+        } else {
+            group.bench_function(BenchmarkId::new("sample", threads), |b| {
+                b.iter(|| black_box(stats.sample().is_ok()))
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in parked {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, probe_overhead, histogram, io_probe, run_queue);
 criterion_main!(benches);

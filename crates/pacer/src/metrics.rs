@@ -39,7 +39,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_io_latency_p99_seconds",
         "seconds",
-        "p99 I/O wake-up latency over the probe window: a canary's write to its read by a task (unset while off or empty)",
+        "p99 I/O wake-up latency over the probe window: a canary due to its read by a task (unset while off or empty)",
     ),
     (
         "elastic_cpu_run_queue_delay_seconds",

@@ -21,6 +21,12 @@ use crate::config::ElasticBuilder;
 /// floor.
 pub const IO_TARGET_FACTOR: u32 = 3;
 
+/// The fewest canaries in the I/O probe's window for its p99 to join the signal: the p99 of
+/// fewer is their largest, one stray wait. Measured: a fresh probe (each demo phase starts one)
+/// with its period stretched to 5–10 ms on a lightly loaded runtime held one start-up canary of
+/// 430–800 µs as its "p99" for the first second, which kept the limit at its floor that long.
+pub(crate) const IO_MIN_CANARIES: u64 = 100;
+
 /// Whether a component of the signal is measured, and if not, why.
 ///
 /// ```
@@ -94,6 +100,8 @@ impl fmt::Display for SignalSource {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Reading {
     pub(crate) io_p99: Option<Duration>,
+    /// Canaries in the window `io_p99` is over.
+    pub(crate) io_count: u64,
     pub(crate) io: Availability,
     pub(crate) io_quiet: bool,
     pub(crate) io_period: Option<Duration>,
@@ -186,7 +194,9 @@ impl Signals {
         if let Some(io) = &self.io {
             if io.is_running() {
                 io.rotate();
-                r.io_p99 = io.window().p99;
+                let window = io.window();
+                r.io_p99 = window.p99;
+                r.io_count = window.count;
             } else {
                 r.io = Availability::Unavailable("the runtime has shut down".into());
             }
@@ -257,12 +267,13 @@ fn window_delay(window: &VecDeque<(Duration, u64)>) -> Option<Duration> {
 }
 
 /// The signal the controller steps on: the largest of the scheduling p99, the I/O wake-up p99
-/// over [`IO_TARGET_FACTOR`] and the run-queue delay, against the one target; and which it
-/// was. Ties name the first.
+/// over [`IO_TARGET_FACTOR`] (from a window of at least [`IO_MIN_CANARIES`]) and the run-queue
+/// delay, against the one target; and which it was. Ties name the first.
 pub(crate) fn combine(sched: Option<Duration>, r: &Reading) -> (Option<Duration>, SignalSource) {
+    let io = r.io_p99.filter(|_| r.io_count >= IO_MIN_CANARIES);
     [
         (sched, SignalSource::Sched),
-        (r.io_p99.map(|p| p / IO_TARGET_FACTOR), SignalSource::Io),
+        (io.map(|p| p / IO_TARGET_FACTOR), SignalSource::Io),
         (r.run_queue_delay, SignalSource::RunQueue),
     ]
     .into_iter()
@@ -274,10 +285,11 @@ pub(crate) fn combine(sched: Option<Duration>, r: &Reading) -> (Option<Duration>
 }
 
 impl ElasticBuilder {
-    /// Whether the I/O wake-up probe steers the limit too (default: on). A thread outside the
-    /// runtime writes a timestamped datagram every millisecond; a task on the runtime reads it
-    /// through the runtime's I/O driver; *written → read* goes into a window like the
-    /// scheduling probe's, and its p99 over [`IO_TARGET_FACTOR`] joins the signal (the largest
+    /// Whether the I/O wake-up probe steers the limit too (default: on). A canary becomes
+    /// readable through the runtime's I/O driver every millisecond while the runtime is busy (a
+    /// `timerfd` expiry on Linux, a datagram from a writer thread elsewhere; less often while it
+    /// is not, see [`Snapshot::io_period`](crate::Snapshot::io_period)); a task on the runtime
+    /// reads it; *due → read* goes into a window like the scheduling probe's, and its p99 over [`IO_TARGET_FACTOR`] joins the signal (the largest
     /// of the components, against the one target: the I/O p99 against 3 × the target). It sees what tokio's task clock cannot: a readable socket waiting for a
     /// worker to poll the I/O driver. Started when a runtime is attached through
     /// [`Elastic::runtime`](crate::Elastic::runtime) (which enables the runtime's I/O driver)
@@ -325,6 +337,7 @@ mod tests {
         // The I/O p99 counts over its factor: 900 µs of I/O wake-up weighs as 300 µs.
         let r = Reading {
             io_p99: us(900),
+            io_count: IO_MIN_CANARIES,
             run_queue_delay: us(50),
             ..Reading::default()
         };
@@ -348,9 +361,26 @@ mod tests {
         // A tie names the scheduling latency.
         let tie = Reading {
             io_p99: us(30),
+            io_count: IO_MIN_CANARIES,
             ..Reading::default()
         };
         assert_eq!(combine(us(10), &tie), (us(10), SignalSource::Sched));
+    }
+
+    #[test]
+    fn an_io_p99_of_too_few_canaries_is_left_out() {
+        let few = Reading {
+            io_p99: us(900),
+            io_count: IO_MIN_CANARIES - 1,
+            ..Reading::default()
+        };
+        assert_eq!(combine(us(200), &few), (us(200), SignalSource::Sched));
+        assert_eq!(combine(None, &few), (None, SignalSource::None));
+        let enough = Reading {
+            io_count: IO_MIN_CANARIES,
+            ..few
+        };
+        assert_eq!(combine(us(200), &enough), (us(300), SignalSource::Io));
     }
 
     #[test]

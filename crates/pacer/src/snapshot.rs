@@ -50,9 +50,10 @@ pub struct Snapshot {
     pub signal_p99: Option<Duration>,
     /// Which component [`signal_p99`](Self::signal_p99) was.
     pub signal_source: SignalSource,
-    /// p99 I/O wake-up latency over the probe window: a canary datagram's *written → read by a
-    /// task*, through the runtime's I/O driver ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
-    /// `None`: no probe running (see [`io_probe`](Self::io_probe)) or no canary read yet.
+    /// p99 I/O wake-up latency over the probe window: a canary's *due → read by a task*
+    /// (a timer expiry on Linux, a datagram elsewhere), through the runtime's I/O driver ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
+    /// `None`: no probe running (see [`io_probe`](Self::io_probe)) or no canary read yet. It
+    /// joins the signal only once the window holds at least 100 canaries.
     pub io_p99: Option<Duration>,
     /// Whether the I/O wake-up probe runs, and if not, why.
     pub io_probe: Availability,
@@ -60,9 +61,9 @@ pub struct Snapshot {
     /// no elastic work ran or waited and no idle class or gate steered by the signal.
     pub io_quiet: bool,
     /// The period the I/O probe's canaries come at since the last tick: the quiet period while
-    /// quiet, else 1 ms on a busy machine, stretched to 1 ms ÷ busy² on one that is not, where
-    /// busy is the share of the CPUs the process kept busy over the last tick (at most the
-    /// quiet period: [`IoProbeConfig::period_for`](elastic_cpu_probe::IoProbeConfig::period_for)).
+    /// quiet, else 1 ms on a busy runtime, stretched to 1 ms ÷ busy² on one that is not, where
+    /// busy is the share of its CPUs the runtime's workers were busy over the last tick (at most
+    /// 20 ms: [`IoProbeConfig::period_for`](elastic_cpu_probe::IoProbeConfig::period_for)).
     /// `None`: no probe running.
     pub io_period: Option<Duration>,
     /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::eventually;
 use elastic_cpu_pacer::{Availability, Elastic, IO_TARGET_FACTOR};
-use elastic_cpu_probe::IoProbeError;
+use elastic_cpu_probe::{IoProbeConfig, IoProbeError};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -51,7 +51,7 @@ fn both_components_are_in_the_snapshot() {
 }
 
 /// The I/O canaries slow to their quiet period while nothing steers by the signal, and speed
-/// up again while elastic work runs.
+/// up again while elastic work runs: to the full rate while it keeps the runtime busy.
 #[test]
 fn io_canaries_are_quiet_without_elastic_work() {
     let elastic = Elastic::builder().build().unwrap();
@@ -59,6 +59,8 @@ fn io_canaries_are_quiet_without_elastic_work() {
     eventually("quiet with no elastic work", WITHIN, || {
         elastic.snapshot().io_quiet
     });
+    let quiet = elastic.snapshot().io_period;
+    assert_eq!(quiet, Some(IoProbeConfig::default().quiet_period));
     let stop = Arc::new(AtomicBool::new(false));
     let mut pacer = elastic.pacer();
     let job = {
@@ -72,6 +74,12 @@ fn io_canaries_are_quiet_without_elastic_work() {
     };
     eventually("active while elastic work runs", WITHIN, || {
         !elastic.snapshot().io_quiet
+    });
+    // The pacer's stretches keep the workers busy part of the time: a period shorter than the
+    // quiet one (how much shorter depends on the limit the controller has reached).
+    eventually("canaries faster than quiet", WITHIN, || {
+        let quiet = quiet.expect("the probe runs");
+        elastic.snapshot().io_period.is_some_and(|p| p < quiet)
     });
     stop.store(true, Ordering::Relaxed);
     rt.block_on(job).unwrap();

@@ -82,13 +82,19 @@ pub struct IoProbeConfig {
     /// busy ([`follow_load`](Self::follow_load), [`period_for`](Self::period_for)).
     pub period: Duration,
     /// The period while the probe is quiet ([`IoProbe::set_quiet`]): when nothing steers by
-    /// it, canaries cost less. Also the longest period on an idle runtime
-    /// ([`follow_load`](Self::follow_load)). Must be ≥ `period`. Default 50 ms: on an idle runtime each
+    /// it, canaries cost less. Must be ≥ `idle_period`. Default 50 ms: on an idle runtime each
     /// canary wakes a parked worker, so the 1 ms period costs a few % of one core there and
     /// 50 ms a fraction of 1 % (bench `io_probe/cpu_share`; figures on [`IoProbe`]).
     pub quiet_period: Duration,
+    /// The longest period while not quiet, on an idle runtime. Must be within `period ..=
+    /// quiet_period`. Default 20 ms: the default 2.5 s window then holds at least 125
+    /// canaries, so its p99 is not a single stray wait, at about half a percent of one core on
+    /// an idle runtime.
+    pub idle_period: Duration,
     /// Whether the period follows the runtime's load ([`period_for`](Self::period_for), measured
-    /// at each [`IoProbe::rotate`]). Default true; false: always `period` (or `quiet_period`).
+    /// at each [`IoProbe::rotate`]), after a window's worth of rotations at the full rate from
+    /// the start and from leaving quiet. Default true; false: always `period` (or
+    /// `quiet_period`).
     pub follow_load: bool,
     /// Where the canaries come from. Default: [`IoCanary::Timer`] on Linux, else
     /// [`IoCanary::Thread`]; [`IoCanary::Timer`] elsewhere is refused (setting `canary`).
@@ -104,6 +110,7 @@ impl Default for IoProbeConfig {
         IoProbeConfig {
             period: Duration::from_millis(1),
             quiet_period: Duration::from_millis(50),
+            idle_period: Duration::from_millis(20),
             follow_load: true,
             canary: IoCanary::default(),
             probe: ProbeConfig::default(),
@@ -114,7 +121,7 @@ impl Default for IoProbeConfig {
 impl IoProbeConfig {
     /// The canaries' period: `quiet_period` while quiet, else `period` stretched on a runtime
     /// that is not fully busy (`busy`: the share of its CPUs its workers kept busy, 0.0 ..= 1.0)
-    /// to `period / busy²`, at most `quiet_period`.
+    /// to `period / busy²`, at most `idle_period`.
     ///
     /// Why: a canary that finds the workers parked wakes one, which is most of its cost (~30 µs
     /// of CPU on a VM when the CPU was halted, ~17 µs when it preempts another thread), while one
@@ -131,7 +138,7 @@ impl IoProbeConfig {
     /// let c = IoProbeConfig::default();
     /// assert_eq!(c.period_for(false, 1.0), Duration::from_millis(1));
     /// assert_eq!(c.period_for(false, 0.5), Duration::from_millis(4));
-    /// assert_eq!(c.period_for(false, 0.0), Duration::from_millis(50));
+    /// assert_eq!(c.period_for(false, 0.0), Duration::from_millis(20));
     /// assert_eq!(c.period_for(true, 1.0), Duration::from_millis(50));
     /// ```
     pub fn period_for(&self, quiet: bool, busy: f64) -> Duration {
@@ -143,9 +150,9 @@ impl IoProbeConfig {
         } else {
             busy.clamp(0.0, 1.0)
         };
-        let longest = self.quiet_period.as_secs_f64();
+        let longest = self.idle_period.as_secs_f64();
         let stretched = (self.period.as_secs_f64() / (busy * busy)).min(longest);
-        Duration::from_secs_f64(stretched).clamp(self.period, self.quiet_period)
+        Duration::from_secs_f64(stretched).clamp(self.period, self.idle_period.max(self.period))
     }
 
     /// Checks every setting; the first bad one is returned as a [`SettingError`] naming it.
@@ -157,11 +164,18 @@ impl IoProbeConfig {
                 "above zero",
             ));
         }
-        if self.quiet_period < self.period {
+        if self.idle_period < self.period {
+            return Err(SettingError::new(
+                "idle_period",
+                format!("{:?}", self.idle_period),
+                "at least period",
+            ));
+        }
+        if self.quiet_period < self.idle_period {
             return Err(SettingError::new(
                 "quiet_period",
                 format!("{:?}", self.quiet_period),
-                "at least period",
+                "at least idle_period",
             ));
         }
         if self.canary == IoCanary::Timer && !cfg!(target_os = "linux") {
@@ -317,6 +331,10 @@ struct IoShared {
     load: AtomicU64,
     /// The period canaries are due at now, in ns ([`IoProbeConfig::period_for`]).
     period_ns: AtomicU64,
+    /// Rotations left at the full rate: a window's worth after the start and after leaving
+    /// quiet, so that the first window's p99 rests on canaries enough (at a stretched period a
+    /// few stray start-up waits would stand as its p99 for a second or more).
+    warm_rotations: AtomicU64,
     /// Canaries written (the thread) or expired (the timer).
     sent: AtomicU64,
     /// Canaries not recorded: not written because the socket buffer was full, or expired longer
@@ -380,6 +398,7 @@ impl IoProbe {
             layout,
             max_backlog: u64::try_from(max_backlog).unwrap_or(u64::MAX),
             period_ns: AtomicU64::new(nanos(config.period)),
+            warm_rotations: AtomicU64::new(config.probe.intervals() as u64),
             config,
             stop: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
@@ -438,7 +457,12 @@ impl IoProbe {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .busy();
+            let warm = shared.warm_rotations.load(Ordering::Relaxed);
+            if warm > 0 {
+                shared.warm_rotations.store(warm - 1, Ordering::Relaxed);
+            }
             if let Some(busy) = busy {
+                let busy = if warm > 1 { 1.0 } else { busy };
                 shared.load.store(busy.to_bits(), Ordering::Relaxed);
                 self.retune();
             }
@@ -481,7 +505,13 @@ impl IoProbe {
     /// assert_eq!(io.period(), io.config().period);
     /// ```
     pub fn set_quiet(&self, quiet: bool) {
-        self.shared.quiet.store(quiet, Ordering::Relaxed);
+        let was = self.shared.quiet.swap(quiet, Ordering::Relaxed);
+        if was && !quiet && self.shared.config.follow_load {
+            // The window holds the sparse quiet canaries: refill it at the full rate first.
+            let warm = self.shared.config.probe.intervals() as u64;
+            self.shared.warm_rotations.store(warm, Ordering::Relaxed);
+            self.shared.load.store(1.0f64.to_bits(), Ordering::Relaxed);
+        }
         self.retune();
     }
 
@@ -503,16 +533,21 @@ impl IoProbe {
         if moved.is_zero() || (moved < now / 8 && !quiet && want != shared.config.period) {
             return;
         }
-        shared.period_ns.store(nanos(want), Ordering::Relaxed);
         match &self.source {
-            // A failed re-arm keeps the old period: the probe still works, at the other rate.
+            // A failed re-arm keeps the old period (and says so): the probe still works.
             #[cfg(target_os = "linux")]
             Source::Timer(timer) => {
-                let _ = timer.arm(want, shared);
+                if timer.arm(want, shared).is_ok() {
+                    shared.period_ns.store(nanos(want), Ordering::Relaxed);
+                }
             }
-            // A shorter period starts now, not after the longer wait the writer is in.
-            Source::Thread(Some(writer)) if want < now => writer.thread().unpark(),
-            Source::Thread(_) => {}
+            Source::Thread(writer) => {
+                shared.period_ns.store(nanos(want), Ordering::Relaxed);
+                // A shorter period starts now, not after the longer wait the writer is in.
+                if let Some(writer) = writer.as_ref().filter(|_| want < now) {
+                    writer.thread().unpark();
+                }
+            }
         }
     }
 

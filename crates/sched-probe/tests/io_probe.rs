@@ -14,6 +14,7 @@ use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig, IoProbeError, ProbeCon
 fn config() -> IoProbeConfig {
     IoProbeConfig {
         period: Duration::from_millis(1),
+        idle_period: Duration::from_millis(5),
         quiet_period: Duration::from_millis(10),
         probe: ProbeConfig {
             window: Duration::from_secs(1000),
@@ -297,7 +298,7 @@ fn quiet_canaries_still_flow() {
 }
 
 /// The period follows the runtime's load, measured at each rotate: an idle runtime stretches it
-/// to the quiet period, a busy one brings it back toward `period`; with `follow_load` off it
+/// to `idle_period`, a busy one brings it back toward `period`; with `follow_load` off it
 /// stays.
 #[test]
 fn the_period_follows_the_runtime_load() {
@@ -306,19 +307,33 @@ fn the_period_follows_the_runtime_load() {
 
     for canary in canaries() {
         let rt = one_worker_with_io();
-        let io = IoProbe::start(rt.handle(), config_with(canary)).unwrap();
+        // The default window: 25 rotations of 100 ms.
+        let config = IoProbeConfig {
+            probe: ProbeConfig::default(),
+            ..config_with(canary)
+        };
+        let io = IoProbe::start(rt.handle(), config).unwrap();
         let fixed = IoProbeConfig {
             follow_load: false,
             ..config_with(canary)
         };
         let fixed = IoProbe::start(rt.handle(), fixed).unwrap();
-        // Idle: the worker only reads canaries, a small share of its time.
+        // Idle: the worker only reads canaries, a small share of its time. The first window's
+        // worth of rotations (the default 25) stays at the full rate.
+        for _ in 0..24 {
+            io.rotate();
+            assert_eq!(
+                io.period(),
+                Duration::from_millis(1),
+                "{canary:?} warming up"
+            );
+        }
         for _ in 0..3 {
             std::thread::sleep(Duration::from_millis(20));
             io.rotate();
             fixed.rotate();
         }
-        assert_eq!(io.period(), Duration::from_millis(10), "{canary:?} idle");
+        assert_eq!(io.period(), Duration::from_millis(5), "{canary:?} idle");
         assert_eq!(fixed.period(), Duration::from_millis(1));
         let at = io.received();
         wait_until(|| io.received() >= at + 3);
@@ -337,7 +352,7 @@ fn the_period_follows_the_runtime_load() {
         wait_until(|| {
             std::thread::sleep(Duration::from_millis(20));
             io.rotate();
-            io.period() < Duration::from_millis(10)
+            io.period() < Duration::from_millis(5)
         });
         stop.store(true, Ordering::Relaxed);
         rt.block_on(spinning).unwrap();
