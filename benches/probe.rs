@@ -529,8 +529,9 @@ fn start_load(rt: &Runtime, share: f64) {
 /// on a halted CPU): at the fixed 1 ms period from both canary sources, and quiet (50 ms); 3
 /// rounds of 2 s. Then as the library runs it (its period following the runtime's load) and
 /// at the fixed 1 ms, under a load of 0, 25, 50, 75 and 90 % of every CPU run on the runtime as
-/// fixed work, with one worker per CPU (tokio's default); 6 rounds of 1.5 s, and the spread of
-/// the rounds' differences, since a loaded VM's CPU time moves by about 1 % of a core.
+/// fixed work, with one worker per CPU (tokio's default); 4 rounds of 1.5 s (after the probe's
+/// warm-up), and the spread of the rounds' differences, since a loaded VM's CPU time moves by
+/// more than the probe costs there.
 fn io_probe_cpu_share() {
     let fixed = |canary: IoCanary, quiet: bool| (Some(canary), quiet, false, 0.0);
     let mut idle = vec![
@@ -558,7 +559,7 @@ fn io_probe_cpu_share() {
             "{cpus}-worker runtime, load {:.0} % of every CPU",
             load * 100.0
         );
-        print_cpu_share(&what, cpus, 6, &variants);
+        print_cpu_share(&what, cpus, 4, &variants);
     }
 }
 
@@ -567,7 +568,7 @@ fn io_probe_cpu_share() {
 type ShareVariant<'a> = (&'a str, (Option<IoCanary>, bool, bool, f64));
 
 fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVariant<'_>]) {
-    let round = Duration::from_secs(3) / rounds;
+    let round = Duration::from_secs(6) / rounds;
     let load = variants.first().map_or(0.0, |v| v.1 .3);
     let all: Vec<ShareVariant<'_>> = std::iter::once(("off", (None, false, false, load)))
         .chain(variants.iter().copied())
@@ -578,8 +579,15 @@ fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVar
         for (v, (_, (canary, quiet, follow_load, load))) in all.iter().enumerate() {
             let (rt, io, rotator) = io_probe_runtime_with(workers, *canary, *quiet, *follow_load);
             start_load(&rt, *load);
-            // Let the workers settle, and the probe's period find the load, before measuring.
-            std::thread::sleep(Duration::from_millis(300));
+            // Let the workers settle, and a probe that follows the load finish its warm-up (a
+            // window's worth of rotations at the full rate) and find its period.
+            let warm_up = if *follow_load {
+                let c = IoProbeConfig::default().probe;
+                c.tick * (c.intervals() as u32 + 3)
+            } else {
+                Duration::ZERO
+            };
+            std::thread::sleep(Duration::from_millis(300) + warm_up);
             let Some(cpu) = ProcessCpuClock::now() else {
                 println!("io_probe/cpu_share: no process CPU clock on this target");
                 return;
