@@ -38,6 +38,15 @@ fn config_with(canary: IoCanary) -> IoProbeConfig {
     IoProbeConfig { canary, ..config() }
 }
 
+/// A current-thread runtime nobody drives until the test calls `block_on`.
+fn undriven_with_io() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
 fn one_worker_with_io() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -110,11 +119,7 @@ fn current_thread_runtime_driven_by_block_on() {
 
 #[test]
 fn an_undriven_runtime_gets_no_records_and_the_writer_skips_when_the_buffer_is_full() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = undriven_with_io();
     let io = IoProbe::start(rt.handle(), config_with(IoCanary::Thread)).unwrap();
     // Nobody drives the runtime: the canaries queue in the socket until it is full.
     wait_until(|| io.skipped() >= 1);
@@ -138,11 +143,7 @@ fn an_undriven_runtime_gets_no_records_and_the_writer_skips_when_the_buffer_is_f
 #[cfg(target_os = "linux")]
 #[test]
 fn an_undriven_runtime_keeps_the_timer_expiries_for_the_reader() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = undriven_with_io();
     let io = IoProbe::start(rt.handle(), config_with(IoCanary::Timer)).unwrap();
     // Nothing is read while nobody drives the runtime (at least 30 expiries go by: 30 ms).
     std::thread::sleep(Duration::from_millis(30));
@@ -165,11 +166,7 @@ fn an_undriven_runtime_keeps_the_timer_expiries_for_the_reader() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_timer_backlog_past_the_window_is_skipped_not_recorded() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .unwrap();
+    let rt = undriven_with_io();
     // A 100 ms window (10 ticks of 10 ms) at 1 ms: of a backlog, the newest 100 are recorded.
     let config = IoProbeConfig {
         probe: ProbeConfig {

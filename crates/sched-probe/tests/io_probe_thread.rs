@@ -10,6 +10,20 @@ mod common;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The lock, then a one-worker runtime with I/O.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn alone_with_one_worker() -> (std::sync::MutexGuard<'static, ()>, tokio::runtime::Runtime) {
+    let alone = ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_io()
+        .build()
+        .unwrap();
+    (alone, rt)
+}
+
 #[cfg(any(target_os = "linux", target_os = "android"))]
 #[test]
 fn drop_ends_the_writer_thread() {
@@ -25,14 +39,7 @@ fn drop_ends_the_writer_thread() {
             .count()
     }
 
-    let _alone = ALONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_io()
-        .build()
-        .unwrap();
+    let (_alone, rt) = alone_with_one_worker();
     assert_eq!(writers(), 0);
     let thread = IoProbeConfig {
         canary: IoCanary::Thread,
@@ -67,14 +74,7 @@ fn the_timer_starts_no_thread_and_drop_closes_it() {
             .count()
     }
 
-    let _alone = ALONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_io()
-        .build()
-        .unwrap();
+    let (_alone, rt) = alone_with_one_worker();
     let (threads_before, timers_before) = (threads(), timerfds());
     let timer = IoProbeConfig {
         canary: IoCanary::Timer,
