@@ -26,13 +26,13 @@
 //!   window with samples in several worker slots (what the governor does every tick).
 //! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
 //!   8 workers and I/O enabled, without and with an `IoProbe` running (its default canaries, a
-//!   timerfd on Linux, at the fixed 1 ms; rotated every tick as in production). The difference
+//!   timerfd on Linux, at the fixed default period, 2 ms; rotated every tick as in production). The difference
 //!   is what the I/O probe costs a busy runtime: its task's polls and I/O driver events on the
 //!   workers. After them the bench prints `io_probe/cpu_share`: the probe's own CPU as a share
-//!   of one core (process CPU time per wall second without and with it, interleaved rounds): on
-//!   an idle runtime at the fixed 1 ms from both canary sources and quiet, then following the
-//!   runtime's load (the library's default) and at the fixed 1 ms under loads of 0–90 % of
-//!   every CPU (see `io_probe_cpu_share`).
+//!   of one core (process CPU time per wall second without and with it, less the CPU of the
+//!   load's own work, interleaved rounds): on an idle runtime at the fixed period from both
+//!   canary sources and quiet, then following the runtime's load (the library's default) and
+//!   at the fixed period under loads of 0–90 % of every CPU (see `io_probe_cpu_share`).
 //! * `run_queue/sample/{8,32}`: one `RunQueueStats::sample()` over a registry of 8 / 32 threads
 //!   (one `schedstat` read each, Linux): what the run-queue signal costs the governor per tick.
 //!
@@ -41,12 +41,12 @@
 //! ```
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use elastic_cpu_core::ProcessCpuClock;
+use elastic_cpu_core::{Clock, ProcessCpuClock, ThreadCpuClock};
 use elastic_cpu_probe::{
     IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig, RunQueueStats, ThreadRegistry, ThreadRole,
 };
@@ -502,44 +502,60 @@ fn spin(n: u64) {
 
 /// A load on the runtime: one task per CPU, each doing a fixed amount of work, `share` of a
 /// ms of CPU, every ms. Fixed work, not a wall-clock spin: a canary that takes a worker's CPU
-/// makes the load run longer, so the process's CPU time counts what the probe costs.
-fn start_load(rt: &Runtime, share: f64) {
+/// makes the load run longer, so the process's CPU time counts what the probe costs. Returns
+/// the CPU time the load's own work has taken so far (nanos; each piece of work timed on its
+/// thread's CPU clock), so a round can subtract it: the host's contention moves the time of a
+/// fixed piece of work by more than the probe costs, and that variance is the load's own.
+fn start_load(rt: &Runtime, share: f64) -> Arc<AtomicU64> {
+    let load_cpu = Arc::new(AtomicU64::new(0));
     if share <= 0.0 {
-        return;
+        return load_cpu;
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let work = (spins_per_us() as f64 * 1000.0 * share) as u64;
     for _ in 0..cpus {
+        let load_cpu = load_cpu.clone();
         rt.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                // Both reads in one poll, on one thread: no await between them.
+                let start = ThreadCpuClock.now();
                 spin(work);
+                let took = ThreadCpuClock.now().saturating_sub(start);
+                load_cpu.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
             }
         });
     }
+    load_cpu
 }
 
 /// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second with
-/// and without the probe, interleaved rounds. Printed, not a criterion figure: criterion plans
+/// and without the probe, less what the load's own work took (timed on its threads' CPU
+/// clocks: on a loaded VM the same work takes ±2–4 % more or less CPU from round to round,
+/// more than the probe costs, and subtracting it leaves the probe's part), interleaved rounds. Printed, not a criterion figure: criterion plans
 /// its iterations from the time it measures, and a CPU time per wall second is not one.
 ///
 /// First on an idle 8-worker runtime, the probe's worst case (each canary wakes a parked worker
-/// on a halted CPU): at the fixed 1 ms period from both canary sources, and quiet (50 ms); 3
-/// rounds of 2 s. Then as the library runs it (its period following the runtime's load) and
-/// at the fixed 1 ms, under a load of 0, 25, 50, 75 and 90 % of every CPU run on the runtime as
+/// on a halted CPU): at the fixed default period from both canary sources, and quiet (50 ms);
+/// 3 rounds of 2 s. Then as the library runs it (its period following the runtime's load) and
+/// at the fixed period, under a load of 0, 25, 50, 75 and 90 % of every CPU run on the runtime as
 /// fixed work, with one worker per CPU (tokio's default); 4 rounds of 1.5 s (after the probe's
-/// warm-up), and the spread of the rounds' differences, since a loaded VM's CPU time moves by
-/// more than the probe costs there.
+/// warm-up), and the spread of the rounds' differences. The load ticks every 1 ms: a fixed
+/// period of a whole number of ms keeps one phase to it through a round, a following one
+/// (stretched by the load) drifts through its phases.
 fn io_probe_cpu_share() {
     let fixed = |canary: IoCanary, quiet: bool| (Some(canary), quiet, false, 0.0);
     let mut idle = vec![
-        ("on (1 ms)", fixed(IoCanary::default(), false)),
-        ("quiet (50 ms)", fixed(IoCanary::default(), true)),
+        ("on, fixed period", fixed(IoCanary::default(), false)),
+        ("quiet", fixed(IoCanary::default(), true)),
     ];
     if IoCanary::default() != IoCanary::Thread {
-        idle.push(("on, thread canaries (1 ms)", fixed(IoCanary::Thread, false)));
+        idle.push((
+            "on, thread canaries, fixed period",
+            fixed(IoCanary::Thread, false),
+        ));
         idle.push(("quiet, thread canaries", fixed(IoCanary::Thread, true)));
     }
     print_cpu_share("idle 8-worker runtime, fixed period", 8, 3, &idle);
@@ -551,7 +567,7 @@ fn io_probe_cpu_share() {
                 (Some(IoCanary::default()), false, true, load),
             ),
             (
-                "fixed 1 ms",
+                "fixed period",
                 (Some(IoCanary::default()), false, false, load),
             ),
         ];
@@ -567,18 +583,32 @@ fn io_probe_cpu_share() {
 /// variant (canary source, quiet, follow_load, load), interleaved.
 type ShareVariant<'a> = (&'a str, (Option<IoCanary>, bool, bool, f64));
 
+/// A round's CPU time: the whole process's, and the part the load's own work took.
+#[derive(Clone, Copy)]
+struct RoundCpu {
+    process: Duration,
+    load: Duration,
+}
+
+impl RoundCpu {
+    /// What the process spent besides the load's work: the runtime, the rotator and the probe.
+    fn besides_load(self) -> Duration {
+        self.process.saturating_sub(self.load)
+    }
+}
+
 fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVariant<'_>]) {
     let round = Duration::from_secs(6) / rounds;
     let load = variants.first().map_or(0.0, |v| v.1 .3);
     let all: Vec<ShareVariant<'_>> = std::iter::once(("off", (None, false, false, load)))
         .chain(variants.iter().copied())
         .collect();
-    let mut used = vec![Vec::new(); all.len()];
+    let mut used: Vec<Vec<RoundCpu>> = vec![Vec::new(); all.len()];
     let mut periods = vec![Vec::new(); all.len()];
     for _ in 0..rounds {
         for (v, (_, (canary, quiet, follow_load, load))) in all.iter().enumerate() {
             let (rt, io, rotator) = io_probe_runtime_with(workers, *canary, *quiet, *follow_load);
-            start_load(&rt, *load);
+            let load_cpu = start_load(&rt, *load);
             // Let the workers settle, and a probe that follows the load finish its warm-up (a
             // window's worth of rotations at the full rate) and find its period.
             let warm_up = if *follow_load {
@@ -592,8 +622,14 @@ fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVar
                 println!("io_probe/cpu_share: no process CPU clock on this target");
                 return;
             };
+            let load_start = load_cpu.load(Ordering::Relaxed);
             std::thread::sleep(round);
-            used[v].push(ProcessCpuClock::now().unwrap_or(cpu).saturating_sub(cpu));
+            used[v].push(RoundCpu {
+                process: ProcessCpuClock::now().unwrap_or(cpu).saturating_sub(cpu),
+                load: Duration::from_nanos(
+                    load_cpu.load(Ordering::Relaxed).saturating_sub(load_start),
+                ),
+            });
             if let Some(io) = &io {
                 periods[v].push(io.period().as_secs_f64() * 1e3);
             }
@@ -603,26 +639,39 @@ fn print_cpu_share(what: &str, workers: usize, rounds: u32, variants: &[ShareVar
     }
     let pct = |d: Duration| 100.0 * d.as_secs_f64() / round.as_secs_f64();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let off: Vec<f64> = used[0].iter().map(|d| pct(*d)).collect();
+    let off = &used[0];
     let parts: Vec<String> = all
         .iter()
         .zip(used.iter().zip(&periods))
         .skip(1)
-        .map(|((name, _), (d, p))| {
-            let diffs: Vec<f64> = d.iter().zip(&off).map(|(d, o)| pct(*d) - o).collect();
-            let lo = diffs.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = diffs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        .map(|((name, _), (on, p))| {
+            let diff = |f: fn(RoundCpu) -> Duration| -> Vec<f64> {
+                on.iter()
+                    .zip(off)
+                    .map(|(on, off)| pct(f(*on)) - pct(f(*off)))
+                    .collect()
+            };
+            let besides = diff(RoundCpu::besides_load);
+            let total = diff(|r| r.process);
+            let lo = besides.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = besides.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             format!(
-                "{name}: the probe {:+.2} % (rounds {lo:+.2} .. {hi:+.2}; period {:.1} ms)",
-                mean(&diffs),
+                "{name}: the probe {:+.2} % (rounds {lo:+.2} .. {hi:+.2}; all process CPU {:+.2} %; \
+                 period {:.1} ms)",
+                mean(&besides),
+                mean(&total),
                 mean(p),
             )
         })
         .collect();
+    let off_total: Vec<f64> = off.iter().map(|r| pct(r.process)).collect();
+    let off_besides: Vec<f64> = off.iter().map(|r| pct(r.besides_load())).collect();
     println!(
-        "io_probe/cpu_share ({what}): off {:.2} % of one core; {} (process CPU per wall second, \
-         {rounds} interleaved rounds; canaries: {:?})",
-        mean(&off),
+        "io_probe/cpu_share ({what}): off {:.2} % of one core, {:.2} % besides the load's work; {} \
+         (process CPU per wall second less the load's own work's CPU, {rounds} interleaved \
+         rounds; canaries: {:?})",
+        mean(&off_total),
+        mean(&off_besides),
         parts.join("; "),
         IoCanary::default(),
     );

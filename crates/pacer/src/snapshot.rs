@@ -57,7 +57,7 @@ pub struct Snapshot {
     pub io_p99: Option<Duration>,
     /// Whether the I/O wake-up probe runs, and if not, why.
     pub io_probe: Availability,
-    /// The I/O probe sends its canaries at the quiet period (50 ms, not 1 ms): at the last tick
+    /// The I/O probe sends its canaries at the quiet period (50 ms, not 2–20 ms): at the last tick
     /// no elastic work ran or waited and no idle class or gate steered by the signal.
     pub io_quiet: bool,
     /// The period the I/O probe's canaries come at since the last tick: the quiet period while

@@ -77,13 +77,14 @@ impl Default for IoCanary {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct IoProbeConfig {
-    /// How often a canary is due on a busy runtime. Must be > 0. Default 1 ms: a few µs of work
-    /// per canary, and a 2.5 s window of up to 2500 samples. Stretched on a runtime that is not
+    /// How often a canary is due on a busy runtime. Must be > 0. Default 2 ms: a 2.5 s window
+    /// of up to 1250 samples, at about half a percent of one core on a busy runtime (a canary
+    /// costs ~10 µs there, measured with bench `io_probe/cpu_share`; 1 ms cost about 1 %). Stretched on a runtime that is not
     /// busy ([`follow_load`](Self::follow_load), [`period_for`](Self::period_for)).
     pub period: Duration,
     /// The period while the probe is quiet ([`IoProbe::set_quiet`]): when nothing steers by
     /// it, canaries cost less. Must be ≥ `idle_period`. Default 50 ms: on an idle runtime each
-    /// canary wakes a parked worker, so the 1 ms period costs a few % of one core there and
+    /// canary wakes a parked worker, so a 1 ms period costs a few % of one core there and
     /// 50 ms a fraction of 1 % (bench `io_probe/cpu_share`; figures on [`IoProbe`]).
     pub quiet_period: Duration,
     /// The longest period while not quiet, on an idle runtime. Must be within `period ..=
@@ -108,7 +109,7 @@ pub struct IoProbeConfig {
 impl Default for IoProbeConfig {
     fn default() -> Self {
         IoProbeConfig {
-            period: Duration::from_millis(1),
+            period: Duration::from_millis(2),
             quiet_period: Duration::from_millis(50),
             idle_period: Duration::from_millis(20),
             follow_load: true,
@@ -128,7 +129,7 @@ impl IoProbeConfig {
     /// that a busy worker picks up between polls costs a few µs. And workers that are mostly
     /// parked cannot hold the I/O driver up: a wait there is the OS's, which the run-queue
     /// signal reads. With the rate in proportion to `busy²`, the canaries that wake a worker
-    /// (rate × (1 − busy)) peak near two thirds busy at about a seventh of the fixed 1 ms
+    /// (rate × (1 − busy)) peak near two thirds busy at about a seventh of the fixed
     /// rate's, and the rate is full where the signal matters, on a busy runtime.
     ///
     /// ```
@@ -136,8 +137,8 @@ impl IoProbeConfig {
     /// use std::time::Duration;
     ///
     /// let c = IoProbeConfig::default();
-    /// assert_eq!(c.period_for(false, 1.0), Duration::from_millis(1));
-    /// assert_eq!(c.period_for(false, 0.5), Duration::from_millis(4));
+    /// assert_eq!(c.period_for(false, 1.0), Duration::from_millis(2));
+    /// assert_eq!(c.period_for(false, 0.5), Duration::from_millis(8));
     /// assert_eq!(c.period_for(false, 0.0), Duration::from_millis(20));
     /// assert_eq!(c.period_for(true, 1.0), Duration::from_millis(50));
     /// ```
@@ -251,7 +252,7 @@ impl From<SettingError> for IoProbeError {
 /// that too: from the socket becoming readable until a worker polls the I/O driver and wakes the
 /// reader task. With every worker busy on long polls (elastic work), the driver is polled only
 /// between them, and that wait is invisible to the task hooks. The I/O probe measures the whole
-/// path a request's first byte takes: a canary becomes readable every `period` (1 ms by
+/// path a request's first byte takes: a canary becomes readable every `period` (2 ms by
 /// default) on a file descriptor registered with the runtime's I/O driver like any server
 /// socket; a task on the runtime reads it and records *due → read*: the I/O driver delay
 /// (readable → a worker polls the driver, which wakes the task), plus the reader task's
@@ -265,16 +266,17 @@ impl From<SettingError> for IoProbeError {
 /// # Cost
 ///
 /// On the runtime, per canary: one readiness event in a driver poll the workers make anyway
-/// (or, on an idle runtime, the wake-up of a parked worker), one task wake and poll, two `read`
-/// calls (the canary, then the `WouldBlock` that re-arms readiness), one clock read, one lock
-/// nobody else takes but on a quiet switch, and one relaxed `fetch_add` on a histogram counter:
-/// a few µs of one worker per ms, no allocation. The writer thread ([`IoCanary::Thread`] only)
-/// adds one clock read, one `send` of 8 bytes and one timed park per canary: a second thread
-/// woken each time. Measured (bench `io_probe/cpu_share`, 2-vCPU VM): on an idle runtime, where
-/// every canary wakes a parked worker, see BENCHMARKS.md for the figures of both sources at the
-/// 1 ms period and the 50 ms quiet period; on a busy runtime the per-poll cost of a workload
-/// moved by +0.5 to +10 % between runs of `io_probe/{off,on}`, as much as `off` itself moves
-/// between runs on this VM. Memory: the window reuses the probe's interval sets (four series, of
+/// (or, on an idle runtime, the wake-up of a parked worker), one task wake and poll, one `read`
+/// (a timer's read takes every expiry so far, so readiness is cleared without a second; a
+/// socket's reader reads until `WouldBlock`), one clock read, one lock nobody else takes but on
+/// a re-arm, and one relaxed `fetch_add` on a histogram counter per expiry; no allocation. The
+/// writer thread ([`IoCanary::Thread`] only) adds one clock read, one `send` of 8 bytes and one
+/// timed park per canary: a second thread woken each time. Measured (bench
+/// `io_probe/cpu_share`, 2-vCPU VM; figures in BENCHMARKS.md): a canary that wakes a parked
+/// worker costs ~30 µs of CPU, one on a runtime kept 90 % busy by a load that parks between
+/// bursts ~15 µs on average; following the load, the default period costs about half a
+/// percent of one core from idle to 90 % busy. The per-poll cost of a busy workload
+/// (`io_probe/{off,on}`) moves by more between runs than the probe costs. Memory: the window reuses the probe's interval sets (four series, of
 /// which the canaries fill one), about 2 MB at the default bounds once every interval of the
 /// 2.5 s window holds samples. [`IoProbe::rotate`] costs what
 /// [`Probe::rotate`](crate::Probe::rotate) costs for one worker slot.

@@ -271,7 +271,7 @@ fn bad_settings_are_refused_with_the_setting_named() {
     let err = IoProbe::start(rt.handle(), short_window).unwrap_err();
     assert!(matches!(&err, IoProbeError::Setting(e) if e.setting == "window"));
     assert!(std::error::Error::source(&err).is_some());
-    assert_eq!(IoProbeConfig::default().period, Duration::from_millis(1));
+    assert_eq!(IoProbeConfig::default().period, Duration::from_millis(2));
 }
 
 /// Quiet, the canaries still flow (at the quiet period), and leaving quiet resumes them.

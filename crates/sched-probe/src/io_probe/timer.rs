@@ -165,12 +165,16 @@ async fn read_expiries(fd: AsyncFd<Arc<OwnedFd>>, timer: Arc<Timer>, shared: Arc
         let Ok(mut ready) = fd.readable().await else {
             return;
         };
-        // `Err`: the read would block (readiness is cleared, the next wait re-arms it).
-        match ready.try_io(|_| timer.0.take(&shared)) {
-            Ok(Ok(())) | Err(_) => {}
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+        match timer.0.take(&shared) {
+            // A read takes every expiry so far, so the timer is not readable again until the
+            // next one: clearing now saves the second `read` that would find it empty. An
+            // expiry the driver reported since this wait began keeps its readiness (the clear
+            // is tied to the event this guard holds).
+            Ok(()) => ready.clear_ready(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready.clear_ready(),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // The timer failed: nothing more to read.
-            Ok(Err(_)) => return,
+            Err(_) => return,
         }
     }
 }
