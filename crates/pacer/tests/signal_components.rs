@@ -31,14 +31,30 @@ fn both_components_are_in_the_snapshot() {
     eventually("an I/O p99 in the snapshot", WITHIN, || {
         elastic.snapshot().io_p99.is_some()
     });
-    // The I/O p99 joins the signal once its window holds 100 canaries (quiet here: one per
-    // 50 ms, so within ~5 s): from then on the signal is at least the I/O p99 over its factor.
+    // The I/O p99 joins the signal once its window holds 100 canaries. Quiet (nothing steers,
+    // one canary per 50 ms) a 2.5 s window holds 50, so it joins only while something steers:
+    // elastic work, which also puts the canaries at the full rate for a window. From then on
+    // the signal is at least the I/O p99 over its factor.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut pacer = elastic.pacer();
+    let job = {
+        let stop = stop.clone();
+        rt.spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                pacer.pace().await;
+                common::spin(Duration::from_micros(50));
+            }
+        })
+    };
     eventually("the I/O p99 in the signal", WITHIN, || {
         let s = elastic.snapshot();
-        s.signal_p99
-            .zip(s.io_p99)
-            .is_some_and(|(signal, io)| signal >= io / IO_TARGET_FACTOR)
+        !s.io_quiet
+            && s.signal_p99
+                .zip(s.io_p99)
+                .is_some_and(|(signal, io)| signal >= io / IO_TARGET_FACTOR)
     });
+    stop.store(true, Ordering::Relaxed);
+    rt.block_on(job).unwrap();
     let s = elastic.snapshot();
     let signal = s.signal_p99.expect("a signal once a component has data");
     if let Some(sched) = s.sched_p99 {
