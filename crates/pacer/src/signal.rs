@@ -25,6 +25,8 @@ pub const IO_TARGET_FACTOR: u32 = 3;
 /// fewer is their largest, one stray wait. Measured: a fresh probe (each demo phase starts one)
 /// with its period stretched to 5–10 ms on a lightly loaded runtime held one start-up canary of
 /// 430–800 µs as its "p99" for the first second, which kept the limit at its floor that long.
+/// Quiet (one canary per 50 ms) the default 2.5 s window holds 50: the I/O p99 is then in the
+/// snapshot but not in the signal, which nothing steers by while quiet.
 pub(crate) const IO_MIN_CANARIES: u64 = 100;
 
 /// Whether a component of the signal is measured, and if not, why.
