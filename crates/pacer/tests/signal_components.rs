@@ -22,6 +22,34 @@ fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A paced loop on the runtime: elastic work, so something steers by the signal.
+struct ElasticJob {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ElasticJob {
+    fn start(rt: &tokio::runtime::Runtime, elastic: &Elastic) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut pacer = elastic.pacer();
+        let task = {
+            let stop = stop.clone();
+            rt.spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    pacer.pace().await;
+                    common::spin(Duration::from_micros(50));
+                }
+            })
+        };
+        ElasticJob { stop, task }
+    }
+
+    fn stop(self, rt: &tokio::runtime::Runtime) {
+        self.stop.store(true, Ordering::Relaxed);
+        rt.block_on(self.task).unwrap();
+    }
+}
+
 #[test]
 fn both_components_are_in_the_snapshot() {
     let elastic = Elastic::builder().build().unwrap();
@@ -35,17 +63,7 @@ fn both_components_are_in_the_snapshot() {
     // one canary per 50 ms) a 2.5 s window holds 50, so it joins only while something steers:
     // elastic work, which also puts the canaries at the full rate for a window. From then on
     // the signal is at least the I/O p99 over its factor.
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut pacer = elastic.pacer();
-    let job = {
-        let stop = stop.clone();
-        rt.spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                pacer.pace().await;
-                common::spin(Duration::from_micros(50));
-            }
-        })
-    };
+    let job = ElasticJob::start(&rt, &elastic);
     eventually("the I/O p99 in the signal", WITHIN, || {
         let s = elastic.snapshot();
         !s.io_quiet
@@ -53,8 +71,7 @@ fn both_components_are_in_the_snapshot() {
                 .zip(s.io_p99)
                 .is_some_and(|(signal, io)| signal >= io / IO_TARGET_FACTOR)
     });
-    stop.store(true, Ordering::Relaxed);
-    rt.block_on(job).unwrap();
+    job.stop(&rt);
     let s = elastic.snapshot();
     let signal = s.signal_p99.expect("a signal once a component has data");
     if let Some(sched) = s.sched_p99 {
@@ -84,17 +101,7 @@ fn io_canaries_are_quiet_without_elastic_work() {
     });
     let quiet = elastic.snapshot().io_period;
     assert_eq!(quiet, Some(IoProbeConfig::default().quiet_period));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut pacer = elastic.pacer();
-    let job = {
-        let stop = stop.clone();
-        rt.spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                pacer.pace().await;
-                common::spin(Duration::from_micros(50));
-            }
-        })
-    };
+    let job = ElasticJob::start(&rt, &elastic);
     eventually("active while elastic work runs", WITHIN, || {
         !elastic.snapshot().io_quiet
     });
@@ -104,8 +111,7 @@ fn io_canaries_are_quiet_without_elastic_work() {
         let quiet = quiet.expect("the probe runs");
         elastic.snapshot().io_period.is_some_and(|p| p < quiet)
     });
-    stop.store(true, Ordering::Relaxed);
-    rt.block_on(job).unwrap();
+    job.stop(&rt);
     eventually("quiet again once it stopped", WITHIN, || {
         elastic.snapshot().io_quiet
     });
