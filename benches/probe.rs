@@ -26,13 +26,14 @@
 //!   window with samples in several worker slots (what the governor does every tick).
 //! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
 //!   8 workers and I/O enabled, without and with an `IoProbe` running (its default canaries, a
-//!   timerfd on Linux, at the fixed default period, 2 ms; rotated every tick as in production). The difference
-//!   is what the I/O probe costs a busy runtime: its task's polls and I/O driver events on the
-//!   workers. After them the bench prints `io_probe/cpu_share`: the probe's own CPU as a share
-//!   of one core (process CPU time per wall second without and with it, less the CPU of the
-//!   load's own work, interleaved rounds): on an idle runtime at the fixed period from both
-//!   canary sources and quiet, then following the runtime's load (the library's default) and
-//!   at the fixed period under loads of 0–90 % of every CPU (see `io_probe_cpu_share`).
+//!   timerfd on Linux, at the fixed default period, 2 ms; rotated every tick as in
+//!   production). The difference is what the I/O probe costs a busy runtime: its task's polls
+//!   and I/O driver events on the workers. After them the bench prints `io_probe/cpu_share`:
+//!   the probe's own CPU as a share of one core (process CPU time per wall second without and
+//!   with it, less the CPU of the load's own work, interleaved rounds): on an idle runtime at
+//!   the fixed period from both canary sources and quiet, then following the runtime's load
+//!   (the library's default) and at the fixed period under loads of 0–90 % of every CPU (see
+//!   `io_probe_cpu_share`).
 //! * `run_queue/sample/{8,32}`: one `RunQueueStats::sample()` over a registry of 8 / 32 threads
 //!   (one `schedstat` read each, Linux): what the run-queue signal costs the governor per tick.
 //!
@@ -534,8 +535,9 @@ fn start_load(rt: &Runtime, share: f64) -> Arc<AtomicU64> {
 /// The I/O probe's own CPU, in share of one core: the process's CPU time per wall second with
 /// and without the probe, less what the load's own work took (timed on its threads' CPU
 /// clocks: on a loaded VM the same work takes ±2–4 % more or less CPU from round to round,
-/// more than the probe costs, and subtracting it leaves the probe's part), interleaved rounds. Printed, not a criterion figure: criterion plans
-/// its iterations from the time it measures, and a CPU time per wall second is not one.
+/// more than the probe costs, and subtracting it leaves the probe's part), interleaved rounds.
+/// Printed, not a criterion figure: criterion plans its iterations from the time it measures,
+/// and a CPU time per wall second is not one.
 ///
 /// First on an idle 8-worker runtime, the probe's worst case (each canary wakes a parked worker
 /// on a halted CPU): at the fixed default period from both canary sources, and quiet (50 ms);

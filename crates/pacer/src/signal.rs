@@ -288,15 +288,16 @@ pub(crate) fn combine(sched: Option<Duration>, r: &Reading) -> (Option<Duration>
 
 impl ElasticBuilder {
     /// Whether the I/O wake-up probe steers the limit too (default: on). A canary becomes
-    /// readable through the runtime's I/O driver every millisecond while the runtime is busy (a
+    /// readable through the runtime's I/O driver every 2 ms while the runtime is busy (a
     /// `timerfd` expiry on Linux, a datagram from a writer thread elsewhere; less often while it
     /// is not, see [`Snapshot::io_period`](crate::Snapshot::io_period)); a task on the runtime
-    /// reads it; *due → read* goes into a window like the scheduling probe's, and its p99 over [`IO_TARGET_FACTOR`] joins the signal (the largest
-    /// of the components, against the one target: the I/O p99 against 3 × the target). It sees what tokio's task clock cannot: a readable socket waiting for a
-    /// worker to poll the I/O driver. Started when a runtime is attached through
-    /// [`Elastic::runtime`](crate::Elastic::runtime) (which enables the runtime's I/O driver)
-    /// or [`Elastic::start_io_probe`](crate::Elastic::start_io_probe). A manual clock turns it
-    /// off. [`Snapshot::io_p99`](crate::Snapshot::io_p99) shows it.
+    /// reads it; *due → read* goes into a window like the scheduling probe's, and its p99 over
+    /// [`IO_TARGET_FACTOR`] joins the signal (the largest of the components, against the one
+    /// target: the I/O p99 against 3 × the target). It sees what tokio's task clock cannot: a
+    /// readable socket waiting for a worker to poll the I/O driver. Started when a runtime is
+    /// attached through [`Elastic::runtime`](crate::Elastic::runtime) (which enables the
+    /// runtime's I/O driver) or [`Elastic::start_io_probe`](crate::Elastic::start_io_probe). A
+    /// manual clock turns it off. [`Snapshot::io_p99`](crate::Snapshot::io_p99) shows it.
     ///
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().io_signal(false).build().unwrap();

@@ -50,18 +50,19 @@ pub struct Snapshot {
     pub signal_p99: Option<Duration>,
     /// Which component [`signal_p99`](Self::signal_p99) was.
     pub signal_source: SignalSource,
-    /// p99 I/O wake-up latency over the probe window: a canary's *due → read by a task*
-    /// (a timer expiry on Linux, a datagram elsewhere), through the runtime's I/O driver ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
+    /// p99 I/O wake-up latency over the probe window: a canary's *due → read by a task* (a
+    /// timer expiry on Linux, a datagram elsewhere), through the runtime's I/O driver
+    /// ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
     /// `None`: no probe running (see [`io_probe`](Self::io_probe)) or no canary read yet. It
     /// joins the signal only once the window holds at least 100 canaries.
     pub io_p99: Option<Duration>,
     /// Whether the I/O wake-up probe runs, and if not, why.
     pub io_probe: Availability,
-    /// The I/O probe sends its canaries at the quiet period (50 ms, not 2–20 ms): at the last tick
-    /// no elastic work ran or waited and no idle class or gate steered by the signal.
+    /// The I/O probe sends its canaries at the quiet period (50 ms, not 2–20 ms): at the last
+    /// tick no elastic work ran or waited and no idle class or gate steered by the signal.
     pub io_quiet: bool,
     /// The period the I/O probe's canaries come at since the last tick: the quiet period while
-    /// quiet, else 1 ms on a busy runtime, stretched to 1 ms ÷ busy² on one that is not, where
+    /// quiet, else 2 ms on a busy runtime, stretched to 2 ms ÷ busy² on one that is not, where
     /// busy is the share of its CPUs the runtime's workers were busy over the last tick (at most
     /// 20 ms: [`IoProbeConfig::period_for`](elastic_cpu_probe::IoProbeConfig::period_for)).
     /// `None`: no probe running.

@@ -79,8 +79,9 @@ impl Default for IoCanary {
 pub struct IoProbeConfig {
     /// How often a canary is due on a busy runtime. Must be > 0. Default 2 ms: a 2.5 s window
     /// of up to 1250 samples, at about half a percent of one core on a busy runtime (a canary
-    /// costs ~10 µs there, measured with bench `io_probe/cpu_share`; 1 ms cost about 1 %). Stretched on a runtime that is not
-    /// busy ([`follow_load`](Self::follow_load), [`period_for`](Self::period_for)).
+    /// costs ~15 µs there, measured with bench `io_probe/cpu_share`; 1 ms cost about 1 %).
+    /// Stretched on a runtime that is not busy ([`follow_load`](Self::follow_load),
+    /// [`period_for`](Self::period_for)).
     pub period: Duration,
     /// The period while the probe is quiet ([`IoProbe::set_quiet`]): when nothing steers by
     /// it, canaries cost less. Must be ≥ `idle_period`. Default 50 ms: on an idle runtime each
@@ -276,10 +277,11 @@ impl From<SettingError> for IoProbeError {
 /// worker costs ~30 µs of CPU, one on a runtime kept 90 % busy by a load that parks between
 /// bursts ~15 µs on average; following the load, the default period costs about half a
 /// percent of one core from idle to 90 % busy. The per-poll cost of a busy workload
-/// (`io_probe/{off,on}`) moves by more between runs than the probe costs. Memory: the window reuses the probe's interval sets (four series, of
-/// which the canaries fill one), about 2 MB at the default bounds once every interval of the
-/// 2.5 s window holds samples. [`IoProbe::rotate`] costs what
-/// [`Probe::rotate`](crate::Probe::rotate) costs for one worker slot.
+/// (`io_probe/{off,on}`) moves by more between runs than the probe costs. Memory: the window
+/// reuses the probe's interval sets (four series, of which the canaries fill one), about 2 MB
+/// at the default bounds once every interval of the 2.5 s window holds samples.
+/// [`IoProbe::rotate`] costs what [`Probe::rotate`](crate::Probe::rotate) costs for one worker
+/// slot.
 ///
 /// # Stopping
 ///
@@ -478,7 +480,7 @@ impl IoProbe {
     /// reports its own wait when read, as requests arriving meanwhile would. If the reader is
     /// held up for longer than the socket buffer lasts (a few hundred canaries: ~280 on Linux
     /// with default buffer sizes), the writer skips canaries ([`skipped`](Self::skipped)) and
-    /// the window holds fewer samples than the stall lasted milliseconds.
+    /// the window holds fewer samples than the stall lasted periods.
     pub fn window(&self) -> Summary {
         self.shared
             .window
