@@ -8,14 +8,14 @@ pub const MAX_RATE: u64 = 1 << 62;
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
-/// Token rate for a `limit` (share of the CPUs) on `cpus` CPUs: `limit × cpus` CPU-seconds per
+/// Token rate for a `share` of the CPUs on `cpus` CPUs: `share × cpus` CPU-seconds per
 /// second, in nanoseconds. NaN and negative inputs give 0; the result saturates at [`MAX_RATE`].
 ///
 /// ```
 /// assert_eq!(elastic_cpu_core::rate_for(0.25, 2.0), 500_000_000);
 /// ```
-pub fn rate_for(limit: f64, cpus: f64) -> u64 {
-    let r = limit * cpus * 1e9;
+pub fn rate_for(share: f64, cpus: f64) -> u64 {
+    let r = share * cpus * 1e9;
     if r.is_nan() || r <= 0.0 {
         0
     } else if r >= MAX_RATE as f64 {

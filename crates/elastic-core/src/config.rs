@@ -17,12 +17,12 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerConfig {
-    /// p99 scheduling latency above which the limit steps down. Valid: 50 µs ..= 1 s.
+    /// p99 scheduling latency above which the share steps down. Valid: 50 µs ..= 1 s.
     pub target_p99: Duration,
-    /// Floor of the limit, and the initial limit. Valid: 0.01 ..= 1.0.
-    pub min_limit: f64,
-    /// Ceiling of the limit. Valid: 0.05 ..= 1.0 and ≥ `min_limit`.
-    pub max_limit: f64,
+    /// Floor of the share, and its initial value. Valid: 0.01 ..= 1.0.
+    pub min_share: f64,
+    /// Ceiling of the share. Valid: 0.05 ..= 1.0 and ≥ `min_share`.
+    pub max_share: f64,
     /// Where idle decay stops, as a fraction of the way from min to max. Valid: 0 ..= 1.
     pub inactive_point: f64,
     /// Step size per second of tick period. Valid: 0.0001 ..= 1.0.
@@ -50,19 +50,19 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
-    /// CockroachDB's defaults: 1 ms target, limit 0.05 ..= 0.75, inactive point 0.10, delta
+    /// CockroachDB's defaults: 1 ms target, share 0.05 ..= 0.75, inactive point 0.10, delta
     /// 0.001/s, decrease factor 2, inactive factor 0.25, 100 ms ticks, 2.5 s window, fixed steps
     /// (`max_boost` 1).
     ///
     /// ```
     /// use elastic_cpu_core::ControllerConfig;
-    /// assert_eq!(ControllerConfig::cockroach().max_limit, 0.75);
+    /// assert_eq!(ControllerConfig::cockroach().max_share, 0.75);
     /// ```
     pub fn cockroach() -> Self {
         Self {
             target_p99: Duration::from_millis(1),
-            min_limit: 0.05,
-            max_limit: 0.75,
+            min_share: 0.05,
+            max_share: 0.75,
             inactive_point: 0.10,
             delta_per_sec: 0.001,
             decrease_factor: 2.0,
@@ -78,8 +78,8 @@ impl ControllerConfig {
     /// ```
     /// use elastic_cpu_core::ControllerConfig;
     ///
-    /// let bad = ControllerConfig { min_limit: f64::NAN, ..Default::default() };
-    /// assert_eq!(bad.validate().unwrap_err().setting, "min_limit");
+    /// let bad = ControllerConfig { min_share: f64::NAN, ..Default::default() };
+    /// assert_eq!(bad.validate().unwrap_err().setting, "min_share");
     /// ```
     pub fn validate(&self) -> Result<(), SettingError> {
         let dur = |setting, d: Duration, ok: bool, reason| {
@@ -95,13 +95,13 @@ impl ControllerConfig {
             (Duration::from_micros(50)..=Duration::from_secs(1)).contains(&self.target_p99),
             "50 µs ..= 1 s",
         )?;
-        range("min_limit", self.min_limit, 0.01, 1.0, "0.01 ..= 1.0")?;
-        range("max_limit", self.max_limit, 0.05, 1.0, "0.05 ..= 1.0")?;
-        if self.max_limit < self.min_limit {
+        range("min_share", self.min_share, 0.01, 1.0, "0.01 ..= 1.0")?;
+        range("max_share", self.max_share, 0.05, 1.0, "0.05 ..= 1.0")?;
+        if self.max_share < self.min_share {
             return Err(SettingError::new(
-                "max_limit",
-                self.max_limit.to_string(),
-                "at least min_limit",
+                "max_share",
+                self.max_share.to_string(),
+                "at least min_share",
             ));
         }
         range(

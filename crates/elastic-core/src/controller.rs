@@ -1,4 +1,5 @@
-//! The step controller (docs/design.md §4): one tick per probe tick, limit as a share of the CPUs.
+//! The step controller (docs/design.md §4): one tick per probe tick; it decides the share, the part of
+//! the CPUs elastic work may use.
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use crate::config::ControllerConfig;
 use crate::error::SettingError;
 use crate::recent_low::RecentLow;
 
-/// Decides the elastic CPU limit (a share of the CPUs, in `[min_limit, max_limit]`)
+/// Decides the elastic share of the CPUs (in `[min_share, max_share]`)
 /// from the p99 scheduling latency.
 ///
 /// ```
@@ -14,7 +15,7 @@ use crate::recent_low::RecentLow;
 /// use std::time::Duration;
 ///
 /// let mut c = StepController::new(ControllerConfig::default()).unwrap();
-/// assert_eq!(c.limit(), 0.05);
+/// assert_eq!(c.share(), 0.05);
 /// // Below target with work waiting: step up by delta_per_sec * 0.1 s = 0.0001.
 /// let l = c.tick(Some(Duration::from_micros(200)), Duration::from_millis(100), true);
 /// assert!((l - 0.0501).abs() < 1e-12);
@@ -22,7 +23,7 @@ use crate::recent_low::RecentLow;
 #[derive(Clone, Debug)]
 pub struct StepController {
     config: ControllerConfig,
-    limit: f64,
+    share: f64,
     /// Multiple of the step the next step up takes (slow start; 1 unless boosting).
     boost: u32,
     /// The lowest p99 of the last 8 windows: "far below the target" is the lower 2/3 of the
@@ -32,7 +33,7 @@ pub struct StepController {
     /// The last step was down (a descent is under way).
     falling: bool,
     /// Where the last descent began; boosted steps stop at half of it (TCP's slow-start
-    /// threshold). `None` before any descent and once lifted: no threshold below `max_limit`.
+    /// threshold). `None` before any descent and once lifted: no threshold below `max_share`.
     descent_from: Option<f64>,
     /// Time spent far below the target at or above `descent_from` since: a whole window of it
     /// (the p99 window then holds no sample from below that level) lifts the threshold.
@@ -40,79 +41,79 @@ pub struct StepController {
 }
 
 impl StepController {
-    /// A controller starting at `min_limit`; fails if the config is invalid.
+    /// A controller starting at `min_share`; fails if the config is invalid.
     pub fn new(config: ControllerConfig) -> Result<Self, SettingError> {
         config.validate()?;
-        let limit = config.min_limit;
+        let share = config.min_share;
         Ok(Self {
             falling: false,
             descent_from: None,
             calm: Duration::ZERO,
             config,
-            limit,
+            share,
             boost: 1,
             recent_low: RecentLow::default(),
         })
     }
 
-    /// A controller starting at `limit`, clamped into `[min_limit, max_limit]`;
-    /// fails if the config is invalid or `limit` is NaN.
+    /// A controller starting at `share`, clamped into `[min_share, max_share]`;
+    /// fails if the config is invalid or `share` is NaN.
     ///
     /// ```
     /// use elastic_cpu_core::{ControllerConfig, StepController};
-    /// let c = StepController::with_initial_limit(ControllerConfig::default(), 2.0).unwrap();
-    /// assert_eq!(c.limit(), 0.75);
+    /// let c = StepController::with_initial_share(ControllerConfig::default(), 2.0).unwrap();
+    /// assert_eq!(c.share(), 0.75);
     /// ```
-    pub fn with_initial_limit(config: ControllerConfig, limit: f64) -> Result<Self, SettingError> {
+    pub fn with_initial_share(config: ControllerConfig, share: f64) -> Result<Self, SettingError> {
         config.validate()?;
-        if limit.is_nan() {
+        if share.is_nan() {
             return Err(SettingError::new(
-                "initial_limit",
-                limit.to_string(),
+                "initial_share",
+                share.to_string(),
                 "a number",
             ));
         }
-        let limit = limit.clamp(config.min_limit, config.max_limit);
+        let share = share.clamp(config.min_share, config.max_share);
         Ok(Self {
             falling: false,
             descent_from: None,
             calm: Duration::ZERO,
             config,
-            limit,
+            share,
             boost: 1,
             recent_low: RecentLow::default(),
         })
     }
 
-    /// One controller step over `period`; returns the new limit.
+    /// One controller step over `period`; returns the new share.
     ///
     /// * `p99 > target`: step down by `delta × decrease_factor`.
     /// * otherwise, if elastic work waited since the last tick: step up by `delta × boost`.
     ///   The boost is 1 unless the p99 is far below the target: in the lower 2/3 of the way from
     ///   the lowest p99 of the last 8 windows to the target (at most 2/3 of the target when that
     ///   low is zero). Then each step up in a row doubles it, up to `max_boost` (slow start: far
-    ///   below the target the limit climbs in seconds, not in a minute). Measuring from the
+    ///   below the target the share climbs in seconds, not in a minute). Measuring from the
     ///   recent low, not from zero, keeps the climb fast under a tight target, one just above
     ///   what the runtime shows with no elastic work at all. Any other tick resets the boost to
     ///   1, so near the target, and on every reversal, the steps are single. As TCP's slow
-    ///   start, boosting stops at a threshold: half the limit where the last descent began
-    ///   (`max_limit` before any; a descent that begins below twice the floor sets none), so a
+    ///   start, boosting stops at a threshold: half the share where the last descent began
+    ///   (`max_share` before any; a descent that begins below twice the floor sets none), so a
     ///   dip in the p99 at rest climbs back in single steps instead of overshooting again: no
     ///   dithering at rest. Back where that descent began and still far below the target for a
     ///   whole `window`, the threshold is lifted (a descent from a low level must not slow the
     ///   climb for good: its cause is gone). Steps down are never boosted: the p99 window lags
-    ///   the limit by up to a window, and a boosted descent would overshoot to the floor before
+    ///   the share by up to a window, and a boosted descent would overshoot to the floor before
     ///   the window showed its effect.
     /// * otherwise (idle): decay by `delta × inactive_decrease_factor` toward the inactive point,
     ///   never below it.
     ///
     /// `p99 = None` means the window had no samples: that is not evidence the runtime is healthy,
-    /// so the limit never rises on it. With waiters it holds; without, only the idle decay applies.
+    /// so the share never rises on it. With waiters it holds; without, only the idle decay applies.
     pub fn tick(&mut self, p99: Option<Duration>, period: Duration, had_waiters: bool) -> f64 {
         let c = &self.config;
-        let (min, max) = (c.min_limit, c.max_limit);
+        let (min, max) = (c.min_share, c.max_share);
         let delta = c.delta_per_sec * period.as_secs_f64();
-        let old = self.limit;
+        let old = self.share;
         // Far below: p ≤ low + 2/3 × (target − low), without division: 3p ≤ low + 2 × target.
         let far_below = p99.is_some_and(|p| {
             let low = self.recent_low.record(p, period, c.window);
@@ -164,8 +165,8 @@ impl StepController {
             }
         };
         // Every branch ends in [min, max]: the inactive point lies inside it.
-        self.limit = new.clamp(min, max);
-        self.limit
+        self.share = new.clamp(min, max);
+        self.share
     }
 
     /// The multiple of the step the next step up will take (1 unless a run of steps far below
@@ -174,9 +175,9 @@ impl StepController {
         self.boost
     }
 
-    /// The current limit.
-    pub fn limit(&self) -> f64 {
-        self.limit
+    /// The current share.
+    pub fn share(&self) -> f64 {
+        self.share
     }
 
     /// The settings in force.

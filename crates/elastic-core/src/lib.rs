@@ -15,7 +15,7 @@
 //! let mut controller = StepController::new(ControllerConfig::default()).unwrap();
 //! let cpus = 2.0;
 //! // 0.05 × 2 CPUs = 100 ms of CPU per second, and a full bucket to start.
-//! let queue = WorkQueue::new(clock.clone(), rate_for(controller.limit(), cpus));
+//! let queue = WorkQueue::new(clock.clone(), rate_for(controller.share(), cpus));
 //!
 //! // Elastic work takes a 100 ms slice: granted at once.
 //! let Admit::Granted(grant) = queue.admit(Duration::from_millis(100)) else { unreachable!() };
@@ -28,16 +28,16 @@
 //! assert!(ticket.poll_grant(Waker::noop()).is_pending());
 //!
 //! // Settle the first slice; the governor ticks: healthy latency and work waiting, so the
-//! // limit steps up, and refilled tokens go to the waiter.
+//! // share steps up, and refilled tokens go to the waiter.
 //! let (grant, used) = handle.into_grant();
 //! queue.done(grant, used);
 //! clock.advance(Duration::from_millis(100));
 //! let had_waiters = queue.tick();
-//! let limit = controller.tick(Some(Duration::from_micros(300)), Duration::from_millis(100), had_waiters);
-//! queue.set_rate(rate_for(limit, cpus));
+//! let share = controller.tick(Some(Duration::from_micros(300)), Duration::from_millis(100), had_waiters);
+//! queue.set_rate(rate_for(share, cpus));
 //! let Poll::Ready(Ok(grant)) = ticket.poll_grant(Waker::noop()) else { unreachable!() };
 //! queue.done(grant, Duration::from_millis(40));
-//! assert!(limit > 0.05);
+//! assert!(share > 0.05);
 //! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

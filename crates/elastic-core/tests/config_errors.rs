@@ -11,19 +11,19 @@ fn every_invalid_setting_names_itself() {
         ("target_p99", |c| c.target_p99 = Duration::ZERO),
         ("target_p99", |c| c.target_p99 = Duration::from_micros(49)),
         ("target_p99", |c| c.target_p99 = Duration::from_millis(1001)),
-        ("min_limit", |c| c.min_limit = f64::NAN),
-        ("min_limit", |c| c.min_limit = f64::INFINITY),
-        ("min_limit", |c| c.min_limit = 0.0),
-        ("min_limit", |c| c.min_limit = 0.009),
-        ("min_limit", |c| c.min_limit = 1.01),
-        ("min_limit", |c| c.min_limit = -0.5),
-        ("max_limit", |c| c.max_limit = f64::NAN),
-        ("max_limit", |c| c.max_limit = f64::NEG_INFINITY),
-        ("max_limit", |c| c.max_limit = 0.04),
-        ("max_limit", |c| c.max_limit = 1.5),
-        ("max_limit", |c| {
-            c.min_limit = 0.5;
-            c.max_limit = 0.4;
+        ("min_share", |c| c.min_share = f64::NAN),
+        ("min_share", |c| c.min_share = f64::INFINITY),
+        ("min_share", |c| c.min_share = 0.0),
+        ("min_share", |c| c.min_share = 0.009),
+        ("min_share", |c| c.min_share = 1.01),
+        ("min_share", |c| c.min_share = -0.5),
+        ("max_share", |c| c.max_share = f64::NAN),
+        ("max_share", |c| c.max_share = f64::NEG_INFINITY),
+        ("max_share", |c| c.max_share = 0.04),
+        ("max_share", |c| c.max_share = 1.5),
+        ("max_share", |c| {
+            c.min_share = 0.5;
+            c.max_share = 0.4;
         }),
         ("inactive_point", |c| c.inactive_point = f64::NAN),
         ("inactive_point", |c| c.inactive_point = -0.1),
@@ -71,7 +71,7 @@ fn every_invalid_setting_names_itself() {
         // The constructors refuse it too, with the same error.
         assert_eq!(StepController::new(config.clone()).unwrap_err(), err);
         assert_eq!(
-            StepController::with_initial_limit(config, 0.5).unwrap_err(),
+            StepController::with_initial_share(config, 0.5).unwrap_err(),
             err
         );
     }
@@ -82,14 +82,14 @@ fn boundaries_are_valid() {
     let table: &[Edit] = &[
         |c| c.target_p99 = Duration::from_micros(50),
         |c| c.target_p99 = Duration::from_secs(1),
-        |c| c.min_limit = 0.01,
+        |c| c.min_share = 0.01,
         |c| {
-            c.min_limit = 1.0;
-            c.max_limit = 1.0;
+            c.min_share = 1.0;
+            c.max_share = 1.0;
         },
         |c| {
-            c.min_limit = 0.05;
-            c.max_limit = 0.05;
+            c.min_share = 0.05;
+            c.max_share = 0.05;
         },
         |c| c.inactive_point = 0.0,
         |c| c.inactive_point = 1.0,

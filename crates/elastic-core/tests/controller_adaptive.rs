@@ -57,11 +57,11 @@ fn rest() -> f64 {
 /// Runs `secs` of ticks from `start` with work always waiting; the limit after each tick.
 fn run(config: ControllerConfig, start: f64, secs: u64) -> (Vec<f64>, Vec<u32>) {
     let clock = ManualClock::new();
-    let mut c = StepController::with_initial_limit(config, start).unwrap();
+    let mut c = StepController::with_initial_share(config, start).unwrap();
     let mut plant = Plant::new();
     let (mut limits, mut boosts) = (Vec::new(), Vec::new());
     while clock.now() < Duration::from_secs(secs) {
-        let p99 = plant.observe(c.limit());
+        let p99 = plant.observe(c.share());
         boosts.push(c.boost());
         limits.push(c.tick(Some(p99), TICK, true));
         clock.advance(TICK);
@@ -130,12 +130,12 @@ fn boost_doubles_up_to_the_cap_and_resets() {
     let near = Some(Duration::from_micros(900));
     let mut steps = Vec::new();
     for _ in 0..6 {
-        let before = c.limit();
+        let before = c.share();
         steps.push(((c.tick(far, TICK, true) - before) / 0.005).round() as u32);
     }
     assert_eq!(steps, [1, 2, 4, 8, 8, 8]);
     // Near the target: one single step, and the run starts over.
-    let before = c.limit();
+    let before = c.share();
     let l = c.tick(near, TICK, true);
     assert!((l - before - 0.005).abs() < 1e-12);
     assert_eq!(c.boost(), 1);
@@ -152,7 +152,7 @@ fn boost_doubles_up_to_the_cap_and_resets() {
 
 #[test]
 fn steps_down_are_never_boosted() {
-    let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
+    let mut c = StepController::with_initial_share(fast(8), 0.6).unwrap();
     let far = Some(Duration::from_micros(100));
     for _ in 0..4 {
         c.tick(far, TICK, true);
@@ -160,7 +160,7 @@ fn steps_down_are_never_boosted() {
     assert_eq!(c.boost(), 8);
     let high = Some(Duration::from_millis(50));
     for _ in 0..5 {
-        let before = c.limit();
+        let before = c.share();
         let after = c.tick(high, TICK, true);
         // delta × decrease factor, whatever the boost was.
         assert!((before - after - 0.01).abs() < 1e-12, "{before} -> {after}");
@@ -175,7 +175,7 @@ fn fixed_steps_without_boost() {
         c.tick(Some(Duration::from_micros(10)), TICK, true);
         assert_eq!(c.boost(), 1);
     }
-    assert!((c.limit() - 0.051).abs() < 1e-12);
+    assert!((c.share() - 0.051).abs() < 1e-12);
 }
 
 #[test]
@@ -189,11 +189,11 @@ fn after_a_descent_boosts_stop_at_half_its_start() {
     let far = Some(Duration::from_micros(100));
     let high = Some(Duration::from_millis(5));
     let step = |c: &mut StepController, p99| {
-        let before = c.limit();
+        let before = c.share();
         ((c.tick(p99, TICK, true) - before) / 0.005).round() as i64
     };
     // A descent from 0.6: the threshold is 0.3, wherever the descent ends.
-    let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
+    let mut c = StepController::with_initial_share(fast(8), 0.6).unwrap();
     assert_eq!(step(&mut c, high), -2);
     // A dip at rest (far below the target right after): single steps, above the threshold.
     for _ in 0..10 {
@@ -209,18 +209,18 @@ fn after_a_descent_boosts_stop_at_half_its_start() {
     );
     // Near the target there it lifts nothing: single steps.
     let near = Some(Duration::from_micros(800));
-    let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
+    let mut c = StepController::with_initial_share(fast(8), 0.6).unwrap();
     assert_eq!(step(&mut c, high), -2);
     for i in 0..30 {
         let p99 = if i >= 2 { near } else { far };
         assert_eq!(step(&mut c, p99), 1, "tick {i}");
     }
     // Down to 0.2 in one long descent: the threshold stays 0.3 (set where it began).
-    let mut c = StepController::with_initial_limit(fast(8), 0.6).unwrap();
+    let mut c = StepController::with_initial_share(fast(8), 0.6).unwrap();
     for _ in 0..40 {
         step(&mut c, high);
     }
-    assert!((c.limit() - 0.2).abs() < 1e-9, "{}", c.limit());
+    assert!((c.share() - 0.2).abs() < 1e-9, "{}", c.share());
     // Below the threshold the boost runs again, and its steps end at the threshold.
     let steps: Vec<i64> = (0..8).map(|_| step(&mut c, far)).collect();
     assert_eq!(
@@ -228,12 +228,12 @@ fn after_a_descent_boosts_stop_at_half_its_start() {
         [1, 2, 4, 8, 5, 1, 1, 1],
         "0.2 -> 0.3, then single steps"
     );
-    // Before any descent boosts run up to max_limit.
-    let mut fresh = StepController::with_initial_limit(fast(8), 0.05).unwrap();
+    // Before any descent boosts run up to max_share.
+    let mut fresh = StepController::with_initial_share(fast(8), 0.05).unwrap();
     for _ in 0..20 {
         fresh.tick(far, TICK, true);
     }
-    assert_eq!(fresh.limit(), 0.75);
+    assert_eq!(fresh.share(), 0.75);
 }
 
 /// A tight target: the runtime's p99 with no elastic work is already 0.62–0.75 of it (the
@@ -280,12 +280,12 @@ fn far_below_is_measured_from_the_lowest_p99_of_the_last_eight_windows() {
 #[test]
 fn a_descent_below_twice_the_floor_sets_no_threshold() {
     let steps_after = |start: f64| {
-        let mut c = StepController::with_initial_limit(fast(8), start).unwrap();
+        let mut c = StepController::with_initial_share(fast(8), start).unwrap();
         // One window over the target (start-up noise in a fresh controller's first windows).
         c.tick(Some(Duration::from_micros(1500)), TICK, true);
         (0..5)
             .map(|_| {
-                let before = c.limit();
+                let before = c.share();
                 let after = c.tick(Some(Duration::from_micros(600)), TICK, true);
                 ((after - before) / 0.005).round() as i64
             })
@@ -301,7 +301,7 @@ fn a_descent_below_twice_the_floor_sets_no_threshold() {
 #[test]
 fn a_tight_target_lifts_the_threshold_once_back_where_the_descent_began() {
     // One window over the target at 0.25 (noise early in a climb): threshold 0.125.
-    let mut c = StepController::with_initial_limit(fast(8), 0.25).unwrap();
+    let mut c = StepController::with_initial_share(fast(8), 0.25).unwrap();
     c.tick(Some(Duration::from_micros(1500)), TICK, true);
     // Then the runtime's usual 0.62–0.75 of the target: far below, measured from its low.
     let boosts: Vec<u32> = (0..20)

@@ -13,13 +13,13 @@ fn close(a: f64, b: f64) {
 }
 
 fn at(limit: f64) -> StepController {
-    StepController::with_initial_limit(ControllerConfig::default(), limit).unwrap()
+    StepController::with_initial_share(ControllerConfig::default(), limit).unwrap()
 }
 
 #[test]
 fn starts_at_min() {
     let c = StepController::new(ControllerConfig::default()).unwrap();
-    assert_eq!(c.limit(), 0.05);
+    assert_eq!(c.share(), 0.05);
     assert_eq!(c.config(), &ControllerConfig::cockroach());
 }
 
@@ -31,7 +31,7 @@ fn above_target_steps_down_by_delta_times_factor() {
     for _ in 0..9 {
         c.tick(HIGH, TICK, false);
     }
-    close(c.limit(), 0.498); // -0.2 %/s
+    close(c.share(), 0.498); // -0.2 %/s
 }
 
 #[test]
@@ -48,7 +48,7 @@ fn below_target_with_waiters_steps_up_by_delta() {
     for _ in 0..100 {
         c.tick(LOW, TICK, true);
     }
-    close(c.limit(), 0.06); // +0.1 %/s for 10 s
+    close(c.share(), 0.06); // +0.1 %/s for 10 s
 }
 
 #[test]
@@ -71,13 +71,13 @@ fn idle_decays_toward_inactive_point_and_stops_there() {
     for _ in 0..999 {
         c.tick(LOW, TICK, false);
     }
-    close(c.limit(), 0.175);
+    close(c.share(), 0.175);
     // 0.175 - 0.12 = 0.055 = 2200 more ticks; run past that: clamps at exactly the inactive point.
     for _ in 0..3000 {
         c.tick(LOW, TICK, false);
     }
-    close(c.limit(), 0.12);
-    assert!(c.limit() >= 0.12);
+    close(c.share(), 0.12);
+    assert!(c.share() >= 0.12);
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn delta_scales_with_period() {
     let mut c = at(0.3);
     close(c.tick(LOW, Duration::from_secs(1), true), 0.301);
     close(c.tick(HIGH, Duration::from_secs(2), true), 0.297);
-    assert_eq!(c.tick(LOW, Duration::ZERO, true), c.limit());
+    assert_eq!(c.tick(LOW, Duration::ZERO, true), c.share());
     // A huge period clamps instead of overshooting.
     assert_eq!(c.tick(HIGH, Duration::from_secs(1_000_000), true), 0.05);
     assert_eq!(c.tick(LOW, Duration::from_secs(1_000_000), true), 0.75);
@@ -142,8 +142,8 @@ fn mixed_trajectory() {
 fn custom_profile() {
     // A faster profile: delta 0.01/s, min 0.1, max 0.5, inactive point 0.5 -> 0.3.
     let config = ControllerConfig {
-        min_limit: 0.1,
-        max_limit: 0.5,
+        min_share: 0.1,
+        max_share: 0.5,
         inactive_point: 0.5,
         delta_per_sec: 0.01,
         decrease_factor: 4.0,
@@ -151,24 +151,24 @@ fn custom_profile() {
         ..ControllerConfig::default()
     };
     let mut c = StepController::new(config).unwrap();
-    assert_eq!(c.limit(), 0.1);
+    assert_eq!(c.share(), 0.1);
     close(c.tick(LOW, TICK, true), 0.101);
-    let mut c = StepController::with_initial_limit(c.config().clone(), 0.4).unwrap();
+    let mut c = StepController::with_initial_share(c.config().clone(), 0.4).unwrap();
     close(c.tick(HIGH, TICK, true), 0.396);
     close(c.tick(LOW, TICK, false), 0.395);
     for _ in 0..1000 {
         c.tick(LOW, TICK, false);
     }
-    close(c.limit(), 0.3);
+    close(c.share(), 0.3);
 }
 
 #[test]
 fn initial_limit_is_clamped_or_rejected() {
-    assert_eq!(at(0.0).limit(), 0.05);
-    assert_eq!(at(-1.0).limit(), 0.05);
-    assert_eq!(at(f64::INFINITY).limit(), 0.75);
-    assert_eq!(at(0.4).limit(), 0.4);
+    assert_eq!(at(0.0).share(), 0.05);
+    assert_eq!(at(-1.0).share(), 0.05);
+    assert_eq!(at(f64::INFINITY).share(), 0.75);
+    assert_eq!(at(0.4).share(), 0.4);
     let err =
-        StepController::with_initial_limit(ControllerConfig::default(), f64::NAN).unwrap_err();
-    assert_eq!(err.setting, "initial_limit");
+        StepController::with_initial_share(ControllerConfig::default(), f64::NAN).unwrap_err();
+    assert_eq!(err.setting, "initial_share");
 }

@@ -81,8 +81,8 @@ fn config() -> impl Strategy<Value = ControllerConfig> {
         .prop_map(
             |(min, max, target, ip, delta, df, idf, tick)| ControllerConfig {
                 target_p99: Duration::from_micros(target),
-                min_limit: min,
-                max_limit: max,
+                min_share: min,
+                max_share: max,
                 inactive_point: ip,
                 delta_per_sec: delta,
                 decrease_factor: df,
@@ -129,9 +129,9 @@ fn slice_nanos(us: u64) -> u64 {
 
 impl Sim {
     fn new(config: ControllerConfig, cpus: f64, initial: f64) -> Self {
-        let ctrl = StepController::with_initial_limit(config, initial).unwrap();
+        let ctrl = StepController::with_initial_share(config, initial).unwrap();
         let clock = ManualClock::new();
-        let rate = rate_for(ctrl.limit(), cpus);
+        let rate = rate_for(ctrl.share(), cpus);
         let queue = WorkQueue::new(clock.clone(), rate);
         let mut sim = Sim {
             clock,
@@ -280,15 +280,15 @@ impl Sim {
                 self.queued_since_tick = false;
                 let c = self.ctrl.config().clone();
                 let p99 = p99.map(|pm| c.target_p99 * pm as u32 / 1000);
-                let old = self.ctrl.limit();
+                let old = self.ctrl.share();
                 let new = self.ctrl.tick(p99, c.tick, had);
                 assert!(
-                    (c.min_limit..=c.max_limit).contains(&new),
+                    (c.min_share..=c.max_share).contains(&new),
                     "limit {new} outside [{}, {}]",
-                    c.min_limit,
-                    c.max_limit
+                    c.min_share,
+                    c.max_share
                 );
-                let inactive = c.min_limit + c.inactive_point * (c.max_limit - c.min_limit);
+                let inactive = c.min_share + c.inactive_point * (c.max_share - c.min_share);
                 match p99 {
                     Some(p) if p > c.target_p99 => assert!(new <= old),
                     Some(_) if had => assert!(new >= old),
@@ -366,7 +366,7 @@ impl Sim {
             let n = g.allotted_nanos();
             self.queue.done(g, Duration::from_nanos(n));
         }
-        self.set_rate(rate_for(self.ctrl.limit(), self.cpus));
+        self.set_rate(rate_for(self.ctrl.share(), self.cpus));
         let s = self.queue.snapshot();
         let debt = (-s.balance_nanos).max(0) as u128;
         let ahead: u128 = self.live.iter().map(|l| l.slice as u128).sum();

@@ -199,7 +199,7 @@ impl Plant {
         let workers = cpus as usize + rng.below(cpus as u64 + 3) as usize;
         // Utilisation at which `base / (1 − ρ)` reaches the target.
         let rho_star = 1.0 - base / config.target_p99.as_secs_f64();
-        let min = config.min_limit;
+        let min = config.min_share;
         let feasible_hi = rho_star - min - 0.08;
         let per_min = 60.0 / tick.as_secs_f64();
         let mut segments = Vec::new();
@@ -333,7 +333,7 @@ fn run_seed(seed: u64, minutes: u64, config: &ControllerConfig) -> SeedStats {
     let mut work_rng = Rng::new(seed, 4);
 
     let cpus = plant.cpus as f64;
-    let (min, max) = (config.min_limit, config.max_limit);
+    let (min, max) = (config.min_share, config.max_share);
     let target = config.target_p99.as_secs_f64();
     let window_ticks = (config.window.as_nanos() / tick.as_nanos()).max(1) as usize;
     let steps_per_tick = (tick.as_nanos() / STEP.as_nanos()) as u64;
@@ -349,7 +349,7 @@ fn run_seed(seed: u64, minutes: u64, config: &ControllerConfig) -> SeedStats {
 
     let clock = ManualClock::new();
     let mut controller = StepController::new(config.clone()).expect("valid config");
-    let queue = WorkQueue::new(clock.clone(), rate_for(controller.limit(), cpus));
+    let queue = WorkQueue::new(clock.clone(), rate_for(controller.share(), cpus));
     let mut workers: Vec<Worker> = (0..plant.workers).map(|_| Worker::Idle).collect();
     let mut worker_cpu = vec![0u64; plant.workers];
     let waker = Waker::noop();
@@ -358,7 +358,7 @@ fn run_seed(seed: u64, minutes: u64, config: &ControllerConfig) -> SeedStats {
     let mut elastic_per_tick: Vec<u64> = Vec::with_capacity(ticks as usize);
     let mut rate_per_tick: Vec<u64> = Vec::with_capacity(ticks as usize);
     let mut at_floor_per_tick: Vec<bool> = Vec::with_capacity(ticks as usize);
-    let mut limit_in_force = controller.limit();
+    let mut limit_in_force = controller.share();
 
     let mut st = SeedStats {
         seed,
@@ -790,7 +790,7 @@ fn soak(name: &str, config: ControllerConfig, run: Run) {
          overshoot charged {:.1} CPU-s",
         FLOOR_WINDOW.as_secs(),
         min_floor,
-        config.min_limit,
+        config.min_share,
         max_of(&|s| s.max_use_over_rate),
         stats.iter().map(|s| s.over_limit_nanos as f64).sum::<f64>() / NS
     );

@@ -47,9 +47,9 @@ impl Profile {
 /// ```
 /// use elastic_cpu_pacer::{BuildError, Elastic};
 ///
-/// let Err(BuildError::Setting(e)) = Elastic::builder().min_limit(2.0).build() else { panic!() };
-/// assert_eq!(e.setting, "min_limit");
-/// assert_eq!(e.to_string(), "invalid `min_limit` = 2: expected 0.01 ..= 1.0");
+/// let Err(BuildError::Setting(e)) = Elastic::builder().min_share(2.0).build() else { panic!() };
+/// assert_eq!(e.setting, "min_share");
+/// assert_eq!(e.to_string(), "invalid `min_share` = 2: expected 0.01 ..= 1.0");
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
@@ -112,9 +112,9 @@ pub struct ElasticBuilder {
     pub(crate) controller: ControllerConfig,
     pub(crate) target_p99: Option<Duration>,
     pub(crate) delta_per_sec: Option<f64>,
-    pub(crate) min_limit: Option<f64>,
-    pub(crate) max_limit: Option<f64>,
-    pub(crate) initial_limit: Option<f64>,
+    pub(crate) min_share: Option<f64>,
+    pub(crate) max_share: Option<f64>,
+    pub(crate) initial_share: Option<f64>,
     pub(crate) fixed_limit: Option<f64>,
     pub(crate) slice: Duration,
     pub(crate) quantum: Duration,
@@ -151,9 +151,9 @@ impl Default for ElasticBuilder {
             controller: Profile::Default.controller(),
             target_p99: None,
             delta_per_sec: None,
-            min_limit: None,
-            max_limit: None,
-            initial_limit: None,
+            min_share: None,
+            max_share: None,
+            initial_share: None,
             fixed_limit: None,
             slice: DEFAULT_SLICE,
             quantum: DEFAULT_QUANTUM,
@@ -201,22 +201,22 @@ impl ElasticBuilder {
     }
 
     /// Lowest limit (the elastic share of the CPUs) the controller goes to, and its start
-    /// unless [`initial_limit`](Self::initial_limit) says otherwise (0.01 ..= 1.0).
-    pub fn min_limit(mut self, limit: f64) -> Self {
-        self.min_limit = Some(limit);
+    /// unless [`initial_share`](Self::initial_share) says otherwise (0.01 ..= 1.0).
+    pub fn min_share(mut self, limit: f64) -> Self {
+        self.min_share = Some(limit);
         self
     }
 
-    /// Highest limit the controller goes to (0.05 ..= 1.0, at least `min_limit`).
-    pub fn max_limit(mut self, limit: f64) -> Self {
-        self.max_limit = Some(limit);
+    /// Highest limit the controller goes to (0.05 ..= 1.0, at least `min_share`).
+    pub fn max_share(mut self, limit: f64) -> Self {
+        self.max_share = Some(limit);
         self
     }
 
-    /// Limit the controller starts from (`min_limit ..= max_limit`). The token bucket starts
+    /// Limit the controller starts from (`min_share ..= max_share`). The token bucket starts
     /// full at this limit: see [`Elastic`](crate::Elastic#tokens).
-    pub fn initial_limit(mut self, limit: f64) -> Self {
-        self.initial_limit = Some(limit);
+    pub fn initial_share(mut self, limit: f64) -> Self {
+        self.initial_share = Some(limit);
         self
     }
 
@@ -426,11 +426,11 @@ impl ElasticBuilder {
         if let Some(d) = self.delta_per_sec {
             c.delta_per_sec = d;
         }
-        if let Some(m) = self.min_limit {
-            c.min_limit = m;
+        if let Some(m) = self.min_share {
+            c.min_share = m;
         }
-        if let Some(m) = self.max_limit {
-            c.max_limit = m;
+        if let Some(m) = self.max_share {
+            c.max_share = m;
         }
         c
     }
@@ -443,9 +443,9 @@ impl ElasticBuilder {
                 setting, value, expected,
             )))
         };
-        if let Some(l) = self.initial_limit {
-            if !(l >= controller.min_limit && l <= controller.max_limit) {
-                return setting("initial_limit", l.to_string(), "min_limit ..= max_limit");
+        if let Some(l) = self.initial_share {
+            if !(l >= controller.min_share && l <= controller.max_share) {
+                return setting("initial_share", l.to_string(), "min_share ..= max_share");
             }
         }
         if let Some(l) = self.fixed_limit {

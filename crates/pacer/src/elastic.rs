@@ -41,7 +41,7 @@ use crate::snapshot::Snapshot;
 /// Tokens are CPU time. At limit `u` on `n` CPUs the bucket refills at `u × n` CPU-seconds per
 /// second and holds at most one second of that. It starts full: one second of tokens at the
 /// initial rate, `u × n` CPU-seconds, where `u` is the [`fixed_limit`], else the
-/// [`initial_limit`], else the [`min_limit`], and `n` is [`cpus`] if given, else
+/// [`initial_share`], else the [`min_share`], and `n` is [`cpus`] if given, else
 /// `available_parallelism`. So elastic work may take up to that much at once right after the
 /// build before it is held to the rate. Attaching a runtime resizes the bucket for its CPUs
 /// (unless [`cpus`] was given: the least of its worker threads, the cgroup CPU quota kept
@@ -61,8 +61,8 @@ use crate::snapshot::Snapshot;
 /// drop, and also ends by itself soon after its runtime shuts down.
 ///
 /// [`fixed_limit`]: ElasticBuilder::fixed_limit
-/// [`initial_limit`]: ElasticBuilder::initial_limit
-/// [`min_limit`]: ElasticBuilder::min_limit
+/// [`initial_share`]: ElasticBuilder::initial_share
+/// [`min_share`]: ElasticBuilder::min_share
 /// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
@@ -81,8 +81,8 @@ impl ElasticBuilder {
             alarm_at: brake,
             ..self.probe.clone()
         })?;
-        let initial = self.initial_limit.unwrap_or(controller_config.min_limit);
-        let controller = StepController::with_initial_limit(controller_config.clone(), initial)?;
+        let initial = self.initial_share.unwrap_or(controller_config.min_share);
+        let controller = StepController::with_initial_share(controller_config.clone(), initial)?;
         let default_cpus = std::thread::available_parallelism()
             .map(|n| n.get() as f64)
             .unwrap_or(1.0);

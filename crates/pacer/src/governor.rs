@@ -85,7 +85,7 @@ impl Governor {
         default_cpus: f64,
     ) -> Governor {
         Governor {
-            limit: fixed.unwrap_or(controller.limit()),
+            limit: fixed.unwrap_or(controller.share()),
             controller,
             fixed,
             brake: brake.then(Brake::default),
@@ -222,7 +222,7 @@ impl Governor {
             fixed: self.fixed,
             quota: self.quota_seen,
         };
-        let rate = self.share.apply(rate_for(start.initial_limit(), self.cpus));
+        let rate = self.share.apply(rate_for(start.initial_share(), self.cpus));
         let queue = WorkQueue::new(self.clock.clone(), rate);
         let (class, link) = IdleClass::create(parent, queue, self.controller.config(), start)?;
         self.idle = Some(link);
@@ -324,7 +324,7 @@ impl Governor {
     fn capped(&self, limit: f64, cap: fn(&Headroom) -> Option<f64>) -> f64 {
         match self.headroom.as_ref().and_then(cap) {
             Some(cpus) if self.cpus > 0.0 => {
-                let floor = self.controller.config().min_limit.min(limit);
+                let floor = self.controller.config().min_share.min(limit);
                 limit.min(cpus / self.cpus).max(floor)
             }
             _ => limit,

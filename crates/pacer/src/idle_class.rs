@@ -42,7 +42,7 @@ pub(crate) struct IdleStart {
 
 impl IdleStart {
     /// The limit the idle class starts at.
-    pub(crate) fn initial_limit(&self) -> f64 {
+    pub(crate) fn initial_share(&self) -> f64 {
         match (self.fixed, self.quota) {
             (Some(fixed), _) => fixed,
             (None, true) => self.elastic_limit,
@@ -66,7 +66,7 @@ impl IdleClass {
                 .target_p99
                 .saturating_mul(IDLE_TARGET_FACTOR)
                 .min(Duration::from_secs(1)),
-            max_limit: IDLE_MAX_LIMIT,
+            max_share: IDLE_MAX_LIMIT,
             // On a bare host idle work that comes back after a pause starts where it was.
             inactive_point: if quota { elastic.inactive_point } else { 1.0 },
             ..elastic.clone()
@@ -81,7 +81,7 @@ impl IdleClass {
         start: IdleStart,
     ) -> Result<(Arc<Shared>, IdleClass), SettingError> {
         let config = IdleClass::config(elastic, start.quota);
-        let controller = StepController::with_initial_limit(config, start.initial_limit())?;
+        let controller = StepController::with_initial_share(config, start.initial_share())?;
         // The quantum is the slice: no yield on an idle thread lets a foreground task in (the
         // kernel does that), it would only cost the scheduler.
         let shared = Arc::new(Shared::idle_class(parent, queue, parent.slice));
@@ -100,7 +100,7 @@ impl IdleClass {
 
     /// The limit now.
     pub(crate) fn limit(&self) -> f64 {
-        self.fixed.unwrap_or(self.controller.limit())
+        self.fixed.unwrap_or(self.controller.share())
     }
 
     /// One controller step on the foreground's `p99` (`Duration::MAX` while throttled).
@@ -138,9 +138,9 @@ mod tests {
         };
         let host = IdleClass::config(&elastic, false);
         assert_eq!(host.target_p99, Duration::from_millis(1));
-        assert_eq!(host.max_limit, 1.0);
+        assert_eq!(host.max_share, 1.0);
         assert_eq!(host.inactive_point, 1.0);
-        assert_eq!(host.min_limit, elastic.min_limit);
+        assert_eq!(host.min_share, elastic.min_share);
         assert!(host.validate().is_ok());
         let quota = IdleClass::config(&elastic, true);
         assert_eq!(quota.inactive_point, elastic.inactive_point);

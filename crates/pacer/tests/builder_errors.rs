@@ -19,15 +19,15 @@ fn every_bad_setting_is_refused_by_name() {
         ),
         ("delta_per_sec", Elastic::builder().delta_per_sec(nan)),
         ("delta_per_sec", Elastic::builder().delta_per_sec(0.0)),
-        ("min_limit", Elastic::builder().min_limit(nan)),
-        ("min_limit", Elastic::builder().min_limit(0.0)),
-        ("max_limit", Elastic::builder().max_limit(1.5)),
+        ("min_share", Elastic::builder().min_share(nan)),
+        ("min_share", Elastic::builder().min_share(0.0)),
+        ("max_share", Elastic::builder().max_share(1.5)),
         (
-            "max_limit",
-            Elastic::builder().min_limit(0.6).max_limit(0.5),
+            "max_share",
+            Elastic::builder().min_share(0.6).max_share(0.5),
         ),
-        ("initial_limit", Elastic::builder().initial_limit(0.9)),
-        ("initial_limit", Elastic::builder().initial_limit(nan)),
+        ("initial_share", Elastic::builder().initial_share(0.9)),
+        ("initial_share", Elastic::builder().initial_share(nan)),
         ("fixed_limit", Elastic::builder().fixed_limit(0.0)),
         ("fixed_limit", Elastic::builder().fixed_limit(nan)),
         ("fixed_limit", Elastic::builder().fixed_limit(1.01)),
@@ -77,11 +77,11 @@ fn every_bad_setting_is_refused_by_name() {
 
 #[test]
 fn errors_say_the_valid_range() {
-    let BuildError::Setting(e) = err(Elastic::builder().min_limit(0.0)) else {
+    let BuildError::Setting(e) = err(Elastic::builder().min_share(0.0)) else {
         panic!()
     };
     assert_eq!((e.value.as_str(), e.expected), ("0", "0.01 ..= 1.0"));
-    let BuildError::Setting(e) = err(Elastic::builder().max_limit(1.5)) else {
+    let BuildError::Setting(e) = err(Elastic::builder().max_share(1.5)) else {
         panic!()
     };
     assert_eq!((e.value.as_str(), e.expected), ("1.5", "0.05 ..= 1.0"));

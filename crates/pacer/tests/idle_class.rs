@@ -16,7 +16,7 @@ fn builder(clock: &ManualClock) -> ElasticBuilder {
         .manual(clock.clone())
         .cpus(2.0)
         .target_p99(MS)
-        .initial_limit(0.5)
+        .initial_share(0.5)
 }
 
 /// One tick with the foreground's scheduling latency at `latency`.

@@ -33,7 +33,7 @@ fn the_rate_stays_within_the_quota_the_foreground_leaves() {
         .quota_headroom
         .expect("two readings of the process's CPU time");
     assert!((0.0..=0.9 * 0.5).contains(&cap), "{cap}");
-    // The floor (min_limit 0.05 of 2 CPUs) is 0.1 CPUs; the quota's cap is at most 0.45.
+    // The floor (min_share 0.05 of 2 CPUs) is 0.1 CPUs; the quota's cap is at most 0.45.
     assert!(
         s.queue.rate_nanos_per_sec <= 450_000_000,
         "rate {} above the quota's cap",

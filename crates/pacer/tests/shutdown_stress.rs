@@ -24,8 +24,8 @@ const WAIT: Duration = Duration::from_secs(60);
 /// the foreground spinners below set the brake off now and then.
 fn elastic() -> Elastic {
     Elastic::builder()
-        .min_limit(0.05)
-        .max_limit(0.2)
+        .min_share(0.05)
+        .max_share(0.2)
         .target_p99(Duration::from_micros(100))
         .brake_at(Duration::from_micros(200))
         .build()

@@ -14,7 +14,7 @@ fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {
         .manual(clock.clone())
         .cpus(2.0)
         .target_p99(MS)
-        .initial_limit(0.5)
+        .initial_share(0.5)
         .no_brake()
         .throttle_signal(throttle_signal)
         .build()

@@ -45,7 +45,7 @@ impl GateLink {
 
     /// Apply the share to the gate's bucket for `cpus` CPUs.
     pub(crate) fn apply(&self, gate: &GateShared, cpus: f64) {
-        let share = self.controller.limit();
+        let share = self.controller.share();
         gate.queue.set_rate(rate_for(share, cpus));
         if self.cap_concurrency {
             gate.queue
@@ -125,12 +125,12 @@ impl GateLink {
             0.0
         };
         let config = ControllerConfig {
-            min_limit: s.min_share,
-            max_limit: s.max_share,
+            min_share: s.min_share,
+            max_share: s.max_share,
             inactive_point,
             ..parts.controller.clone()
         };
-        let controller = StepController::with_initial_limit(config, s.initial_share)?;
+        let controller = StepController::with_initial_share(config, s.initial_share)?;
         let queue = GateQueue::new(
             parts.clock,
             rate_for(s.initial_share, parts.cpus),
