@@ -45,9 +45,14 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use elastic_cpu::elastic_cpu_core::{Clock, ThreadCpuClock};
 use elastic_cpu::prelude::*;
-use elastic_cpu::{Elastic, GateSettings, DEFAULT_QUANTUM, DEFAULT_SLICE};
+use elastic_cpu::settings::{Enforcement, Timing};
+use elastic_cpu::{
+    gate::GateSettings,
+    settings::{DEFAULT_QUANTUM, DEFAULT_SLICE},
+    Elastic,
+};
+use elastic_cpu_core::{Clock, ThreadCpuClock};
 use tokio::runtime::{Builder, Runtime};
 
 /// Tasks per `paced_overhead` batch (≥ the largest worker count, so every worker has work).
@@ -64,7 +69,7 @@ const MEASURE: Duration = Duration::from_millis(2500);
 /// An elastic handle whose bucket never runs dry in these benches: limit 1.0 of 1024 CPUs.
 fn unlimited() -> Elastic {
     Elastic::builder()
-        .fixed_limit(1.0)
+        .fixed_share(1.0)
         .cpus(1024.0)
         .build()
         .expect("elastic settings")
@@ -264,14 +269,17 @@ fn poll_block<F: Future + Unpin>(fut: &mut F, cx: &mut Context<'_>, n: u32) -> D
 fn paced_cost_by_hand() {
     let wall = unlimited();
     let cpu_clock = Elastic::builder()
-        .fixed_limit(1.0)
+        .fixed_share(1.0)
         .cpus(1024.0)
-        .thread_cpu_time()
+        .enforcement(Enforcement {
+            timing: Timing::ThreadCpu,
+            ..Enforcement::default()
+        })
         .build()
         .expect("elastic settings");
     for (name, elastic) in [
         ("Paced (wall running time, the default)", &wall),
-        ("Paced with .thread_cpu_time()", &cpu_clock),
+        ("Paced with Timing::ThreadCpu", &cpu_clock),
     ] {
         println!("    by hand: {name}: {}", paced_cost_alternating(elastic));
     }
@@ -564,10 +572,13 @@ fn quantum_cost(c: &mut Criterion) {
         ("one_worker_no_os_yield", DEFAULT_QUANTUM, 1, false),
     ] {
         let elastic = Elastic::builder()
-            .fixed_limit(1.0)
+            .fixed_share(1.0)
             .cpus(1024.0)
-            .quantum(quantum)
-            .os_yield(os_yield)
+            .enforcement(Enforcement {
+                quantum,
+                os_yield,
+                ..Enforcement::default()
+            })
             .build()
             .expect("elastic settings");
         let rt = elastic

@@ -1,16 +1,16 @@
 //! elastic-cpu: keep a tokio service's foreground latency flat while background ("elastic")
 //! CPU work — backups, scans, exports, compactions — uses the CPU that is really spare.
 //!
-//! It measures the runtime's scheduling latency ([`elastic_cpu_probe`]), decides with a step
-//! controller how much CPU elastic work may take ([`elastic_cpu_core`]), and enforces that with a
-//! no-burst token bucket of CPU time ([`elastic_cpu_pacer`]).
+//! It measures what foreground work waits for (the runtime's scheduling latency, I/O wake-ups,
+//! the OS run queue, a container's CPU throttling), decides with a step controller how much CPU
+//! elastic work may take, and enforces that with a no-burst token bucket of CPU time.
 //!
 //! ```
 //! use elastic_cpu::prelude::*;
 //! use elastic_cpu::Elastic;
 //! use futures_util::StreamExt;
 //!
-//! let elastic = Elastic::builder().build()?; // defaults: Profile::Default
+//! let elastic = Elastic::builder().build()?; // every setting at its default
 //! let rt = elastic
 //!     .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all())
 //!     .build()?;
@@ -28,33 +28,28 @@
 //! });
 //! rt.block_on(async { (backup.await, export.await, encode.await) });
 //! let s = elastic.snapshot();
-//! println!("limit {:.3} of {} cpus, sched p99 {:?}", s.limit, s.cpus, s.sched_p99);
+//! println!("share {:.3} of {} cpus, sched p99 {:?}", s.share, s.cpus, s.sched_p99);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! At the root: what the quick start and the common cases need. In modules: the groups of
+//! settings ([`settings`]), the snapshot's parts ([`snapshot`]), the connection gate ([`gate`],
+//! feature `gate`), the idle-priority pool ([`idle`], feature `idle-pool`), the metric names
+//! ([`metrics`], feature `metrics`) and the test plumbing ([`testing`], feature `test-util`).
 #![forbid(unsafe_code)]
 
-// Every type the API hands out or takes is nameable from here.
-pub use elastic_cpu_core::{
-    Clock, ControllerConfig, GateStats, ManualClock, QueueOrder, QueueSnapshot, SettingError,
-};
+#[cfg(feature = "gate")]
+pub use elastic_cpu_pacer::gate;
+#[cfg(feature = "idle-pool")]
+pub use elastic_cpu_pacer::idle;
 #[cfg(feature = "metrics")]
-pub use elastic_cpu_pacer::METRICS;
+pub use elastic_cpu_pacer::metrics;
+#[cfg(feature = "test-util")]
+pub use elastic_cpu_pacer::testing;
 pub use elastic_cpu_pacer::{
-    Admission, Availability, BuildError, ConnectionGate, CpusSource, Elastic, ElasticBuilder,
-    GateSettings, GateSnapshot, GatedListener, IdlePriority, IdleRuntime, Pace, Paced, PacedExt,
-    PacedStream, PacedStreamExt, Pacer, Profile, RejectReason, Rejected, RuntimeBuilder, SetupPace,
-    SetupPermit, SignalSource, Snapshot, SpawnError, BRAKE_FACTOR, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
-    DEFAULT_QUANTUM, DEFAULT_SLICE, IO_TARGET_FACTOR, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
+    settings, snapshot, BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
+    PacedStreamExt, Pacer, Profile, RuntimeBuilder, SettingError, Snapshot, SpawnError,
 };
-pub use elastic_cpu_probe::{
-    cpu_affinity, cpu_quota, CgroupVersion, CpuQuota, CpuThrottling, IoCanary, IoProbe,
-    IoProbeConfig, IoProbeError, NoQuota, Probe, ProbeConfig, QuotaReading, QuotaSource,
-    RunQueueStats, RunQueueTick, RunQueueUnavailable, Sampler, Source, Split, Summary,
-    ThreadRegistration, ThreadRegistry, ThreadRole, ThreadWait, Window,
-};
-
-/// The three crates, for what the facade does not re-export.
-pub use {elastic_cpu_core, elastic_cpu_pacer, elastic_cpu_probe};
 
 /// `use elastic_cpu::prelude::*;` brings `.paced(&elastic)` for futures and streams.
 pub mod prelude {

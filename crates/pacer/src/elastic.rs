@@ -6,24 +6,27 @@ use std::future::Future;
 use std::io;
 use std::sync::Arc;
 
-use elastic_cpu_core::{SettingError, StepController, WorkQueue};
-use elastic_cpu_probe::{cpu_affinity, cpu_quota, Probe, ProbeConfig, QuotaReading};
+#[cfg(feature = "gate")]
+use elastic_cpu_core::SettingError;
+use elastic_cpu_probe::Probe;
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
-use crate::config::{BuildError, ElasticBuilder};
+use crate::builder::ElasticBuilder;
+#[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
-use crate::governor::{self, choose_cpus, Control, CpusInputs, Governor};
-use crate::idle_pool::IdleRuntime;
+use crate::governor::{choose_cpus, Control, CpusInputs};
+#[cfg(feature = "idle-pool")]
+use crate::idle::IdleRuntime;
 use crate::paced::Paced;
 use crate::pacer::Pacer;
+use crate::record::ClassKind;
 use crate::shared::Shared;
-use crate::signal::Signals;
 use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
-/// that decides the limit (the elastic share of the CPUs), and the token bucket that enforces
-/// it. Cheap to clone.
+/// that decides the share (the part of the CPUs elastic work may use), and the token bucket
+/// that enforces it. Cheap to clone.
 ///
 /// ```
 /// use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -32,37 +35,39 @@ use crate::snapshot::Snapshot;
 /// let scan = rt.spawn(async { (0..1_000_000u64).map(|x| x % 7).sum::<u64>() }.paced(&elastic));
 /// rt.block_on(scan)?;
 /// let s = elastic.snapshot();
-/// assert!(s.limit > 0.0 && s.cpus >= 1.0);
+/// assert!(s.share > 0.0 && s.cpus >= 1.0);
+/// elastic.shutdown(); // or just drop it: the threads end once nothing uses them
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
 /// # Tokens
 ///
-/// Tokens are CPU time. At limit `u` on `n` CPUs the bucket refills at `u × n` CPU-seconds per
+/// Tokens are CPU time. At share `u` of `n` CPUs the bucket refills at `u × n` CPU-seconds per
 /// second and holds at most one second of that. It starts full: one second of tokens at the
-/// initial rate, `u × n` CPU-seconds, where `u` is the [`fixed_limit`], else the
-/// [`initial_share`], else the [`min_share`], and `n` is [`cpus`] if given, else
-/// `available_parallelism`. So elastic work may take up to that much at once right after the
-/// build before it is held to the rate. Attaching a runtime resizes the bucket for its CPUs
-/// (unless [`cpus`] was given: the least of its worker threads, the cgroup CPU quota kept
-/// fractional, and the CPUs in the affinity mask; see [`CpusSource`](crate::CpusSource))
-/// and keeps it full: a new rate moves the balance by the change in the one-second burst
-/// (a lower limit can push it into debt).
+/// initial rate, where `u` is the [`fixed_share`], else the [`initial_share`], else the lower
+/// bound of the [`share`], and `n` is [`cpus`] if given, else `available_parallelism`. So
+/// elastic work may take up to that much at once right after the build before it is held to the
+/// rate. Attaching a runtime resizes the bucket for its CPUs (unless [`cpus`] was given: the
+/// least of its worker threads, the cgroup CPU quota kept fractional, and the CPUs in the
+/// affinity mask; see [`CpusSource`](crate::snapshot::CpusSource)) and keeps it full: a new rate
+/// moves the balance by the change in the one-second burst (a lower share can push it into
+/// debt).
 ///
 /// # Threads
 ///
 /// [`build`](ElasticBuilder::build) starts one OS thread, the governor
 /// (`elastic-cpu-governor`), unless the builder has a manual clock (feature `test-util`). It
-/// belongs to no runtime: it outlives the runtime it governs, and ends only once the last
-/// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this
-/// handle is dropped (then it closes the work queue, so nothing waits for a grant that cannot
-/// come). Without `tokio_unstable`, [`attach`](Self::attach) also starts a sampling probe
-/// thread on the runtime (`sched-probe-sampler`); it is stopped and joined at that same last
-/// drop, and also ends by itself soon after its runtime shuts down.
+/// belongs to no runtime: it outlives the runtime it governs. Without `tokio_unstable`,
+/// [`attach`](Self::attach) also starts a sampling probe thread on the runtime
+/// (`elastic-cpu-sampler`), which also ends by itself soon after its runtime shuts down.
+/// [`shutdown`](Self::shutdown) stops and joins both; without it they end once the last
+/// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this handle
+/// is dropped. Either way the work queues close, so nothing waits for a grant that cannot come:
+/// paced work left then runs unpaced.
 ///
-/// [`fixed_limit`]: ElasticBuilder::fixed_limit
+/// [`fixed_share`]: ElasticBuilder::fixed_share
 /// [`initial_share`]: ElasticBuilder::initial_share
-/// [`min_share`]: ElasticBuilder::min_share
+/// [`share`]: ElasticBuilder::share
 /// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
@@ -70,72 +75,12 @@ pub struct Elastic {
     control: Arc<Control>,
 }
 
-impl ElasticBuilder {
-    /// Validate every setting and start the governor.
-    pub fn build(self) -> Result<Elastic, BuildError> {
-        let controller_config = self.validate()?;
-        let brake = self.resolved_brake(&controller_config);
-        let probe = Probe::new(ProbeConfig {
-            tick: controller_config.tick,
-            window: controller_config.window,
-            alarm_at: brake,
-            ..self.probe.clone()
-        })?;
-        let initial = self.initial_share.unwrap_or(controller_config.min_share);
-        let controller = StepController::with_initial_share(controller_config.clone(), initial)?;
-        let default_cpus = std::thread::available_parallelism()
-            .map(|n| n.get() as f64)
-            .unwrap_or(1.0);
-        let clock = self.queue_clock();
-        let manual = clock.is_manual();
-        let governor = Governor::new(
-            controller,
-            self.fixed_limit,
-            brake.is_some(),
-            clock.clone(),
-            self.cap_concurrency,
-            self.cpus,
-            default_cpus,
-        );
-        let governor = if self.throttle_signal {
-            governor
-        } else {
-            governor.without_throttle_signal()
-        };
-        let governor = if self.quota_headroom {
-            governor
-        } else {
-            governor.without_quota_headroom()
-        };
-        let shared = Arc::new(Shared::new(
-            WorkQueue::new(clock, governor.rate()),
-            self.slice,
-            self.quantum,
-            self.os_yield,
-            self.running.clone(),
-            probe,
-        ));
-        // A manual clock steers by the probe the test drives, nothing measured for real.
-        let governor = if manual {
-            governor
-        } else {
-            governor.with_signals(Signals::new(
-                &shared.threads,
-                self.io_signal,
-                self.run_queue_signal,
-            ))
-        };
-        let control = Arc::new(Control::new(governor, &shared));
-        if !manual {
-            governor::spawn(&shared, control.clone(), controller_config.tick)
-                .map_err(BuildError::GovernorThread)?;
-        }
-        Ok(Elastic { shared, control })
-    }
-}
-
 impl Elastic {
-    /// Start building: defaults from [`Profile::Default`](crate::Profile::Default).
+    pub(crate) fn new(shared: Arc<Shared>, control: Arc<Control>) -> Elastic {
+        Elastic { shared, control }
+    }
+
+    /// Start building: every setting at its default.
     pub fn builder() -> ElasticBuilder {
         ElasticBuilder::default()
     }
@@ -184,48 +129,49 @@ impl Elastic {
             .start_io_probe(handle, self.shared.probe.config())
     }
 
-    /// Tell this `Elastic` which runtime it governs: sizes the bucket (unless
-    /// [`ElasticBuilder::cpus`] fixed it) for the least of the runtime's worker threads, the
+    /// Tell this `Elastic` which runtime it governs: sizes the buckets (unless
+    /// [`ElasticBuilder::cpus`] fixed them) for the least of the runtime's worker threads, the
     /// cgroup CPU quota (fractional: 1.5 CPUs stay 1.5) and the CPUs the process may run on (its
     /// affinity mask; `available_parallelism` when that cannot be read), and, without
     /// `tokio_unstable`, starts the sampling probe on it. [`Snapshot::cpus_source`] says which
     /// figure it took. The quota and the mask are read here, once (a few small files). With a
     /// quota, the governor watches the cgroup's throttling and holds elastic work within what
-    /// the foreground leaves of the quota from now on ([`ElasticBuilder::throttle_signal`],
-    /// [`ElasticBuilder::quota_headroom`]).
+    /// the foreground leaves of the quota from now on (see
+    /// [`Inputs`](crate::settings::Inputs)).
     pub fn attach(&self, handle: &Handle) {
-        let quota = cpu_quota();
+        let (quota, affinity, available) = self.control.host();
         let (cpus, source) = choose_cpus(&CpusInputs {
             builder: self.control.builder_cpus(),
             workers: handle.metrics().num_workers(),
             quota: &quota,
-            affinity: cpu_affinity(),
-            available: std::thread::available_parallelism().ok().map(|n| n.get()),
+            affinity,
+            available,
         });
-        self.control.attach_cpus(&self.shared, cpus, source);
-        if let QuotaReading::Limited(quota) = quota {
-            self.control.watch_quota(quota.cgroup_dir, quota.cpus);
-        }
-        if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler) {
+        self.control.attach(cpus, source, &quota);
+        // On a manual clock the test drives the probe: no sampler records real latencies.
+        if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler)
+            && !self.control.is_manual()
+        {
             self.shared
                 .keep_sampler(self.shared.probe.start_sampler(handle));
         }
     }
 
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
-    /// work paced by this `Elastic` in its idle class: a bucket and a limit of its own, up to
-    /// every CPU, steered by 4 × the target and the cgroup's throttling (see [`IdleRuntime`]).
-    /// Every pool made from one `Elastic` shares that class. The foreground runtime is the one
-    /// given to [`runtime`](Self::runtime) or [`attach`](Self::attach): the limit follows its
-    /// probe, and its CPUs size the bucket; a quota seen there when the first pool is made
-    /// starts the class at the elastic limit instead of every CPU. Use it for self-contained CPU work; work that shares
-    /// locks with the foreground belongs in same-runtime [`paced`](crate::PacedExt::paced)
-    /// work (see [`IdleRuntime`]: at idle priority a lock holder starves).
+    /// work paced by this `Elastic` in its idle class: a bucket and a share of its own, up to
+    /// every CPU, steered by 4 × the target, the cgroup's throttling and the quota's headroom
+    /// (see [`IdleRuntime`]). Every pool made from one `Elastic` shares that class. The
+    /// foreground runtime is the one given to [`runtime`](Self::runtime) or
+    /// [`attach`](Self::attach): the share follows its signal, and its CPUs size the bucket; a
+    /// quota seen there when the first pool is made starts the class at the elastic share
+    /// instead of every CPU. Use it for self-contained CPU work; work that shares locks with the
+    /// foreground belongs in same-runtime [`paced`](crate::PacedExt::paced) work (see
+    /// [`IdleRuntime`]: at idle priority a lock holder starves). Feature `idle-pool` (default).
     ///
     /// Errors: `workers == 0` is an [`io::ErrorKind::InvalidInput`] error wrapping a
-    /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the runtime builder's error. The
-    /// OS refusing to lower the priority is not an error: [`IdleRuntime::priority`] says what
-    /// the threads got.
+    /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the
+    /// runtime builder's error. The OS refusing to lower the priority is not an error:
+    /// [`IdleRuntime::priority`] says what the threads got.
     ///
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
@@ -233,6 +179,7 @@ impl Elastic {
     /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(feature = "idle-pool")]
     pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
         IdleRuntime::check_workers(workers)?;
         let class = self
@@ -317,41 +264,61 @@ impl Elastic {
         self.control.tick(&self.shared, period);
     }
 
+    /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
+    #[cfg(feature = "test-util")]
+    pub fn probe(&self) -> &Probe {
+        &self.shared.probe
+    }
+
     /// A [`ConnectionGate`]: connection setups admitted while they can start within their
-    /// deadlines and paced as their own class of CPU time, its share steered by the same
-    /// scheduling latency on the same governor tick (docs/design.md §5). Fails with the
-    /// [`SettingError`] of the first bad setting. The gate does not keep this `Elastic` alive.
+    /// deadlines and paced as their own class of CPU time, its share steered by the same signal
+    /// on the same governor tick. Fails with the [`SettingError`] of the first bad setting. The
+    /// gate does not keep this `Elastic` alive. Feature `gate` (default).
     ///
     /// ```
-    /// use elastic_cpu_pacer::{Elastic, GateSettings};
+    /// use elastic_cpu_pacer::{gate::GateSettings, Elastic};
     /// let elastic = Elastic::builder().build()?;
     /// let gate = elastic.connection_gate(GateSettings::new())?;
     /// assert_eq!(gate.snapshot().admitted, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(feature = "gate")]
     pub fn connection_gate(&self, settings: GateSettings) -> Result<ConnectionGate, SettingError> {
         let shared = self.control.add_gate(&self.shared, &settings)?;
         Ok(ConnectionGate { shared })
     }
 
-    /// The probe measuring the runtime.
-    pub fn probe(&self) -> &Probe {
-        &self.shared.probe
-    }
-
-    /// Everything at once: the limit, latencies, the token ledger, the brake.
+    /// Everything at once: the share, the signal and its components, the token ledger, the
+    /// brake.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
         self.control.snapshot(&self.shared, window)
+    }
+
+    /// Stop the governor and sampler threads and join them, stop the I/O probe, and close every
+    /// work queue and gate of this `Elastic` (every clone of it): paced work left runs unpaced
+    /// from now on, gates refuse. Calling it again does nothing. Dropping every handle without
+    /// it also ends the threads, without waiting for them.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// elastic.shutdown();
+    /// assert!(elastic.snapshot().queue.closed);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    pub fn shutdown(&self) {
+        self.control.shutdown();
+        self.shared.stop_samplers();
     }
 }
 
 impl fmt::Debug for Elastic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let record = self.control.record();
         f.debug_struct("Elastic")
-            .field("limit", &self.control.limit())
-            .field("cpus", &self.control.cpus())
-            .field("cpus_source", &self.control.cpus_source())
+            .field("share", &record.class(ClassKind::Elastic).map(|c| c.share))
+            .field("cpus", &record.cpus)
+            .field("cpus_source", &record.cpus_source)
             .finish_non_exhaustive()
     }
 }
@@ -391,14 +358,14 @@ pub struct RuntimeBuilder<'e, B> {
 impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
     /// probe started), CPUs = the least of its workers, the cgroup CPU quota and the affinity
-    /// mask (see [`Elastic::attach`]). With the I/O signal on (the default,
-    /// [`ElasticBuilder::io_signal`]) it enables the runtime's I/O driver and starts the I/O
-    /// wake-up probe ([`Elastic::start_io_probe`]); a probe that cannot start is no error
-    /// ([`Snapshot::io_probe`] says why).
+    /// mask (see [`Elastic::attach`]). With the I/O wake-up input on (the default,
+    /// [`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) it enables the runtime's I/O
+    /// driver and starts the I/O wake-up probe ([`Elastic::start_io_probe`]); a probe that
+    /// cannot start is no error ([`Snapshot::io_probe`] says why).
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);
-        let io = self.elastic.control.io_signal();
+        let io = self.elastic.control.io_input();
         if io {
             builder.enable_io();
         }

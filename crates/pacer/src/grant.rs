@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
-use crate::idle_thread;
 use crate::quantum::may_run_on;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
@@ -107,7 +106,8 @@ impl GrantState {
                     if !self.routed {
                         self.routed = true;
                         // On an idle pool's thread, work paced by its `Elastic` is idle work.
-                        if let Some(idle) = idle_thread::class_for(&self.shared) {
+                        #[cfg(feature = "idle-pool")]
+                        if let Some(idle) = crate::idle::thread::class_for(&self.shared) {
                             self.shared = idle;
                         }
                     }

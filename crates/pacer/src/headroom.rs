@@ -2,14 +2,12 @@
 //!
 //! The controller and the throttle signal react after the fact: when the cgroup's counters show
 //! a throttled period, the foreground has already waited out the rest of it, and between two
-//! throttles the limit climbs back until the next. Measured in the demo under a 1.5-CPU quota
-//! before this cap: throttled in 14–19 of 270 periods, elastic work at 1.00–1.12 of the quota
-//! the foreground left. So inside a quota the governor also caps the elastic rate feed-forward:
-//! each tick it takes the process's CPU time less the running time charged to elastic grants
-//! (what the rest of the process spent, elastic work's scheduler overhead included), per second;
-//! the largest of the last [`HISTORY`] ticks stands for the foreground, and elastic work may
-//! take [`MARGIN`] of what that leaves of the quota. The idle class (work on the idle pool)
-//! gets what the elastic class did not use in the last tick.
+//! throttles the share climbs back until the next. So inside a quota the governor also caps
+//! elastic work feed-forward: each tick it takes the process's CPU time less the running time
+//! charged to elastic grants (what the rest of the process spent, elastic work's scheduler
+//! overhead included), per second; the largest of the last [`HISTORY`] ticks stands for the
+//! foreground, and elastic work may take [`MARGIN`] of what that leaves of the quota, every
+//! class together (the governor hands it to the classes in order).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,13 +24,10 @@ pub(crate) const HISTORY: usize = 5;
 pub(crate) struct Headroom {
     /// CPUs the quota allows (`None`: no quota seen, no cap).
     quota: Option<f64>,
-    /// Process CPU time and running time charged to the elastic and the idle class, at the
-    /// last tick.
-    last: Option<(Duration, Duration, Duration)>,
+    /// Process CPU time and running time charged to elastic work, at the last tick.
+    last: Option<(Duration, Duration)>,
     /// CPUs the rest of the process spent in each recent tick, newest last.
     foreground: VecDeque<f64>,
-    /// CPUs charged to the elastic class in the last tick.
-    elastic: f64,
 }
 
 impl Headroom {
@@ -42,13 +37,12 @@ impl Headroom {
     }
 
     /// Fold in one tick: the process's CPU time now (`None`: unreadable, the cap lifts), the
-    /// running time charged so far to the elastic class and to the idle class, and the tick's
+    /// running time charged so far to elastic work (every class the cap holds), and the tick's
     /// length.
     pub(crate) fn tick(
         &mut self,
         process_cpu: Option<Duration>,
         elastic: Duration,
-        idle: Duration,
         period: Duration,
     ) {
         if self.quota.is_none() {
@@ -60,19 +54,16 @@ impl Headroom {
             return;
         };
         let secs = period.as_secs_f64();
-        if let (Some((cpu0, elastic0, idle0)), true) = (self.last, secs > 0.0) {
-            let elastic_spent = elastic.saturating_sub(elastic0);
+        if let (Some((cpu0, elastic0)), true) = (self.last, secs > 0.0) {
             let rest = cpu
                 .saturating_sub(cpu0)
-                .saturating_sub(elastic_spent)
-                .saturating_sub(idle.saturating_sub(idle0));
+                .saturating_sub(elastic.saturating_sub(elastic0));
             self.foreground.push_back(rest.as_secs_f64() / secs);
             while self.foreground.len() > HISTORY {
                 self.foreground.pop_front();
             }
-            self.elastic = elastic_spent.as_secs_f64() / secs;
         }
-        self.last = Some((cpu, elastic, idle));
+        self.last = Some((cpu, elastic));
     }
 
     /// CPUs elastic work may take now, every class together (`None`: no cap).
@@ -80,12 +71,6 @@ impl Headroom {
         let quota = self.quota?;
         let foreground = self.foreground.iter().copied().reduce(f64::max)?;
         Some((MARGIN * (quota - foreground)).max(0.0))
-    }
-
-    /// CPUs the idle class may take now: what the elastic class left of the cap in the last
-    /// tick (`None`: no cap).
-    pub(crate) fn idle_cap_cpus(&self) -> Option<f64> {
-        Some((self.cap_cpus()? - self.elastic).max(0.0))
     }
 }
 
@@ -97,13 +82,13 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// Feeds ticks in which the process spends `spent` ms and elastic work is charged `elastic`
-    /// ms (the idle class nothing).
+    /// ms.
     fn feed(h: &mut Headroom, ticks: &[(u32, u32)]) {
-        let (mut cpu, mut charged, idle) = h.last.unwrap_or_default();
+        let (mut cpu, mut charged) = h.last.unwrap_or_default();
         for &(spent, elastic) in ticks {
             cpu += MS * spent;
             charged += MS * elastic;
-            h.tick(Some(cpu), charged, idle, TICK);
+            h.tick(Some(cpu), charged, TICK);
         }
     }
 
@@ -156,24 +141,12 @@ mod tests {
         feed(&mut h, &[(0, 0), (100, 0)]);
         assert!(h.cap_cpus().is_some());
         let zero = Duration::ZERO;
-        h.tick(None, zero, zero, TICK);
+        h.tick(None, zero, TICK);
         assert_eq!(h.cap_cpus(), None);
-        h.tick(Some(Duration::from_secs(5)), zero, zero, TICK);
+        h.tick(Some(Duration::from_secs(5)), zero, TICK);
         assert_eq!(h.cap_cpus(), None);
-        h.tick(Some(Duration::from_secs(5) + 50 * MS), zero, zero, TICK);
+        h.tick(Some(Duration::from_secs(5) + 50 * MS), zero, TICK);
         assert!((h.cap_cpus().unwrap() - MARGIN * 1.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_idle_class_gets_what_the_elastic_class_left() {
-        let mut h = Headroom::default();
-        h.watch(1.5);
-        // The rest of the process 0.5 CPUs, elastic 0.3, idle 0.4: cap 0.9, idle cap 0.6.
-        let s = |ms: u64| Duration::from_millis(ms);
-        h.tick(Some(s(0)), s(0), s(0), TICK);
-        h.tick(Some(s(120)), s(30), s(40), TICK);
-        assert!((h.cap_cpus().unwrap() - MARGIN * 1.0).abs() < 1e-9);
-        assert!((h.idle_cap_cpus().unwrap() - (MARGIN * 1.0 - 0.3)).abs() < 1e-9);
     }
 
     #[test]

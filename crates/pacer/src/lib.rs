@@ -25,65 +25,54 @@
 //!
 //! The pieces: [`Paced`] / [`PacedStream`] (`.paced(&elastic)`, or [`Elastic::spawn`]) hold a
 //! grant of CPU time before each poll and measure what each poll used; [`Pacer`] does the same
-//! for one long loop; the governor thread turns the probe's scheduling latency into a limit
-//! (the elastic share of the CPUs, by the step controller) and the limit into a token rate,
-//! hands out at most `ceil(limit × cpus)` grants at a time, and stops all grants (the backlog
-//! brake) the moment a foreground task is seen waiting 4× the target; [`Elastic::snapshot`]
-//! and the `metrics` facade report it all. [`Elastic`] says when the token bucket starts full
-//! and how long the governor thread lives. See `docs/design.md` in the repository (§5 for this
-//! crate) for how the pieces fit.
+//! for one long loop; the governor thread reads the signal once per tick (the probe's
+//! scheduling latency, the I/O wake-up latency, the OS run-queue delay, the cgroup's
+//! throttling), steps each class's share on it (the `Elastic`'s own, its
+//! [idle pool](idle)'s, each [connection gate](gate)'s), and turns each share into a token rate
+//! and a cap on grants held at once; the backlog brake stops all grants the moment a foreground
+//! task is seen waiting 4× the target; [`Elastic::snapshot`] and the `metrics` facade report it
+//! all. See `docs/design.md` in the repository for how the pieces fit.
 //!
 //! Features: `metrics` (default) exports the snapshot through the `metrics` facade every tick
-//! (the names are in `METRICS`); `test-util` adds the test plumbing (a manual clock
-//! and hand-made ticks), for tests only.
+//! (the names are in [`metrics::METRICS`]); `gate` (default) the connection gate; `idle-pool`
+//! (default) the idle-priority pool; `test-util` the test plumbing ([`testing`]), for tests
+//! only.
 #![forbid(unsafe_code)]
 
 mod brake;
-mod config;
+mod builder;
+mod class;
 mod elastic;
 mod ext;
-mod gate;
+#[cfg(feature = "gate")]
+pub mod gate;
 mod governor;
 mod grant;
 mod headroom;
-mod idle_class;
-mod idle_pool;
-mod idle_thread;
+#[cfg(feature = "idle-pool")]
+pub mod idle;
 #[cfg(feature = "metrics")]
-mod metrics;
+pub mod metrics;
+mod overhead;
 mod paced;
 mod pacer;
 mod quantum;
+mod readings;
+mod record;
 mod running;
-mod share;
+pub mod settings;
 mod shared;
 mod signal;
-mod snapshot;
+pub mod snapshot;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod throttle;
 
-pub use crate::brake::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
-pub use crate::config::{
-    BuildError, ElasticBuilder, Profile, BRAKE_FACTOR, DEFAULT_QUANTUM, DEFAULT_SLICE,
-};
+pub use crate::builder::{BuildError, ElasticBuilder};
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};
 pub use crate::ext::{PacedExt, PacedStreamExt};
-pub use crate::gate::{
-    Admission, ConnectionGate, GateSettings, GateSnapshot, GatedListener, RejectReason, Rejected,
-    SetupPace, SetupPermit, RETRY_AFTER_MAX, RETRY_AFTER_MIN,
-};
-pub use crate::idle_pool::{IdlePriority, IdleRuntime};
-#[cfg(feature = "metrics")]
-pub use crate::metrics::METRICS;
 pub use crate::paced::{Paced, PacedStream};
 pub use crate::pacer::{Pace, Pacer};
-pub use crate::signal::{Availability, SignalSource, IO_TARGET_FACTOR};
-pub use crate::snapshot::{CpusSource, Snapshot};
-
-// Every type the API above hands out or takes, nameable from here.
-/// The clocks `ElasticBuilder::manual` and `ElasticBuilder::running_clock` take (feature
-/// `test-util`).
-pub use elastic_cpu_core::{Clock, ManualClock};
-pub use elastic_cpu_core::{ControllerConfig, GateStats, QueueOrder, QueueSnapshot, SettingError};
-/// The cgroup version a [`CpusSource::Quota`] was read from.
-pub use elastic_cpu_probe::CgroupVersion;
-pub use elastic_cpu_probe::{Probe, ProbeConfig, Sampler, Source, Split, Summary, Window};
+pub use crate::settings::Profile;
+pub use crate::snapshot::Snapshot;
+pub use elastic_cpu_core::SettingError;

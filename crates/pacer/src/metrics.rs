@@ -7,19 +7,18 @@
 //! seconds would lose everything below a second, while the `_seconds` unit is the convention
 //! for durations (an integer nanosecond counter would need another name and unit).
 
-use std::sync::atomic::Ordering;
-
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
+#[cfg(feature = "gate")]
 use crate::gate::shared::GateShared;
 use crate::snapshot::Snapshot;
 
 /// Every metric this crate emits: name, unit, description.
 pub const METRICS: &[(&str, &str, &str)] = &[
     (
-        "elastic_cpu_limit_ratio",
+        "elastic_cpu_share_ratio",
         "ratio",
-        "The limit: share of the runtime's CPUs elastic work may use now",
+        "The share: part of the CPUs elastic work may use now, as the controller decided it",
     ),
     (
         "elastic_cpu_cpus",
@@ -187,7 +186,7 @@ fn describe() {
 /// Emit every metric in [`METRICS`] from `s`.
 pub(crate) fn emit(s: &Snapshot) {
     describe();
-    gauge!("elastic_cpu_limit_ratio").set(s.limit);
+    gauge!("elastic_cpu_share_ratio").set(s.share);
     gauge!("elastic_cpu_cpus").set(s.cpus);
     if let Some(p99) = s.sched_p99 {
         gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
@@ -232,18 +231,20 @@ pub(crate) fn emit(s: &Snapshot) {
 }
 
 /// Emit a connection gate's metrics (the `elastic_cpu_gate_*` names in [`METRICS`]).
+#[cfg(feature = "gate")]
 pub(crate) fn emit_gate(gate: &GateShared) {
     let s = gate.queue.snapshot();
     let label = gate.id.to_string();
     counter!("elastic_cpu_gate_admitted_total", "gate" => label.clone()).absolute(s.admitted);
     counter!("elastic_cpu_gate_rejected_total", "gate" => label.clone()).absolute(s.rejected);
     counter!("elastic_cpu_gate_expired_total", "gate" => label.clone()).absolute(s.expired);
-    gauge!("elastic_cpu_gate_share_ratio", "gate" => label.clone()).set(gate.share());
+    let record = gate.record();
+    gauge!("elastic_cpu_gate_share_ratio", "gate" => label.clone()).set(record.share);
     gauge!("elastic_cpu_gate_queue_length", "gate" => label.clone()).set(s.queue_len as f64);
     gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => label.clone())
         .set(s.used_nanos as f64 / 1e9);
     gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => label.clone())
-        .set(gate.longest_wait().as_secs_f64());
+        .set(record.longest_wait.as_secs_f64());
     counter!("elastic_cpu_gate_os_yields_total", "gate" => label)
-        .absolute(gate.os_yields.load(Ordering::Relaxed));
+        .absolute(gate.os_yields.load(std::sync::atomic::Ordering::Relaxed));
 }

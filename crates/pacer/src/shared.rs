@@ -11,8 +11,10 @@ use elastic_cpu_core::ManualClock;
 use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
+use crate::class::ClassQueue;
+use crate::overhead::Charged;
 use crate::running::RunningTime;
-use crate::share::Charged;
+use crate::settings::Enforcement;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -64,9 +66,9 @@ pub(crate) struct Shared {
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
     pub(crate) probe: Probe,
-    /// Running time charged so far, for the governor's overhead correction (one counter for
-    /// both classes of an `Elastic`: the correction compares it with the process's CPU time).
-    pub(crate) charged: Arc<Charged>,
+    /// Running time charged so far, as it is charged (the queue's ledger learns it only when a
+    /// grant settles): the governor's overhead correction and quota headroom read it.
+    pub(crate) charged: Charged,
     /// The runtime's threads and the `pace_blocking` threads, for the run-queue signal.
     pub(crate) threads: ThreadRegistry,
     /// The backlog brake is on: holders give back their grants at their next poll. Written by
@@ -79,7 +81,7 @@ pub(crate) struct Shared {
     samplers: Mutex<Vec<Sampler>>,
     /// The idle class's link to the `Elastic` it belongs to: its governor runs as long as idle
     /// work does (`None` for the `Elastic`'s own class).
-    _parent: Option<Arc<Shared>>,
+    parent: Option<Arc<Shared>>,
 }
 
 impl Shared {
@@ -90,33 +92,34 @@ impl Shared {
         self.os_yield.then_some(&self.os_yields)
     }
 
+    /// An `Elastic`'s own class: `threads` is the registry the run-queue delay reads.
     pub(crate) fn new(
         queue: Queue,
-        slice: Duration,
-        quantum: Duration,
-        os_yield: bool,
+        enforcement: Enforcement,
         running: RunningTime,
         probe: Probe,
+        threads: ThreadRegistry,
     ) -> Shared {
         Shared {
             queue,
-            slice,
-            quantum,
-            os_yield,
+            slice: enforcement.slice,
+            quantum: enforcement.quantum,
+            os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
             running,
             probe,
-            charged: Arc::default(),
-            threads: ThreadRegistry::new(),
+            charged: Charged::default(),
+            threads,
             braked: AtomicBool::new(false),
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
-            _parent: None,
+            parent: None,
         }
     }
 
     /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
     /// the rest as `parent`'s.
+    #[cfg(feature = "idle-pool")]
     pub(crate) fn idle_class(parent: &Arc<Shared>, queue: Queue, quantum: Duration) -> Shared {
         Shared {
             queue,
@@ -127,14 +130,14 @@ impl Shared {
             os_yields: AtomicU64::new(0),
             running: parent.running.clone(),
             probe: parent.probe.clone(),
-            charged: parent.charged.clone(),
+            charged: Charged::default(),
             // The idle pool's threads are not the foreground's: the run-queue signal reads the
             // parent's registry only.
             threads: ThreadRegistry::new(),
             braked: AtomicBool::new(false),
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
-            _parent: Some(parent.clone()),
+            parent: Some(parent.clone()),
         }
     }
 
@@ -142,11 +145,6 @@ impl Shared {
     #[inline]
     pub(crate) fn braked(&self) -> bool {
         self.braked.load(Ordering::Relaxed)
-    }
-
-    /// The governor turns the brake on or off.
-    pub(crate) fn set_braked(&self, on: bool) {
-        self.braked.store(on, Ordering::Relaxed);
     }
 
     /// The governor thread to wake when the last reference is dropped.
@@ -160,6 +158,56 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(sampler);
+    }
+
+    /// Stop the sampling probes and join their threads.
+    pub(crate) fn stop_samplers(&self) {
+        let samplers =
+            std::mem::take(&mut *self.samplers.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(samplers);
+    }
+}
+
+impl ClassQueue for Shared {
+    fn tick(&self) -> bool {
+        self.queue.tick()
+    }
+
+    fn set_rate(&self, rate: u64) {
+        self.queue.set_rate(rate);
+    }
+
+    fn set_holder_cap(&self, cap: usize) {
+        self.queue.set_max_holders(Some(cap));
+    }
+
+    fn take_longest_wait(&self) -> Duration {
+        self.queue.take_longest_wait()
+    }
+
+    fn set_braked(&self, on: bool) {
+        // Pause before holders are told, resume after: no grant slips out in between.
+        if on {
+            self.queue.pause();
+            self.braked.store(true, Ordering::Relaxed);
+        } else {
+            self.braked.store(false, Ordering::Relaxed);
+            self.queue.resume();
+        }
+    }
+
+    fn steering(&self) -> bool {
+        // An idle pool steers by the signal as long as it exists; the `Elastic`'s own work
+        // while it holds grants.
+        self.parent.is_some() || self.queue.snapshot().holders > 0
+    }
+
+    fn charged(&self) -> Duration {
+        self.charged.total()
+    }
+
+    fn close(&self) {
+        self.queue.close();
     }
 }
 

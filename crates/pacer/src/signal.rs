@@ -1,38 +1,38 @@
-//! What the controller steers by beyond tokio's schedule latency (docs/design.md §5): the I/O
-//! wake-up probe (a canary through the runtime's I/O driver) and the OS run-queue delay of the
-//! runtime's threads, read once per governor tick and combined with the scheduling p99.
+//! The signal the controllers step on: tokio's scheduling p99, the I/O wake-up p99 (a canary
+//! through the runtime's I/O driver), the OS run-queue delay of the runtime's threads and the
+//! cgroup's throttling, read once per governor tick and combined into one figure.
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use elastic_cpu_probe::{
-    IoProbe, IoProbeConfig, IoProbeError, ProbeConfig, RunQueueStats, ThreadRegistry, ThreadRole,
-};
-use tokio::runtime::Handle;
-
-use crate::config::ElasticBuilder;
+use crate::readings::Sources;
+use crate::throttle::ThrottleWatch;
 
 /// The I/O wake-up p99 is compared with this many times the target (it joins the signal
 /// divided by it). Its path holds more than a task's schedule latency even on an idle runtime:
-/// the canary wakes a parked worker out of the I/O driver's poll. Measured on the demo's 2-CPU
-/// VM with no elastic work, one second at a time: I/O p99 213–295 µs against a scheduling p99
-/// of 92–138 µs (2.1–2.8×); against the scheduling target itself the limit never left its
-/// floor.
+/// the canary wakes a parked worker out of the I/O driver's poll, which against the scheduling
+/// target alone would hold the share at its floor.
 pub const IO_TARGET_FACTOR: u32 = 3;
 
 /// The fewest canaries in the I/O probe's window for its p99 to join the signal: the p99 of
-/// fewer is their largest, one stray wait. Measured: a fresh probe (each demo phase starts one)
-/// with its period stretched to 5–10 ms on a lightly loaded runtime held one start-up canary of
-/// 430–800 µs as its "p99" for the first second, which kept the limit at its floor that long.
-/// Quiet (one canary per 50 ms) the default 2.5 s window holds 50: the I/O p99 is then in the
-/// snapshot but not in the signal, which nothing steers by while quiet.
+/// fewer is their largest, one stray wait (a fresh probe's start-up wake-ups, say).
+///
+/// The probe's period follows the runtime's load (2 ms ÷ busy², at most 20 ms), so a window of
+/// `w` holds about `w × busy² / 2 ms` canaries, and at least `w / 20 ms`: with the default
+/// profile's 1 s window the I/O p99 steers from about 45 % busy up (50 canaries at the 20 ms
+/// cap), with CockroachDB's 2.5 s window at any load (125 at the cap). That is intended: a
+/// runtime under 45 % busy has a worker parked in the I/O driver most of the time, so readiness
+/// is not held up behind elastic polls, and the scheduling and run-queue components speak for
+/// the foreground. Quiet (one canary per 50 ms, while nothing is paced) a 1 s or 2.5 s window
+/// never steers, and nothing steers by it then.
 pub(crate) const IO_MIN_CANARIES: u64 = 100;
 
 /// Whether a component of the signal is measured, and if not, why.
 ///
 /// ```
-/// use elastic_cpu_pacer::Availability;
+/// use elastic_cpu_pacer::snapshot::Availability;
 /// assert!(Availability::On.is_on());
 /// assert_eq!(Availability::Off.to_string(), "off (builder setting)");
 /// ```
@@ -98,9 +98,22 @@ impl fmt::Display for SignalSource {
     }
 }
 
-/// What the signal's extra components read at the last tick.
+/// The signal at one tick: the one figure the controllers step on, which component it was, and
+/// every component as read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Signal {
+    /// What the controllers compare with their targets (`Duration::MAX` while throttled;
+    /// `None`: no component had data).
+    pub(crate) value: Option<Duration>,
+    pub(crate) source: SignalSource,
+    /// The components.
+    pub(crate) reading: Reading,
+}
+
+/// Every component of the signal as read at one tick.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Reading {
+    pub(crate) sched_p99: Option<Duration>,
     pub(crate) io_p99: Option<Duration>,
     /// Canaries in the window `io_p99` is over.
     pub(crate) io_count: u64,
@@ -111,150 +124,102 @@ pub(crate) struct Reading {
     pub(crate) run_queue_wait: Option<f64>,
     pub(crate) elastic_run_queue_wait: Option<f64>,
     pub(crate) run_queue: Availability,
+    /// The cgroup was throttled within the last window.
+    pub(crate) throttled: bool,
 }
 
-/// The components and their windows; owned by the governor, ticked on its thread.
-pub(crate) struct Signals {
-    io_on: bool,
-    io: Option<IoProbe>,
-    io_state: Availability,
-    run_queue: Option<RunQueueStats>,
+/// The signal's state between ticks: the throttling watch and the run-queue window. The readers
+/// themselves are the governor's [`Sources`].
+pub(crate) struct SignalStage {
+    /// `None`: the throttling input is off.
+    throttle: Option<ThrottleWatch>,
     /// Foreground-serving threads' (run-queue wait, timeslices) per tick of the window.
     rq_window: VecDeque<(Duration, u64)>,
-    reading: Reading,
 }
 
-impl Signals {
-    /// `io` / `run_queue`: the builder's settings; both off on a manual clock.
-    pub(crate) fn new(threads: &ThreadRegistry, io: bool, run_queue: bool) -> Signals {
-        let rq_state = if run_queue {
-            Availability::NotStarted
-        } else {
-            Availability::Off
-        };
-        Signals {
-            io_on: io,
-            io: None,
-            io_state: if io {
-                Availability::NotStarted
-            } else {
-                Availability::Off
-            },
-            run_queue: run_queue.then(|| RunQueueStats::new(threads)),
+impl SignalStage {
+    pub(crate) fn new(throttling: bool) -> SignalStage {
+        SignalStage {
+            throttle: throttling.then(ThrottleWatch::default),
             rq_window: VecDeque::new(),
-            reading: Reading {
-                io: if io {
-                    Availability::NotStarted
-                } else {
-                    Availability::Off
-                },
-                run_queue: rq_state,
-                ..Reading::default()
-            },
         }
     }
 
-    /// No component: a manual clock (the tests' signal is the probe they drive).
-    pub(crate) fn off() -> Signals {
-        Signals::new(&ThreadRegistry::new(), false, false)
-    }
-
-    /// Start the I/O probe on `handle`'s runtime (replacing one started before), with the
-    /// scheduling probe's tick and window. Off by setting: nothing.
-    pub(crate) fn start_io(
+    /// Read every component for one tick, over a window of `intervals` ticks, and combine them.
+    pub(crate) fn read(
         &mut self,
-        handle: &Handle,
-        probe: &ProbeConfig,
-    ) -> Result<(), IoProbeError> {
-        if !self.io_on {
-            return Ok(());
-        }
-        self.io = None;
-        let config = IoProbeConfig {
-            probe: probe.clone(),
-            ..IoProbeConfig::default()
-        };
-        match IoProbe::start(handle, config) {
-            Ok(p) => {
-                self.io = Some(p);
-                self.io_state = Availability::On;
-                Ok(())
-            }
-            Err(e) => {
-                self.io_state = Availability::Unavailable(e.to_string());
-                Err(e)
-            }
-        }
-    }
-
-    /// One tick: rotate the I/O probe's window, read the run-queue counters.
-    pub(crate) fn tick(&mut self, intervals: usize) {
+        sources: &mut Sources,
+        sched_p99: Option<Duration>,
+        intervals: usize,
+    ) -> Signal {
         let mut r = Reading {
-            io: self.io_state.clone(),
+            sched_p99,
             ..Reading::default()
         };
-        if let Some(io) = &self.io {
-            if io.is_running() {
-                io.rotate();
-                let window = io.window();
-                r.io_p99 = window.p99;
-                r.io_count = window.count;
-            } else {
-                r.io = Availability::Unavailable("the runtime has shut down".into());
-            }
+        if let Some(io) = sources.io.read() {
+            r.io_p99 = io.p99;
+            r.io_count = io.count;
         }
-        match &mut self.run_queue {
+        r.io = sources.io.availability();
+        match &mut sources.run_queue {
             None => r.run_queue = Availability::Off,
-            Some(stats) => match stats.sample() {
+            Some(rq) => match rq.sample() {
                 Ok(tick) => {
                     r.run_queue = Availability::On;
-                    let fg = ThreadRole::serves_foreground;
-                    r.run_queue_wait = tick.wait_fraction(fg);
-                    r.elastic_run_queue_wait = tick.wait_fraction(|role| !fg(role));
-                    let slices = tick
-                        .threads
-                        .iter()
-                        .filter(|t| fg(t.role))
-                        .map(|t| t.timeslices)
-                        .sum();
-                    self.rq_window.push_back((tick.total_wait(fg), slices));
+                    r.run_queue_wait = tick.foreground_fraction;
+                    r.elastic_run_queue_wait = tick.elastic_fraction;
+                    self.rq_window
+                        .push_back((tick.foreground_wait, tick.foreground_slices));
                     while self.rq_window.len() > intervals.max(1) {
                         self.rq_window.pop_front();
                     }
                     r.run_queue_delay = window_delay(&self.rq_window);
                 }
                 Err(why) => {
-                    r.run_queue = Availability::Unavailable(why.to_string());
+                    r.run_queue = Availability::Unavailable(why);
                     self.rq_window.clear();
                 }
             },
         }
-        self.reading = r;
-    }
-
-    /// Quiet I/O canaries ([`IoProbe::set_quiet`]) while nothing steers by them (else their
-    /// period follows the runtime's load, which the probe measures as it rotates).
-    pub(crate) fn set_io_quiet(&mut self, quiet: bool) {
-        if let Some(io) = &self.io {
-            io.set_quiet(quiet);
-            self.reading.io_quiet = quiet;
-            self.reading.io_period = Some(io.period());
+        if let Some(watch) = &mut self.throttle {
+            let now = watch.dir().and_then(|dir| sources.cgroup.throttling(dir));
+            r.throttled = watch.step(now, intervals);
+        }
+        // A throttled cgroup stopped the foreground too: over the target, whatever was read.
+        let (value, source) = if r.throttled {
+            (Some(Duration::MAX), SignalSource::Throttled)
+        } else {
+            combine(&r)
+        };
+        Signal {
+            value,
+            source,
+            reading: r,
         }
     }
 
-    /// Whether the I/O signal is on.
-    pub(crate) fn io_on(&self) -> bool {
-        self.io_on
+    /// Quiet I/O canaries while nothing steers by the signal (else their period follows the
+    /// runtime's load), and say so in `r`.
+    pub(crate) fn set_io_quiet(sources: &mut Sources, quiet: bool, r: &mut Reading) {
+        if let Some(period) = sources.io.set_quiet(quiet) {
+            r.io_quiet = quiet;
+            r.io_period = Some(period);
+        }
     }
 
-    /// The I/O probe's state into the reading, before the next tick (after a start).
-    pub(crate) fn refresh_state(&mut self) {
-        self.reading.io = self.io_state.clone();
+    /// Watch the cgroup in `dir` for throttling from now on (if the input is on).
+    pub(crate) fn watch_throttling(&mut self, sources: &Sources, dir: PathBuf) {
+        if let Some(watch) = &mut self.throttle {
+            let now = sources.cgroup.throttling(&dir);
+            watch.watch(dir, now);
+        }
     }
 
-    /// What the last tick read.
-    pub(crate) fn reading(&self) -> &Reading {
-        &self.reading
+    /// Throttled periods seen since the watch started.
+    pub(crate) fn throttled_periods(&self) -> u64 {
+        self.throttle
+            .as_ref()
+            .map_or(0, ThrottleWatch::throttled_periods)
     }
 }
 
@@ -268,13 +233,13 @@ fn window_delay(window: &VecDeque<(Duration, u64)>) -> Option<Duration> {
     (slices > 0).then(|| wait / slices)
 }
 
-/// The signal the controller steps on: the largest of the scheduling p99, the I/O wake-up p99
+/// The signal the controllers step on: the largest of the scheduling p99, the I/O wake-up p99
 /// over [`IO_TARGET_FACTOR`] (from a window of at least [`IO_MIN_CANARIES`]) and the run-queue
 /// delay, against the one target; and which it was. Ties name the first.
-pub(crate) fn combine(sched: Option<Duration>, r: &Reading) -> (Option<Duration>, SignalSource) {
+pub(crate) fn combine(r: &Reading) -> (Option<Duration>, SignalSource) {
     let io = r.io_p99.filter(|_| r.io_count >= IO_MIN_CANARIES);
     [
-        (sched, SignalSource::Sched),
+        (r.sched_p99, SignalSource::Sched),
         (io.map(|p| p / IO_TARGET_FACTOR), SignalSource::Io),
         (r.run_queue_delay, SignalSource::RunQueue),
     ]
@@ -286,53 +251,22 @@ pub(crate) fn combine(sched: Option<Duration>, r: &Reading) -> (Option<Duration>
     })
 }
 
-impl ElasticBuilder {
-    /// Whether the I/O wake-up probe steers the limit too (default: on). A canary becomes
-    /// readable through the runtime's I/O driver every 2 ms while the runtime is busy (a
-    /// `timerfd` expiry on Linux, a datagram from a writer thread elsewhere; less often while it
-    /// is not, see [`Snapshot::io_period`](crate::Snapshot::io_period)); a task on the runtime
-    /// reads it; *due → read* goes into a window like the scheduling probe's, and its p99 over
-    /// [`IO_TARGET_FACTOR`] joins the signal (the largest of the components, against the one
-    /// target: the I/O p99 against 3 × the target). It sees what tokio's task clock cannot: a
-    /// readable socket waiting for a worker to poll the I/O driver. Started when a runtime is
-    /// attached through [`Elastic::runtime`](crate::Elastic::runtime) (which enables the
-    /// runtime's I/O driver) or [`Elastic::start_io_probe`](crate::Elastic::start_io_probe). A
-    /// manual clock turns it off. [`Snapshot::io_p99`](crate::Snapshot::io_p99) shows it.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().io_signal(false).build().unwrap();
-    /// assert!(!elastic.snapshot().io_probe.is_on());
-    /// ```
-    pub fn io_signal(mut self, on: bool) -> Self {
-        self.io_signal = on;
-        self
-    }
-
-    /// Whether the OS run-queue delay of the runtime's threads steers the limit too (default:
-    /// on). Once per tick the governor reads the kernel's per-thread scheduler statistics
-    /// (`/proc/self/task/<tid>/schedstat`, Linux) of the runtime's threads (registered by
-    /// [`Elastic::instrument`](crate::Elastic::instrument)) and of threads in
-    /// [`Pacer::pace_blocking`](crate::Pacer::pace_blocking); the mean wait for a CPU per
-    /// timeslice of the threads serving the foreground, over the probe window, joins the
-    /// signal. Unavailable off Linux (said in
-    /// [`Snapshot::run_queue`](crate::Snapshot::run_queue)). A manual clock turns it off.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().run_queue_signal(false).build().unwrap();
-    /// assert!(!elastic.snapshot().run_queue.is_on());
-    /// ```
-    pub fn run_queue_signal(mut self, on: bool) -> Self {
-        self.run_queue_signal = on;
-        self
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use elastic_cpu_probe::IoProbeConfig;
+
     use super::*;
+    use crate::settings::Profile;
 
     fn us(n: u64) -> Option<Duration> {
         Some(Duration::from_micros(n))
+    }
+
+    fn with_sched(sched: Option<Duration>, r: &Reading) -> (Option<Duration>, SignalSource) {
+        combine(&Reading {
+            sched_p99: sched,
+            ..r.clone()
+        })
     }
 
     #[test]
@@ -345,20 +279,20 @@ mod tests {
             ..Reading::default()
         };
         assert_eq!(IO_TARGET_FACTOR, 3);
-        assert_eq!(combine(us(200), &r), (us(300), SignalSource::Io));
-        assert_eq!(combine(us(400), &r), (us(400), SignalSource::Sched));
+        assert_eq!(with_sched(us(200), &r), (us(300), SignalSource::Io));
+        assert_eq!(with_sched(us(400), &r), (us(400), SignalSource::Sched));
         let rq = Reading {
             run_queue_delay: us(900),
             ..r
         };
-        assert_eq!(combine(us(400), &rq), (us(900), SignalSource::RunQueue));
+        assert_eq!(with_sched(us(400), &rq), (us(900), SignalSource::RunQueue));
         // Missing components are left out; nothing at all is no data.
         assert_eq!(
-            combine(None, &Reading::default()),
+            with_sched(None, &Reading::default()),
             (None, SignalSource::None)
         );
         assert_eq!(
-            combine(us(10), &Reading::default()),
+            with_sched(us(10), &Reading::default()),
             (us(10), SignalSource::Sched)
         );
         // A tie names the scheduling latency.
@@ -367,7 +301,7 @@ mod tests {
             io_count: IO_MIN_CANARIES,
             ..Reading::default()
         };
-        assert_eq!(combine(us(10), &tie), (us(10), SignalSource::Sched));
+        assert_eq!(with_sched(us(10), &tie), (us(10), SignalSource::Sched));
     }
 
     #[test]
@@ -377,13 +311,35 @@ mod tests {
             io_count: IO_MIN_CANARIES - 1,
             ..Reading::default()
         };
-        assert_eq!(combine(us(200), &few), (us(200), SignalSource::Sched));
-        assert_eq!(combine(None, &few), (None, SignalSource::None));
+        assert_eq!(with_sched(us(200), &few), (us(200), SignalSource::Sched));
+        assert_eq!(with_sched(None, &few), (None, SignalSource::None));
         let enough = Reading {
             io_count: IO_MIN_CANARIES,
             ..few
         };
-        assert_eq!(combine(us(200), &enough), (us(300), SignalSource::Io));
+        assert_eq!(with_sched(us(200), &enough), (us(300), SignalSource::Io));
+    }
+
+    /// Canaries a full window holds at the period the I/O probe uses at `busy`.
+    fn canaries(window: Duration, quiet: bool, busy: f64) -> u64 {
+        let period = IoProbeConfig::default().period_for(quiet, busy);
+        (window.as_nanos() / period.as_nanos()) as u64
+    }
+
+    #[test]
+    fn the_io_p99_steers_from_the_load_its_window_holds_enough_canaries_at() {
+        // The rule IO_MIN_CANARIES documents, against the probe's real periods.
+        let default = Profile::Default.steps().window;
+        assert!(canaries(default, false, 0.40) < IO_MIN_CANARIES);
+        assert!(canaries(default, false, 0.46) >= IO_MIN_CANARIES);
+        assert!(canaries(default, false, 1.0) >= 5 * IO_MIN_CANARIES);
+        assert!(canaries(default, false, 0.0) < IO_MIN_CANARIES);
+        // CockroachDB's window holds enough even at the stretch's cap.
+        let cockroach = Profile::Cockroach.steps().window;
+        assert!(canaries(cockroach, false, 0.0) >= IO_MIN_CANARIES);
+        // Quiet, neither ever does.
+        assert!(canaries(default, true, 1.0) < IO_MIN_CANARIES);
+        assert!(canaries(cockroach, true, 1.0) < IO_MIN_CANARIES);
     }
 
     #[test]
@@ -395,27 +351,5 @@ mod tests {
         w.push_back((Duration::from_micros(900), 3));
         w.push_back((Duration::from_micros(100), 7));
         assert_eq!(window_delay(&w), us(100));
-    }
-
-    #[test]
-    fn off_components_say_so() {
-        let mut s = Signals::off();
-        s.tick(10);
-        assert_eq!(s.reading().io, Availability::Off);
-        assert_eq!(s.reading().run_queue, Availability::Off);
-        assert_eq!(s.reading().io_p99, None);
-        let on = Signals::new(&ThreadRegistry::new(), true, true);
-        assert_eq!(on.reading().io, Availability::NotStarted);
-    }
-
-    #[test]
-    fn an_empty_registry_is_unavailable_not_zero() {
-        let mut s = Signals::new(&ThreadRegistry::new(), false, true);
-        s.tick(10);
-        assert!(matches!(
-            s.reading().run_queue,
-            Availability::Unavailable(_)
-        ));
-        assert_eq!(s.reading().run_queue_delay, None);
     }
 }

@@ -1,12 +1,14 @@
-//! [`Snapshot`]: everything the governor knows, at once, as plain data.
+//! [`Snapshot`]: everything the governor knows, at once, as plain data, and the types its
+//! fields are made of.
 
 use std::fmt;
 use std::time::Duration;
 
-use elastic_cpu_core::QueueSnapshot;
-use elastic_cpu_probe::{CgroupVersion, Window};
+pub use elastic_cpu_core::QueueSnapshot;
+pub use elastic_cpu_probe::{CgroupVersion, Split, Summary, Window};
 
-use crate::signal::{Availability, Reading, SignalSource};
+use crate::record::{ClassKind, TickRecord};
+pub use crate::signal::{Availability, SignalSource, IO_TARGET_FACTOR};
 
 /// What [`Elastic::snapshot`](crate::Elastic::snapshot) reports: always available, no exporter
 /// needed. The `metrics` export (feature `metrics`) is fed from it.
@@ -32,8 +34,9 @@ use crate::signal::{Availability, Reading, SignalSource};
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Snapshot {
-    /// The limit now: the elastic share of the runtime's CPUs (0 ..= 1).
-    pub limit: f64,
+    /// The share now: the part of the CPUs elastic work may use (0 ..= 1), as its controller
+    /// (or the fixed share) decided it; the quota's headroom may hold the rate below it.
+    pub share: f64,
     /// CPUs the token rate is computed for.
     pub cpus: f64,
     /// Where [`cpus`](Self::cpus) came from.
@@ -44,7 +47,7 @@ pub struct Snapshot {
     pub sched_p99: Option<Duration>,
     /// What the controller stepped on at the last tick: the largest of
     /// [`sched_p99`](Self::sched_p99), [`io_p99`](Self::io_p99) over
-    /// [`IO_TARGET_FACTOR`](crate::IO_TARGET_FACTOR) and
+    /// [`IO_TARGET_FACTOR`] and
     /// [`run_queue_delay`](Self::run_queue_delay), against the one target (`Duration::MAX` in a
     /// tick the cgroup was throttled; `None`: no component had data).
     pub signal_p99: Option<Duration>,
@@ -52,7 +55,7 @@ pub struct Snapshot {
     pub signal_source: SignalSource,
     /// p99 I/O wake-up latency over the probe window: a canary's *due → read by a task* (a
     /// timer expiry on Linux, a datagram elsewhere), through the runtime's I/O driver
-    /// ([`ElasticBuilder::io_signal`](crate::ElasticBuilder::io_signal)).
+    /// ([`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)).
     /// `None`: no probe running (see [`io_probe`](Self::io_probe)) or no canary read yet. It
     /// joins the signal only once the window holds at least 100 canaries.
     pub io_p99: Option<Duration>,
@@ -69,7 +72,7 @@ pub struct Snapshot {
     pub io_period: Option<Duration>,
     /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,
     /// over the probe window: how long a runnable worker waited for a CPU
-    /// ([`ElasticBuilder::run_queue_signal`](crate::ElasticBuilder::run_queue_signal)). `None`:
+    /// ([`Inputs::run_queue`](crate::settings::Inputs::run_queue)). `None`:
     /// unavailable (see [`run_queue`](Self::run_queue)) or no timeslice in the window.
     pub run_queue_delay: Option<Duration>,
     /// Run-queue wait of those threads over the last tick, summed, as a fraction of the tick
@@ -117,17 +120,17 @@ pub struct Snapshot {
     /// Time spent braked (brakes that ended).
     pub braked_time: Duration,
     /// Times elastic work yielded its thread's CPU to the OS at a poll quantum
-    /// ([`ElasticBuilder::os_yield`](crate::ElasticBuilder::os_yield); 0 when it is off).
+    /// ([`Enforcement::os_yield`](crate::settings::Enforcement::os_yield); 0 when it is off).
     pub os_yields: u64,
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
     /// runtime with a quota was attached (0 without a quota or with
-    /// [`throttle_signal(false)`](crate::ElasticBuilder::throttle_signal)). Each one steps the
+    /// the [`throttling`](crate::settings::Inputs::throttling) input off). Each one steps the
     /// limit down for a probe window.
     pub throttled_periods: u64,
     /// Inside a CPU quota: the CPUs elastic work may take now, every class together, which is
     /// 90 % of what the rest of the process left of the quota in the busiest of the last 5
     /// ticks (`None`: no quota, no reading yet, or
-    /// [`quota_headroom(false)`](crate::ElasticBuilder::quota_headroom)). The token rate is
+    /// [`Inputs::quota_headroom`](crate::settings::Inputs::quota_headroom) off). The token rate is
     /// held to it (never below the controller's floor), whatever the limit.
     pub quota_headroom: Option<f64>,
     /// Elastic work's CPU overhead (scheduler work its yields cause: reschedules, wake-ups,
@@ -135,11 +138,11 @@ pub struct Snapshot {
     /// in a window without foreground load; the token rate is `limit × cpus / (1 + overhead)`.
     /// 0 until measured, on a manual clock, and while foreground load keeps the windows busy.
     pub overhead: f64,
-    /// The limit of the idle class: work on this `Elastic`'s
-    /// [idle pool](crate::Elastic::idle_runtime), paced by its own bucket (`None`: no pool made).
-    /// Up to 1 (every CPU), steered by a target [4 ×](crate::IdleRuntime#its-own-limit) the
-    /// elastic one and by the cgroup's throttling.
-    pub idle_limit: Option<f64>,
+    /// The share of the idle class: work on this `Elastic`'s idle pool
+    /// (`Elastic::idle_runtime`), paced by its own bucket (`None`: no pool made). Up to 1 (every
+    /// CPU), steered by a target 4 × the elastic one, the cgroup's throttling and the quota's
+    /// headroom.
+    pub idle_share: Option<f64>,
     /// The idle class's queue ledger (`None`: no pool made, or every pool and its work gone).
     pub idle_queue: Option<QueueSnapshot>,
     /// The whole probe window.
@@ -193,45 +196,17 @@ impl fmt::Display for CpusSource {
     }
 }
 
-/// What the governor contributes to a [`Snapshot`].
-pub(crate) struct Governed {
-    pub(crate) limit: f64,
-    pub(crate) cpus: f64,
-    pub(crate) cpus_source: CpusSource,
-    pub(crate) ticks: u64,
-    pub(crate) braked: bool,
-    pub(crate) braked_time: Duration,
-    pub(crate) longest_wait: Duration,
-    pub(crate) throttled_periods: u64,
-    pub(crate) os_yields: u64,
-    pub(crate) quota_headroom: Option<f64>,
-    pub(crate) overhead: f64,
-    pub(crate) signal: (Reading, Option<Duration>, SignalSource),
-    pub(crate) idle_limit: Option<f64>,
-}
-
 impl Snapshot {
     pub(crate) fn new(
-        governed: Governed,
+        record: &TickRecord,
         window: Window,
         queue: QueueSnapshot,
         idle_queue: Option<QueueSnapshot>,
+        braked: bool,
+        os_yields: u64,
     ) -> Snapshot {
-        let Governed {
-            limit,
-            cpus,
-            cpus_source,
-            ticks,
-            braked,
-            braked_time,
-            longest_wait,
-            throttled_periods,
-            os_yields,
-            quota_headroom,
-            overhead,
-            signal: (reading, signal_p99, signal_source),
-            idle_limit,
-        } = governed;
+        let own = record.class(ClassKind::Elastic);
+        let reading = &record.signal.reading;
         let balance = Duration::from_nanos(queue.balance_nanos.unsigned_abs());
         let (tokens, debt) = if queue.balance_nanos >= 0 {
             (balance, Duration::ZERO)
@@ -239,21 +214,21 @@ impl Snapshot {
             (Duration::ZERO, balance)
         };
         Snapshot {
-            limit,
-            cpus,
-            cpus_source,
-            ticks,
+            share: own.map_or(0.0, |c| c.share),
+            cpus: record.cpus,
+            cpus_source: record.cpus_source,
+            ticks: record.ticks,
             sched_p99: window.queue_latency.all.p99,
-            signal_p99,
-            signal_source,
+            signal_p99: record.signal.value,
+            signal_source: record.signal.source,
             io_p99: reading.io_p99,
-            io_probe: reading.io,
+            io_probe: reading.io.clone(),
             io_quiet: reading.io_quiet,
             io_period: reading.io_period,
             run_queue_delay: reading.run_queue_delay,
             run_queue_wait: reading.run_queue_wait,
             elastic_run_queue_wait: reading.elastic_run_queue_wait,
-            run_queue: reading.run_queue,
+            run_queue: reading.run_queue.clone(),
             fg_poll_p99: window.poll_time.foreground.p99,
             elastic_poll_p99: window.poll_time.elastic.p99,
             tokens,
@@ -262,7 +237,7 @@ impl Snapshot {
             grants: queue.grants,
             waits: queue.waits,
             waited: Duration::from_nanos(queue.wait_nanos),
-            longest_wait,
+            longest_wait: own.map_or(Duration::ZERO, |c| c.longest_wait),
             acquired: Duration::from_nanos(queue.acquired_nanos),
             returned: Duration::from_nanos(queue.returned_nanos),
             over_limit: Duration::from_nanos(queue.over_limit_nanos),
@@ -270,12 +245,12 @@ impl Snapshot {
             braked,
             // Only the brake pauses the queue.
             brakes: queue.pauses,
-            braked_time,
+            braked_time: record.braked_time,
             os_yields,
-            throttled_periods,
-            quota_headroom,
-            overhead,
-            idle_limit,
+            throttled_periods: record.throttled_periods,
+            quota_headroom: record.quota_headroom,
+            overhead: record.overhead,
+            idle_share: record.class(ClassKind::Idle).map(|c| c.share),
             idle_queue,
             window,
             queue,

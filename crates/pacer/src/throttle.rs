@@ -1,17 +1,18 @@
-//! The cgroup's CPU throttling as a second control signal.
+//! The cgroup's CPU throttling as a component of the signal.
 //!
 //! Inside a CPU quota (CFS bandwidth control) the kernel stops every thread of the cgroup once
 //! the quota of a period is spent, foreground included, for the rest of that period. The probe
 //! hardly sees it: a throttled stretch holds up few task polls but every request in flight. So
-//! the governor reads the cgroup's `cpu.stat` once per tick, and a tick that saw a throttled
-//! period counts as over the target for a whole probe window after it, as if the window's p99
-//! had seen the wait (measured in the demo under a 1.5-CPU quota: docs/design.md §5).
+//! the governor reads the cgroup's `cpu.stat` counters once per tick, and a tick that saw a
+//! throttled period counts as over the target for a whole window after it, as if the window's
+//! p99 had seen the wait.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use elastic_cpu_probe::CpuThrottling;
 
-/// Watches one cgroup's throttling counters, tick by tick.
+/// Watches one cgroup's throttling counters, tick by tick (the counters are read by the
+/// governor's [`CgroupSource`](crate::readings::CgroupSource)).
 #[derive(Debug, Default)]
 pub(crate) struct ThrottleWatch {
     /// The cgroup directory whose `cpu.stat` is read (`None`: no quota seen, nothing to watch).
@@ -24,21 +25,21 @@ pub(crate) struct ThrottleWatch {
 }
 
 impl ThrottleWatch {
-    /// Watch the cgroup in `dir` from now on (the counters' past is not counted).
-    pub(crate) fn watch(&mut self, dir: PathBuf) {
-        self.last = CpuThrottling::read(&dir);
+    /// Watch the cgroup in `dir` from now on, whose counters read `now` (their past is not
+    /// counted).
+    pub(crate) fn watch(&mut self, dir: PathBuf, now: Option<CpuThrottling>) {
+        self.last = now;
         self.dir = Some(dir);
         self.hold = 0;
     }
 
-    /// Read the counters for one tick. Returns true while the signal is on: throttled in this
-    /// tick or in the `hold_ticks − 1` ticks before it.
-    pub(crate) fn tick(&mut self, hold_ticks: usize) -> bool {
-        let now = self.dir.as_deref().and_then(CpuThrottling::read);
-        self.step(now, hold_ticks)
+    /// The cgroup watched (`None`: none yet).
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
-    /// [`tick`](Self::tick) on a reading made elsewhere.
+    /// One tick on the counters read `now`. Returns true while the signal is on: throttled in
+    /// this tick or in the `hold_ticks − 1` ticks before it.
     pub(crate) fn step(&mut self, now: Option<CpuThrottling>, hold_ticks: usize) -> bool {
         let throttled = match (now, self.last) {
             (Some(now), Some(last)) => now.since(&last).throttled_periods,
@@ -104,34 +105,13 @@ mod tests {
     }
 
     #[test]
-    fn watches_a_cgroup_directory() {
-        let dir = std::env::temp_dir().join(format!("elastic-cpu-throttle-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let write = |n: u64| {
-            let text = format!(
-                "nr_periods {}\nnr_throttled {n}\nthrottled_time {}\n",
-                10 + n,
-                n * 1000
-            );
-            std::fs::write(dir.join("cpu.stat"), text).unwrap();
-        };
-        write(1);
+    fn what_happened_before_the_watch_is_not_counted() {
         let mut w = ThrottleWatch::default();
-        w.watch(dir.clone());
-        assert!(!w.tick(2), "what happened before the watch is not counted");
-        write(2);
-        assert!(w.tick(2));
-        assert!(w.tick(2));
-        assert!(!w.tick(2));
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(!w.tick(2), "a cgroup gone is no signal");
+        assert_eq!(w.dir(), None);
+        w.watch(PathBuf::from("/sys/fs/cgroup/svc"), reading(7));
+        assert!(!w.step(reading(7), 2));
+        assert!(w.step(reading(8), 2));
         assert_eq!(w.throttled_periods(), 1);
-    }
-
-    #[test]
-    fn no_cgroup_no_signal() {
-        let mut w = ThrottleWatch::default();
-        assert!(!w.tick(10));
-        assert_eq!(w.throttled_periods(), 0);
+        assert_eq!(w.dir(), Some(Path::new("/sys/fs/cgroup/svc")));
     }
 }

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_ledger_balanced, must_finish, spin};
+use elastic_cpu_pacer::settings::Brake;
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
 
@@ -96,7 +97,7 @@ fn abort_cycles(elastic: Elastic, cycles: usize, seed: u64) {
 #[test]
 fn aborted_paced_tasks_leave_no_grant_behind() {
     must_finish("abort stress", Duration::from_secs(120), || {
-        let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+        let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
         abort_cycles(elastic, 1_000, 0x9e37_79b9);
     });
 }
@@ -109,7 +110,7 @@ fn aborted_paced_tasks_leave_no_grant_behind_with_the_controller_and_brake() {
         || {
             let elastic = Elastic::builder()
                 .target_p99(Duration::from_micros(100))
-                .brake_at(Duration::from_micros(50))
+                .brake(Brake::At(Duration::from_micros(50)))
                 .build()
                 .unwrap();
             abort_cycles(elastic, 1_000, 0x51_7cc1);

@@ -12,10 +12,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use common::*;
-use elastic_cpu_core::{ControllerConfig, ManualClock};
-use elastic_cpu_pacer::{
-    BuildError, Elastic, ElasticBuilder, PacedExt, PacedStreamExt, BRAKE_MAX, DEFAULT_BRAKE_HOLD,
-};
+use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::settings::{Brake, Steps, BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder, PacedExt, PacedStreamExt, Profile};
 use futures_core::Stream;
 
 const AT: Duration = Duration::from_millis(1);
@@ -30,12 +29,15 @@ fn builder(clock: &ManualClock) -> ElasticBuilder {
     Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(0.1)
+        .fixed_share(0.1)
         .cpus(1.0)
 }
 
 fn braking(clock: &ManualClock) -> Elastic {
-    builder(clock).brake_at(AT).build().expect("valid settings")
+    builder(clock)
+        .brake(Brake::At(AT))
+        .build()
+        .expect("valid settings")
 }
 
 /// A foreground poll that waited 2 ms: over the 1 ms threshold.
@@ -370,7 +372,7 @@ fn fixed_limit_has_no_brake_unless_asked() {
     assert!(poll(&mut a, &mut Context::from_waker(&waker)).is_ready());
     assert_eq!(elastic.snapshot().queue.grants, 1);
 
-    // With `brake_at` it brakes (`braking` is a fixed-limit build too).
+    // With `Brake::At` it brakes (`braking` is a fixed-limit build too).
     let braked = braking(&clock);
     alarm(&braked);
     braked.tick();
@@ -400,11 +402,11 @@ fn the_controller_brakes_at_four_times_its_target_by_default() {
     let s = elastic.snapshot();
     assert!(s.braked);
     assert_eq!(s.brakes, 1);
-    // `brake_at` overrides the default threshold.
+    // `Brake::At` overrides the default threshold.
     let e = Elastic::builder()
         .manual(clock.clone())
         .cpus(1.0)
-        .brake_at(ms(3))
+        .brake(Brake::At(ms(3)))
         .build()
         .unwrap();
     assert_eq!(e.probe().config().alarm_at, Some(ms(3)));
@@ -417,10 +419,14 @@ fn no_brake_never_brakes() {
         Elastic::builder()
             .manual(clock.clone())
             .cpus(1.0)
-            .no_brake()
+            .brake(Brake::Off)
             .build()
             .unwrap(),
-        builder(&clock).brake_at(AT).no_brake().build().unwrap(),
+        builder(&clock)
+            .brake(Brake::At(AT))
+            .brake(Brake::Off)
+            .build()
+            .unwrap(),
     ] {
         assert_eq!(elastic.probe().config().alarm_at, None);
         elastic
@@ -436,18 +442,21 @@ fn no_brake_never_brakes() {
 }
 
 #[test]
-fn brake_at_below_10_us_is_refused() {
+fn a_brake_below_10_us_is_refused() {
     let clock = ManualClock::new();
-    match builder(&clock).brake_at(Duration::from_micros(5)).build() {
+    match builder(&clock)
+        .brake(Brake::At(Duration::from_micros(5)))
+        .build()
+    {
         Err(BuildError::Setting(e)) => {
-            assert_eq!(e.setting, "brake_at");
+            assert_eq!(e.setting, "brake");
             assert_eq!(e.value, "5µs");
         }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("5 µs accepted"),
     }
     assert!(builder(&clock)
-        .brake_at(Duration::from_micros(10))
+        .brake(Brake::At(Duration::from_micros(10)))
         .build()
         .is_ok());
 }
@@ -458,13 +467,13 @@ fn brake_at_below_10_us_is_refused() {
 fn governor_thread_brakes_on_the_alarm_without_waiting_for_a_tick() {
     let tick = Duration::from_secs(60);
     let elastic = Elastic::builder()
-        .controller(ControllerConfig {
+        .profile(Profile::Custom(Steps {
             tick,
             window: tick,
-            ..ControllerConfig::default()
-        })
+            ..Profile::Cockroach.steps()
+        }))
         .cpus(1.0)
-        .brake_at(AT)
+        .brake(Brake::At(AT))
         .build()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

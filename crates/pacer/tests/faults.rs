@@ -58,7 +58,7 @@ fn no_probe_data_for_a_long_time_never_raises_the_limit() {
         .cpus(1.0)
         .build()
         .unwrap();
-    let start = elastic.snapshot().limit;
+    let start = elastic.snapshot().share;
     // Elastic work waits the whole time, but the runtime records no polls at all.
     let (_, waker) = CountingWaker::new();
     let mut cx = Context::from_waker(&waker);
@@ -79,7 +79,7 @@ fn no_probe_data_for_a_long_time_never_raises_the_limit() {
     assert_eq!(s.window.queue_latency.all.count, 0);
     assert_eq!(s.sched_p99, None);
     assert_eq!(
-        s.limit, start,
+        s.share, start,
         "no data is not 'healthy': the limit must not grow"
     );
     drop(hog);

@@ -11,8 +11,10 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::{
-    Admission, ConnectionGate, Elastic, GateSettings, GateSnapshot, RejectReason, Rejected,
-    SetupPermit,
+    gate::{
+        Admission, ConnectionGate, GateSettings, GateSnapshot, RejectReason, Rejected, SetupPermit,
+    },
+    Elastic,
 };
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -274,7 +276,7 @@ fn the_share_follows_the_scheduling_latency_on_the_governor_tick() {
         s.share
     );
     // The elastic limit is fixed here: only the gate moved.
-    assert_eq!(elastic.snapshot().limit, 0.1);
+    assert_eq!(elastic.snapshot().share, 0.1);
 }
 
 #[test]

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{ConnectionGate, Elastic, GateSettings, RejectReason};
+use elastic_cpu_pacer::{
+    gate::{ConnectionGate, GateSettings, RejectReason},
+    Elastic,
+};
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(f).poll(cx)
@@ -53,9 +56,9 @@ fn admits_at_once_when_tokens_are_there() {
 
 /// An admission polled once with a fresh waker: its result, and the waker's counter.
 fn first_poll(
-    admission: &mut elastic_cpu_pacer::Admission,
+    admission: &mut elastic_cpu_pacer::gate::Admission,
 ) -> (
-    Poll<Result<elastic_cpu_pacer::SetupPermit, elastic_cpu_pacer::Rejected>>,
+    Poll<Result<elastic_cpu_pacer::gate::SetupPermit, elastic_cpu_pacer::gate::Rejected>>,
     std::sync::Arc<CountingWaker>,
     std::task::Waker,
 ) {
@@ -159,7 +162,7 @@ fn a_full_fifo_queue_refuses_the_newcomer() {
     let clock = ManualClock::new();
     let settings = GateSettings::new()
         .max_queue(2)
-        .order(elastic_cpu_pacer::QueueOrder::Fifo);
+        .order(elastic_cpu_pacer::gate::QueueOrder::Fifo);
     let (_elastic, gate) = gate(&clock, 0.1, 1.0, settings);
     run_setup(&clock, &gate, 150 * MS);
     let mut a = gate.admit(Duration::from_secs(10));
@@ -179,7 +182,7 @@ fn a_full_lifo_queue_drops_its_oldest_for_the_newcomer() {
     let clock = ManualClock::new();
     let settings = GateSettings::new()
         .max_queue(2)
-        .order(elastic_cpu_pacer::QueueOrder::Lifo);
+        .order(elastic_cpu_pacer::gate::QueueOrder::Lifo);
     let (elastic, gate) = gate(&clock, 0.1, 1.0, settings);
     run_setup(&clock, &gate, 150 * MS);
     let mut a = gate.admit(Duration::from_secs(10));
@@ -210,7 +213,7 @@ fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
     let clock = ManualClock::new();
     let settings = GateSettings::new()
         .max_queue(20)
-        .order(elastic_cpu_pacer::QueueOrder::Fifo);
+        .order(elastic_cpu_pacer::gate::QueueOrder::Fifo);
     // 0.05 of 2 CPUs: 100 ms of setup CPU a second.
     let (_elastic, gate) = gate(&clock, 0.05, 2.0, settings);
     run_setup(&clock, &gate, 110 * MS); // 10 ms of debt; a setup now costs 110 ms
@@ -222,26 +225,26 @@ fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
     }
     // Everyone queued and this one, at the current rate and cost: (21 × 110 + 10) ms of CPU
     // at 100 ms a second, 23.2 s; above the cap, so the base is RETRY_AFTER_MAX / 2.
-    let base = |s: &elastic_cpu_pacer::GateSnapshot| {
+    let base = |s: &elastic_cpu_pacer::gate::GateSnapshot| {
         let st = &s.stats;
         let need =
             (s.queue_len as f64 + 1.0) * st.cost_nanos as f64 - (st.balance_nanos.min(0) as f64);
         Duration::from_secs_f64(need / st.rate_nanos_per_sec as f64).clamp(
-            elastic_cpu_pacer::RETRY_AFTER_MIN,
-            elastic_cpu_pacer::RETRY_AFTER_MAX / 2,
+            elastic_cpu_pacer::gate::RETRY_AFTER_MIN,
+            elastic_cpu_pacer::gate::RETRY_AFTER_MAX / 2,
         )
     };
     let expected = base(&gate.snapshot());
     assert_eq!(
         expected,
-        elastic_cpu_pacer::RETRY_AFTER_MAX / 2,
+        elastic_cpu_pacer::gate::RETRY_AFTER_MAX / 2,
         "{:#?}",
         gate.snapshot()
     );
     let hints = refusals(&gate, 200);
     for &h in &hints {
         assert!(
-            h >= expected && h < elastic_cpu_pacer::RETRY_AFTER_MAX,
+            h >= expected && h < elastic_cpu_pacer::gate::RETRY_AFTER_MAX,
             "{h:?}"
         );
     }
@@ -284,7 +287,7 @@ fn the_retry_hint_follows_the_queue_and_is_bounded_and_jittered() {
 fn settings_fifo(max_queue: usize) -> GateSettings {
     GateSettings::new()
         .max_queue(max_queue)
-        .order(elastic_cpu_pacer::QueueOrder::Fifo)
+        .order(elastic_cpu_pacer::gate::QueueOrder::Fifo)
 }
 
 /// 0.05 of 2 CPUs: 100 ms of setup CPU a second.

@@ -7,7 +7,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, GateSettings};
+use elastic_cpu_pacer::{gate::GateSettings, Elastic};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]
@@ -18,7 +18,7 @@ fn a_tick_emits_each_gates_counts_under_its_label() {
     let elastic = Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(0.25)
+        .fixed_share(0.25)
         .cpus(2.0)
         .build()
         .unwrap();

@@ -6,7 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use elastic_cpu_pacer::{Elastic, GateSettings, GatedListener, QueueOrder, RejectReason};
+use elastic_cpu_pacer::{
+    gate::{GateSettings, GatedListener, QueueOrder, RejectReason},
+    Elastic,
+};
 
 #[test]
 fn each_bad_setting_is_named() {
@@ -167,7 +170,7 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
                 .connection_gate(
                     GateSettings::new()
                         .max_queue(1)
-                        .order(elastic_cpu_pacer::QueueOrder::Fifo)
+                        .order(elastic_cpu_pacer::gate::QueueOrder::Fifo)
                         .share(0.01, 0.05)
                         .initial_share(0.01),
                 )
@@ -183,7 +186,7 @@ fn the_listener_hands_out_admitted_connections_and_refused_ones_to_on_reject() {
             }
             let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let listener = GatedListener::on_reject(tcp, full.clone(), |stream, _, r| {
-                assert_eq!(r.reason(), elastic_cpu_pacer::RejectReason::QueueFull);
+                assert_eq!(r.reason(), elastic_cpu_pacer::gate::RejectReason::QueueFull);
                 let _ = stream.try_write(b"full\n");
             })
             .unwrap();

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{FakeCgroup, MS};
-use elastic_cpu_pacer::{Elastic, ElasticBuilder, ManualClock};
+use elastic_cpu_pacer::settings::Brake;
+use elastic_cpu_pacer::{testing::ManualClock, Elastic, ElasticBuilder};
 
 /// Manual clock, 2 CPUs, target 1 ms (the idle class's: 4 ms), elastic limit 0.5.
 fn builder(clock: &ManualClock) -> ElasticBuilder {
@@ -29,24 +30,24 @@ fn tick(elastic: &Elastic, clock: &ManualClock, latency: Duration) {
 fn idle_limit(elastic: &Elastic) -> f64 {
     elastic
         .snapshot()
-        .idle_limit
+        .idle_share
         .expect("an idle pool was made")
 }
 
 #[test]
 fn no_pool_no_idle_class() {
     let clock = ManualClock::new();
-    let elastic = builder(&clock).no_brake().build().unwrap();
+    let elastic = builder(&clock).brake(Brake::Off).build().unwrap();
     tick(&elastic, &clock, 100 * Duration::from_micros(1));
     let s = elastic.snapshot();
-    assert_eq!(s.idle_limit, None);
+    assert_eq!(s.idle_share, None);
     assert_eq!(s.idle_queue, None);
 }
 
 #[test]
 fn on_a_bare_host_it_starts_at_every_cpu_and_ignores_what_only_the_elastic_target_sees() {
     let clock = ManualClock::new();
-    let elastic = builder(&clock).no_brake().build().unwrap();
+    let elastic = builder(&clock).brake(Brake::Off).build().unwrap();
     let pool = elastic.idle_runtime(1).unwrap();
     assert_eq!(idle_limit(&elastic), 1.0);
     // Its bucket pays for every CPU.
@@ -57,7 +58,7 @@ fn on_a_bare_host_it_starts_at_every_cpu_and_ignores_what_only_the_elastic_targe
         tick(&elastic, &clock, 2 * MS);
     }
     assert!(
-        elastic.snapshot().limit < 0.5,
+        elastic.snapshot().share < 0.5,
         "the elastic limit steps down"
     );
     assert_eq!(idle_limit(&elastic), 1.0, "the idle class holds");
@@ -89,7 +90,7 @@ fn on_a_bare_host_it_starts_at_every_cpu_and_ignores_what_only_the_elastic_targe
 fn inside_a_quota_it_starts_at_the_elastic_limit_and_throttling_steps_it_down() {
     let clock = ManualClock::new();
     let cg = FakeCgroup::new("idle-class-quota");
-    let elastic = builder(&clock).no_brake().build().unwrap();
+    let elastic = builder(&clock).brake(Brake::Off).build().unwrap();
     elastic.watch_throttling(&cg.0);
     let _pool = elastic.idle_runtime(1).unwrap();
     assert_eq!(idle_limit(&elastic), 0.5);
@@ -121,7 +122,7 @@ fn a_fixed_limit_holds_for_the_idle_class_too() {
     let elastic = Elastic::builder()
         .manual(clock.clone())
         .cpus(2.0)
-        .fixed_limit(0.3)
+        .fixed_share(0.3)
         .build()
         .unwrap();
     let _pool = elastic.idle_runtime(1).unwrap();
@@ -147,7 +148,7 @@ fn alarm_and_brake(elastic: &Elastic) -> u64 {
 #[test]
 fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
     let clock = ManualClock::new();
-    let host = builder(&clock).brake_at(10 * MS).build().unwrap();
+    let host = builder(&clock).brake(Brake::At(10 * MS)).build().unwrap();
     let _host_pool = host.idle_runtime(1).unwrap();
     assert_eq!(
         alarm_and_brake(&host),
@@ -156,7 +157,7 @@ fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
     );
 
     let cg = FakeCgroup::new("idle-class-brake");
-    let quota = builder(&clock).brake_at(10 * MS).build().unwrap();
+    let quota = builder(&clock).brake(Brake::At(10 * MS)).build().unwrap();
     quota.watch_throttling(&cg.0);
     let _quota_pool = quota.idle_runtime(1).unwrap();
     assert_eq!(

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_ledger_balanced, eventually, must_finish, spin};
-use elastic_cpu_pacer::{Elastic, IdlePriority, PacedStreamExt};
+use elastic_cpu_pacer::{idle::IdlePriority, Elastic, PacedStreamExt};
 use futures_util::StreamExt;
 
 /// The scheduling policy of the calling thread, from `/proc/thread-self/stat` (field 41), read
@@ -48,7 +48,7 @@ fn foreground(elastic: &Elastic) -> tokio::runtime::Runtime {
 #[cfg(target_os = "linux")]
 #[test]
 fn every_pool_thread_runs_at_sched_idle_and_the_foreground_does_not() {
-    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
     let fg = foreground(&elastic);
     let idle = elastic.idle_runtime(3).unwrap();
     assert_eq!(idle.priority(), IdlePriority::SchedIdle);
@@ -106,7 +106,7 @@ fn zero_workers_is_a_typed_error() {
 
 #[test]
 fn paced_work_on_the_pool_balances_the_ledger_and_stays_out_of_the_fg_probe() {
-    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
     let fg = foreground(&elastic);
     let idle = elastic.idle_runtime(2).unwrap();
     let mut tasks = Vec::new();
@@ -157,7 +157,7 @@ fn paced_work_on_the_pool_balances_the_ledger_and_stays_out_of_the_fg_probe() {
 #[test]
 fn shutdown_is_clean_with_work_still_waiting_for_grants() {
     // A tiny fixed limit: most of the work is queued for a grant when the pool shuts down.
-    let elastic = Elastic::builder().fixed_limit(0.01).build().unwrap();
+    let elastic = Elastic::builder().fixed_share(0.01).build().unwrap();
     let fg = foreground(&elastic);
     let idle = elastic.idle_runtime(2).unwrap();
     let tasks: Vec<_> = (0..8)

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, METRICS};
+use elastic_cpu_pacer::{metrics::METRICS, Elastic};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]
@@ -14,7 +14,7 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
     let clock = ManualClock::new();
     let elastic = Elastic::builder()
         .manual(clock.clone())
-        .fixed_limit(0.25)
+        .fixed_share(0.25)
         .cpus(2.0)
         .build()
         .unwrap();

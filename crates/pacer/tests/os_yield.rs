@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, GateSettings, PacedStreamExt, DEFAULT_QUANTUM};
+use elastic_cpu_pacer::settings::Enforcement;
+use elastic_cpu_pacer::{gate::GateSettings, settings::DEFAULT_QUANTUM, Elastic, PacedStreamExt};
 use futures_core::Stream;
 use tokio::runtime::{Builder, Runtime};
 
@@ -30,9 +31,12 @@ fn elastic(clock: &ManualClock, os_yield: bool) -> Elastic {
     Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(1.0)
+        .fixed_share(1.0)
         .cpus(1.0)
-        .os_yield(os_yield)
+        .enforcement(Enforcement {
+            os_yield: os_yield,
+            ..Enforcement::default()
+        })
         .build()
         .expect("valid settings")
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::settings::Enforcement;
 use elastic_cpu_pacer::PacedExt;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -88,9 +89,12 @@ fn fifo_between_paced_futures() {
     let elastic = elastic_cpu_pacer::Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(0.1)
+        .fixed_share(0.1)
         .cpus(1.0)
-        .cap_concurrency(false)
+        .enforcement(Enforcement {
+            cap_concurrency: false,
+            ..Enforcement::default()
+        })
         .build()
         .unwrap();
     let mk = |polls| {
@@ -261,11 +265,11 @@ fn pacer_yields_every_quantum_and_settles_once_per_slice() {
     // makes between 150 ms / 2q and 150 ms / q yields; each yield woke the task (outside a
     // runtime).
     let per_quantum =
-        ((150 * MS).as_nanos() / elastic_cpu_pacer::DEFAULT_QUANTUM.as_nanos()) as usize;
+        ((150 * MS).as_nanos() / elastic_cpu_pacer::settings::DEFAULT_QUANTUM.as_nanos()) as usize;
     assert!(
         (per_quantum / 2..=per_quantum).contains(&yields),
         "{yields} yields, quantum {:?}",
-        elastic_cpu_pacer::DEFAULT_QUANTUM
+        elastic_cpu_pacer::settings::DEFAULT_QUANTUM
     );
     assert_eq!(counter.count(), yields);
     let s = elastic.snapshot();
@@ -293,9 +297,12 @@ fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
         let clock = ManualClock::new();
         let elastic = elastic_cpu_pacer::Elastic::builder()
             .manual(clock.clone())
-            .fixed_limit(limit)
+            .fixed_share(limit)
             .cpus(2.0)
-            .cap_concurrency(cap)
+            .enforcement(Enforcement {
+                cap_concurrency: cap,
+                ..Enforcement::default()
+            })
             .build()
             .unwrap();
         // The bucket holds a second of tokens (0.8 s or more): enough for three slices.

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, PacedStreamExt, DEFAULT_QUANTUM};
+use elastic_cpu_pacer::settings::Brake;
+use elastic_cpu_pacer::{settings::DEFAULT_QUANTUM, Elastic, PacedStreamExt};
 use futures_core::Stream;
 use tokio::runtime::{Builder, Handle, Runtime};
 
@@ -201,9 +202,9 @@ fn iterations_before_a_yield(brake: bool) -> Option<u32> {
     let elastic = Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(1.0)
+        .fixed_share(1.0)
         .cpus(1.0)
-        .brake_at(Duration::from_millis(1))
+        .brake(Brake::At(Duration::from_millis(1)))
         .build()
         .expect("valid settings");
     let rt = multi_thread(2);

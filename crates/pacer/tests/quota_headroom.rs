@@ -6,15 +6,19 @@
 mod common;
 
 use common::FakeCgroup;
+use elastic_cpu_pacer::settings::{Brake, Inputs};
 use elastic_cpu_pacer::Elastic;
 
 /// A fixed limit of every CPU on 2 CPUs: 2 CPUs of tokens a second unless something caps it.
 fn elastic(headroom: bool) -> Elastic {
     Elastic::builder()
-        .fixed_limit(1.0)
+        .fixed_share(1.0)
         .cpus(2.0)
-        .no_brake()
-        .quota_headroom(headroom)
+        .brake(Brake::Off)
+        .inputs(Inputs {
+            quota_headroom: headroom,
+            ..Inputs::default()
+        })
         .build()
         .unwrap()
 }
@@ -39,7 +43,7 @@ fn the_rate_stays_within_the_quota_the_foreground_leaves() {
         "rate {} above the quota's cap",
         s.queue.rate_nanos_per_sec
     );
-    assert_eq!(s.limit, 1.0, "the cap leaves the limit alone");
+    assert_eq!(s.share, 1.0, "the cap leaves the limit alone");
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{assert_ledger_balanced, must_finish, spin};
+use elastic_cpu_pacer::settings::{Enforcement, Timing};
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
 
@@ -22,7 +23,7 @@ fn runtime(elastic: &Elastic, workers: usize) -> tokio::runtime::Runtime {
 
 #[test]
 fn tokens_are_conserved_across_futures_streams_and_pacers() {
-    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
     let rt = runtime(&elastic, 4);
     let mut tasks = Vec::new();
     for _ in 0..3 {
@@ -68,8 +69,11 @@ fn tokens_are_conserved_across_futures_streams_and_pacers() {
 fn a_panicking_elastic_task_settles_its_grant() {
     // Wall-clock timing: each poll is then charged at least the time it spun.
     let elastic = Elastic::builder()
-        .fixed_limit(0.5)
-        .wall_time()
+        .fixed_share(0.5)
+        .enforcement(Enforcement {
+            timing: Timing::Wall,
+            ..Enforcement::default()
+        })
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -97,8 +101,11 @@ fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
     let limit = 0.05;
     let tasks = 6u64;
     let elastic = Elastic::builder()
-        .fixed_limit(limit)
-        .slice(Duration::from_millis(10))
+        .fixed_share(limit)
+        .enforcement(Enforcement {
+            slice: Duration::from_millis(10),
+            ..Enforcement::default()
+        })
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -145,8 +152,11 @@ fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
 #[test]
 fn runtime_shutdown_with_waiters_does_not_hang() {
     let elastic = Elastic::builder()
-        .fixed_limit(0.01)
-        .slice(Duration::from_millis(10))
+        .fixed_share(0.01)
+        .enforcement(Enforcement {
+            slice: Duration::from_millis(10),
+            ..Enforcement::default()
+        })
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -178,9 +188,12 @@ fn runtime_shutdown_with_waiters_does_not_hang() {
 #[test]
 fn pace_blocking_on_plain_threads_is_settled() {
     let elastic = Elastic::builder()
-        .fixed_limit(0.3)
+        .fixed_share(0.3)
         .cpus(1.0)
-        .slice(Duration::from_millis(10))
+        .enforcement(Enforcement {
+            slice: Duration::from_millis(10),
+            ..Enforcement::default()
+        })
         .build()
         .unwrap();
     let threads: Vec<_> = (0..3)
@@ -222,7 +235,7 @@ fn long_polls_are_charged_cpu_time_not_wall_time() {
     // A poll that blocks its thread for 20 ms uses almost no CPU. The first poll is timed on
     // the wall clock (nothing says yet that polls are long); after that the CPU clock is used.
     // The bounds are relative to the sleeps as they really lasted (they overshoot under load).
-    let elastic = Elastic::builder().fixed_limit(0.5).build().unwrap();
+    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
     let rt = runtime(&elastic, 2);
     let slept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = slept.clone();

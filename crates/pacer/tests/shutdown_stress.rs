@@ -13,6 +13,7 @@ use std::time::Duration;
 #[cfg(target_os = "linux")]
 use common::threads;
 use common::{assert_ledger_balanced, eventually, must_finish, spin};
+use elastic_cpu_pacer::settings::Brake;
 use elastic_cpu_pacer::{Elastic, PacedExt, PacedStreamExt};
 use futures_util::StreamExt;
 
@@ -24,10 +25,9 @@ const WAIT: Duration = Duration::from_secs(60);
 /// the foreground spinners below set the brake off now and then.
 fn elastic() -> Elastic {
     Elastic::builder()
-        .min_share(0.05)
-        .max_share(0.2)
+        .share(0.05, 0.2)
         .target_p99(Duration::from_micros(100))
-        .brake_at(Duration::from_micros(200))
+        .brake(Brake::At(Duration::from_micros(200)))
         .build()
         .unwrap()
 }

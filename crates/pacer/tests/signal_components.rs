@@ -10,7 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use elastic_cpu_pacer::{Availability, Elastic, IO_TARGET_FACTOR};
+use elastic_cpu_pacer::settings::Inputs;
+use elastic_cpu_pacer::{
+    snapshot::{Availability, IO_TARGET_FACTOR},
+    Elastic,
+};
 use elastic_cpu_probe::{IoProbeConfig, IoProbeError};
 
 const WITHIN: Duration = Duration::from_secs(30);
@@ -120,8 +124,11 @@ fn io_canaries_are_quiet_without_elastic_work() {
 #[test]
 fn off_by_setting() {
     let elastic = Elastic::builder()
-        .io_signal(false)
-        .run_queue_signal(false)
+        .inputs(Inputs {
+            io_wakeup: false,
+            run_queue: false,
+            ..Inputs::default()
+        })
         .build()
         .unwrap();
     let _rt = runtime(&elastic);
@@ -142,7 +149,7 @@ fn off_by_setting() {
 
 #[test]
 fn a_manual_clock_turns_both_off() {
-    let clock = elastic_cpu_pacer::ManualClock::new();
+    let clock = elastic_cpu_pacer::testing::ManualClock::new();
     let elastic = Elastic::builder().manual(clock).build().unwrap();
     let _rt = runtime(&elastic);
     elastic.tick();
@@ -201,7 +208,7 @@ fn pace_blocking_threads_read_as_elastic() {
 /// grant counts against the same holder cap as work on the runtime (one work queue).
 #[test]
 fn a_pace_blocking_holder_counts_against_the_holder_cap() {
-    let clock = elastic_cpu_pacer::ManualClock::new();
+    let clock = elastic_cpu_pacer::testing::ManualClock::new();
     // ceil(0.3 × 2) = 1 holder at a time.
     let elastic = common::manual_elastic(&clock, 0.3, 2.0);
     let mut blocking = elastic.pacer();
@@ -230,7 +237,7 @@ fn a_pace_blocking_holder_counts_against_the_holder_cap() {
 /// runtime's elastic work waits out.
 #[test]
 fn a_pace_blocking_loop_pays_from_the_runtimes_bucket() {
-    let clock = elastic_cpu_pacer::ManualClock::new();
+    let clock = elastic_cpu_pacer::testing::ManualClock::new();
     // 10 % of one CPU: 100 ms of tokens per second, one 100 ms slice at a time.
     let elastic = common::manual_elastic(&clock, 0.1, 1.0);
     let mut blocking = elastic.pacer();

@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{FakeCgroup, MS};
-use elastic_cpu_pacer::{Elastic, ManualClock};
+use elastic_cpu_pacer::settings::{Brake, Inputs};
+use elastic_cpu_pacer::{testing::ManualClock, Elastic};
 
 /// A controlled `Elastic` at 0.5 on the manual clock (1 s window of 100 ms ticks, 1 ms target).
 fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {
@@ -15,8 +16,11 @@ fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {
         .cpus(2.0)
         .target_p99(MS)
         .initial_share(0.5)
-        .no_brake()
-        .throttle_signal(throttle_signal)
+        .brake(Brake::Off)
+        .inputs(Inputs {
+            throttling: throttle_signal,
+            ..Inputs::default()
+        })
         .build()
         .unwrap()
 }
@@ -34,7 +38,7 @@ fn healthy_tick(elastic: &Elastic, clock: &ManualClock) {
 fn gap_after_tick(on: &Elastic, off: &Elastic, clock: &ManualClock) -> f64 {
     healthy_tick(on, clock);
     healthy_tick(off, clock);
-    off.snapshot().limit - on.snapshot().limit
+    off.snapshot().share - on.snapshot().share
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::snapshot::GateSnapshot;
 /// (the same probe and governor tick as the elastic limit). Cheap to clone; `Send + Sync`.
 ///
 /// ```
-/// use elastic_cpu_pacer::{Elastic, GateSettings};
+/// use elastic_cpu_pacer::{gate::GateSettings, Elastic};
 /// use std::time::Duration;
 ///
 /// let elastic = Elastic::builder().build()?;
@@ -62,10 +62,11 @@ impl ConnectionGate {
 
     /// The counters, the share and the longest wait.
     pub fn snapshot(&self) -> GateSnapshot {
+        let record = self.shared.record();
         GateSnapshot::new(
             self.shared.queue.snapshot(),
-            self.shared.share(),
-            self.shared.longest_wait(),
+            record.share,
+            record.longest_wait,
             self.shared
                 .os_yields
                 .load(std::sync::atomic::Ordering::Relaxed),
@@ -76,7 +77,7 @@ impl ConnectionGate {
 impl fmt::Debug for ConnectionGate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConnectionGate")
-            .field("share", &self.shared.share())
+            .field("share", &self.shared.record().share)
             .field("deadline", &self.shared.deadline)
             .finish_non_exhaustive()
     }

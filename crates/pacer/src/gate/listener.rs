@@ -37,7 +37,8 @@ type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 /// spawn anything slow).
 ///
 /// ```no_run
-/// use elastic_cpu_pacer::{Elastic, GateSettings, GatedListener};
+/// use elastic_cpu_pacer::gate::{GateSettings, GatedListener};
+/// use elastic_cpu_pacer::Elastic;
 ///
 /// # async fn serve(elastic: Elastic) -> std::io::Result<()> {
 /// let gate = elastic.connection_gate(GateSettings::new()).expect("valid settings");

@@ -3,8 +3,8 @@
 //! (docs/design.md §5, "Connection gate").
 
 mod admission;
+pub(crate) mod class;
 mod connection;
-pub(crate) mod link;
 mod listener;
 mod permit;
 mod rejected;
@@ -19,3 +19,5 @@ pub use permit::{SetupPace, SetupPermit};
 pub use rejected::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
 pub use settings::GateSettings;
 pub use snapshot::GateSnapshot;
+
+pub use elastic_cpu_core::{GateStats, QueueOrder};

@@ -35,7 +35,7 @@ pub enum RejectReason {
 /// lies in `RETRY_AFTER_MIN .. RETRY_AFTER_MAX`.
 ///
 /// ```
-/// use elastic_cpu_pacer::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
+/// use elastic_cpu_pacer::gate::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
 /// fn tell_client(r: &Rejected) -> String {
 ///     assert!(r.retry_after() >= RETRY_AFTER_MIN && r.retry_after() < RETRY_AFTER_MAX);
 ///     format!("busy ({}), retry in {} ms", r, r.retry_after().as_millis())

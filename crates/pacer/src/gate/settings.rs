@@ -9,7 +9,7 @@ use elastic_cpu_core::{QueueOrder, SettingError};
 /// is made, and a bad one comes back as a [`SettingError`] naming it.
 ///
 /// ```
-/// use elastic_cpu_pacer::{Elastic, GateSettings};
+/// use elastic_cpu_pacer::{gate::GateSettings, Elastic};
 /// use std::time::Duration;
 ///
 /// let elastic = Elastic::builder().build()?;

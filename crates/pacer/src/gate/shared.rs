@@ -1,10 +1,13 @@
 //! What a gate's handles, admissions and permits share, and what the governor steers.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use elastic_cpu_core::GateQueue;
 
+use crate::class::ClassQueue;
+use crate::record::{ClassKind, ClassRecord};
 use crate::running::RunningTime;
 use crate::shared::QueueClock;
 
@@ -25,10 +28,8 @@ pub(crate) struct GateShared {
     /// The gate's number among this `Elastic`'s gates (the metrics label).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) id: usize,
-    /// The setup class's share now, as `f64` bits.
-    share: AtomicU64,
-    /// The longest admission wait over the probe window, in nanoseconds.
-    longest_wait: AtomicU64,
+    /// What the governor decided for the gate at its last tick.
+    record: Mutex<ClassRecord>,
     /// The governor is gone: permits no longer yield, admissions are refused.
     closed: AtomicBool,
 }
@@ -51,34 +52,72 @@ impl GateShared {
             os_yields: AtomicU64::new(0),
             deadline,
             id,
-            share: AtomicU64::new(share.to_bits()),
-            longest_wait: AtomicU64::new(0),
+            record: Mutex::new(ClassRecord {
+                kind: ClassKind::Gate(id),
+                share,
+                applied: share,
+                longest_wait: Duration::ZERO,
+            }),
             closed: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn share(&self) -> f64 {
-        f64::from_bits(self.share.load(Ordering::Relaxed))
-    }
-
-    pub(crate) fn longest_wait(&self) -> Duration {
-        Duration::from_nanos(self.longest_wait.load(Ordering::Relaxed))
-    }
-
-    /// The governor publishes what it decided this tick.
-    pub(crate) fn publish(&self, share: f64, longest_wait: Duration) {
-        self.share.store(share.to_bits(), Ordering::Relaxed);
-        let nanos = u64::try_from(longest_wait.as_nanos()).unwrap_or(u64::MAX);
-        self.longest_wait.store(nanos, Ordering::Relaxed);
-    }
-
-    /// The governor is gone: refuse everything waiting and to come.
-    pub(crate) fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.queue.close();
+    /// What the governor decided for the gate at its last tick.
+    pub(crate) fn record(&self) -> ClassRecord {
+        *self.record.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+}
+
+impl ClassQueue for GateShared {
+    fn tick(&self) -> bool {
+        self.queue.tick()
+    }
+
+    fn set_rate(&self, rate: u64) {
+        self.queue.set_rate(rate);
+    }
+
+    fn set_holder_cap(&self, cap: usize) {
+        self.queue.set_max_in_setup(Some(cap));
+    }
+
+    fn take_longest_wait(&self) -> Duration {
+        self.queue.take_longest_wait()
+    }
+
+    fn set_braked(&self, on: bool) {
+        if on {
+            self.queue.pause();
+        } else {
+            self.queue.resume();
+        }
+    }
+
+    fn steering(&self) -> bool {
+        // A gate steers by the signal as long as it exists.
+        true
+    }
+
+    fn charged(&self) -> Duration {
+        Duration::from_nanos(self.queue.snapshot().used_nanos)
+    }
+
+    fn publish(&self, record: &ClassRecord) {
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = *record;
+    }
+
+    #[cfg(feature = "metrics")]
+    fn export(&self) {
+        crate::metrics::emit_gate(self);
+    }
+
+    /// The governor is gone: refuse everything waiting and to come.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.queue.close();
     }
 }

@@ -43,7 +43,7 @@ pub struct GateSnapshot {
     /// Setups running now (permits held).
     pub in_setup: usize,
     /// Times setups yielded their thread's CPU to the OS at a poll quantum
-    /// ([`ElasticBuilder::os_yield`](crate::ElasticBuilder::os_yield); 0 when it is off).
+    /// ([`Enforcement::os_yield`](crate::settings::Enforcement::os_yield); 0 when it is off).
     pub os_yields: u64,
     /// The whole ledger, as the admission queue reports it.
     pub stats: GateStats,

@@ -114,7 +114,7 @@ pub fn manual_elastic(clock: &ManualClock, limit: f64, cpus: f64) -> Elastic {
     Elastic::builder()
         .manual(clock.clone())
         .running_clock(clock.clone())
-        .fixed_limit(limit)
+        .fixed_share(limit)
         .cpus(cpus)
         .build()
         .expect("valid settings")

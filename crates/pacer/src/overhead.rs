@@ -1,5 +1,5 @@
-//! The share as the process spends it: the governor scales the token rate by what elastic work
-//! really costs the process, scheduler work included.
+//! Elastic work's overhead: the governor scales the token rate by what elastic work really costs
+//! the process, scheduler work included.
 //!
 //! Every quantum yield costs the scheduler: with nothing else to run, the worker searches for
 //! work to steal, wakes the deferred task and, as it stops searching, wakes another worker,
@@ -67,7 +67,7 @@ pub(crate) struct TickReading {
 
 /// The overhead correction: measured per window, applied to the token rate.
 #[derive(Debug, Default)]
-pub(crate) struct ShareCorrection {
+pub(crate) struct Overhead {
     /// Readings at the start of the window.
     start: Option<(Duration, Duration)>,
     /// Ticks and period in the window so far; any tick in it not quiet.
@@ -82,7 +82,7 @@ pub(crate) struct ShareCorrection {
     idle: Option<f64>,
 }
 
-impl ShareCorrection {
+impl Overhead {
     /// Fold in one tick; at the end of a window, update the overhead.
     pub(crate) fn tick(&mut self, r: TickReading) {
         let Some(cpu) = r.process_cpu else {
@@ -142,17 +142,17 @@ mod tests {
 
     /// Feeds whole windows: each spends `spent` of process CPU and is charged `charged`.
     struct Feed {
-        share: ShareCorrection,
+        correction: Overhead,
         cpu: Duration,
         charged: Duration,
     }
 
     impl Feed {
         fn new() -> Feed {
-            let mut share = ShareCorrection::default();
-            share.tick(reading(Duration::ZERO, Duration::ZERO, 0.0));
+            let mut correction = Overhead::default();
+            correction.tick(reading(Duration::ZERO, Duration::ZERO, 0.0));
             Feed {
-                share,
+                correction,
                 cpu: Duration::ZERO,
                 charged: Duration::ZERO,
             }
@@ -162,10 +162,10 @@ mod tests {
             for _ in 0..WINDOW_TICKS {
                 self.cpu += Duration::from_millis(spent_ms) / WINDOW_TICKS;
                 self.charged += Duration::from_millis(charged_ms) / WINDOW_TICKS;
-                self.share
+                self.correction
                     .tick(reading(self.cpu, self.charged, foreground_per_sec));
             }
-            self.share.overhead
+            self.correction.overhead
         }
     }
 
@@ -187,12 +187,12 @@ mod tests {
         let mut f = Feed::new();
         // 0.6 CPU charged over 500 ms, 0.69 spent: 15 % overhead, taken as it is.
         assert!(close(f.window(345, 300, 0.0), 0.15));
-        assert_eq!(f.share.apply(600_000_000), 521_739_130);
+        assert_eq!(f.correction.apply(600_000_000), 521_739_130);
         // The next window's 25 % is averaged in.
         assert!(close(f.window(375, 300, 1000.0), 0.20));
         // Nothing changes mid-window.
-        f.share.tick(reading(f.cpu + TICK, f.charged, 0.0));
-        assert!(close(f.share.overhead, 0.20));
+        f.correction.tick(reading(f.cpu + TICK, f.charged, 0.0));
+        assert!(close(f.correction.overhead, 0.20));
     }
 
     #[test]
@@ -207,9 +207,9 @@ mod tests {
             f.cpu += Duration::from_millis(90);
             f.charged += Duration::from_millis(60);
             let fg = if i == 2 { 2500.0 } else { 0.0 };
-            f.share.tick(reading(f.cpu, f.charged, fg));
+            f.correction.tick(reading(f.cpu, f.charged, fg));
         }
-        assert!(close(f.share.overhead, 0.025));
+        assert!(close(f.correction.overhead, 0.025));
     }
 
     #[test]
@@ -242,12 +242,12 @@ mod tests {
         let mut f = Feed::new();
         // Charged more than spent (wall-timed polls preempted): no negative overhead.
         assert!(close(f.window(250, 300, 0.0), 0.0));
-        assert_eq!(f.share.apply(600_000_000), 600_000_000);
+        assert_eq!(f.correction.apply(600_000_000), 600_000_000);
     }
 
     #[test]
     fn no_process_clock_no_correction() {
-        let mut share = ShareCorrection::default();
+        let mut share = Overhead::default();
         for _ in 0..3 * WINDOW_TICKS {
             share.tick(TickReading {
                 process_cpu: None,

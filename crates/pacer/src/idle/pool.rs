@@ -13,7 +13,7 @@ use elastic_cpu_core::SettingError;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
-use crate::idle_thread;
+use super::thread as idle_thread;
 use crate::paced::Paced;
 use crate::shared::Shared;
 
@@ -141,8 +141,8 @@ impl Started {
 /// let scan = idle.spawn(async { (0..1_000_000u64).map(|x| x % 7).sum::<u64>() });
 /// let total = fg.block_on(scan)?;
 /// assert_eq!(total, 2_999_997);
-/// // The idle class has its own limit: on a bare host it starts at every CPU.
-/// assert!(elastic.snapshot().idle_limit.is_some());
+/// // The idle class has its own share: on a bare host it starts at every CPU.
+/// assert!(elastic.snapshot().idle_share.is_some());
 /// idle.shutdown_timeout(std::time::Duration::from_secs(1));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -1,0 +1,271 @@
+//! A class of paced CPU: one queue of work that runs on CPU tokens (the `Elastic`'s own elastic
+//! work, its idle pool's, a connection gate's setups), with the share that paces it, how that
+//! share is decided (a controller or a fixed share) and which of the governor's rate modifiers
+//! and brake apply to it. Every class is this one type; what differs between them is data
+//! ([`Policy`]), and the governor's tick is a loop over them.
+
+use std::collections::VecDeque;
+use std::sync::Weak;
+use std::time::Duration;
+
+use elastic_cpu_core::{rate_for, StepController};
+
+use crate::overhead::Overhead;
+use crate::record::{ClassKind, ClassRecord};
+
+/// The queue of one class as the governor drives it.
+pub(crate) trait ClassQueue: Send + Sync {
+    /// Refill and grant waiters at the current rate; whether work waited since the last tick.
+    fn tick(&self) -> bool;
+    /// The token rate, in CPU nanoseconds per second.
+    fn set_rate(&self, rate: u64);
+    /// At most `cap` grants held at once.
+    fn set_holder_cap(&self, cap: usize);
+    /// The longest wait since the last call (a waiter still queued counts).
+    fn take_longest_wait(&self) -> Duration;
+    /// The backlog brake: hold back every grant (and ask holders to give theirs back) or resume.
+    fn set_braked(&self, on: bool);
+    /// Whether something steers by the signal through this class now (elastic work running or
+    /// waiting; a gate or an idle pool whenever it exists).
+    fn steering(&self) -> bool;
+    /// Running time charged to the class so far.
+    fn charged(&self) -> Duration;
+    /// What the governor decided for the class this tick (a gate keeps it for its snapshot).
+    fn publish(&self, _record: &ClassRecord) {}
+    /// Export the class's own metrics, if it has any besides the snapshot's (outside the
+    /// governor's lock: an exporter may call back into the handles).
+    #[cfg(feature = "metrics")]
+    fn export(&self) {}
+    /// The governor is gone: nothing waits for a grant that cannot come.
+    fn close(&self);
+}
+
+/// How a class's share is decided.
+pub(crate) enum Limit {
+    Controller(Box<StepController>),
+    /// A static share: the controller is off.
+    Fixed(f64),
+}
+
+impl Limit {
+    fn step(&mut self, signal: Option<Duration>, period: Duration, had_waiters: bool) -> f64 {
+        match self {
+            Limit::Controller(c) => c.tick(signal, period, had_waiters),
+            Limit::Fixed(share) => *share,
+        }
+    }
+
+    fn share(&self) -> f64 {
+        match self {
+            Limit::Controller(c) => c.share(),
+            Limit::Fixed(share) => *share,
+        }
+    }
+}
+
+/// When the backlog brake holds a class back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BrakeWhen {
+    Always,
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    /// Only inside a CPU quota (the idle pool: on a bare host the kernel already hands the
+    /// cores to the foreground the moment it wants them; a quota it does not).
+    InQuota,
+}
+
+/// What the governor applies to a class besides its share.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Policy {
+    /// Held within the quota's headroom, after the classes before it took theirs. Off for
+    /// gates: setup CPU is not charged as elastic work, so the headroom reading counts it as
+    /// the foreground's, and capping setups by it would cap them by their own use.
+    pub(crate) headroom: bool,
+    /// The rate is divided by 1 + elastic work's measured scheduler overhead. Off for gates:
+    /// the overhead is measured on elastic work's charged time, which setups are not part of.
+    pub(crate) overhead: bool,
+    pub(crate) brake: BrakeWhen,
+    /// At most `ceil(share × cpus)` grants at once.
+    pub(crate) cap_holders: bool,
+}
+
+/// What every class's rate depends on this tick.
+pub(crate) struct Rates<'a> {
+    pub(crate) cpus: f64,
+    /// Corrects the rate of classes with `Policy::overhead`.
+    pub(crate) overhead: &'a Overhead,
+}
+
+/// One class, as the governor holds it. Dropping it (the governor is gone) closes its queue.
+pub(crate) struct Class {
+    pub(crate) kind: ClassKind,
+    queue: Weak<dyn ClassQueue>,
+    limit: Limit,
+    pub(crate) policy: Policy,
+    /// The lowest share the quota's headroom may cap the class to: elastic work always moves.
+    floor: f64,
+    /// The share as applied last (after the headroom).
+    applied: f64,
+    /// The longest wait in each tick of the window, newest last.
+    waits: VecDeque<Duration>,
+    /// Running time charged, as read at the last tick, and CPUs it ran in that tick.
+    charged: Duration,
+    used_cpus: f64,
+    braked: bool,
+}
+
+impl Class {
+    pub(crate) fn new(
+        kind: ClassKind,
+        queue: Weak<dyn ClassQueue>,
+        limit: Limit,
+        policy: Policy,
+        floor: f64,
+    ) -> Class {
+        let charged = queue.upgrade().map_or(Duration::ZERO, |q| q.charged());
+        Class {
+            kind,
+            applied: limit.share(),
+            queue,
+            limit,
+            policy,
+            floor,
+            waits: VecDeque::new(),
+            charged,
+            used_cpus: 0.0,
+            braked: false,
+        }
+    }
+
+    /// The class's queue, while any handle, adapter or permit holds it.
+    pub(crate) fn queue(&self) -> Option<std::sync::Arc<dyn ClassQueue>> {
+        self.queue.upgrade()
+    }
+
+    /// The share its limit decided last (before the headroom).
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    pub(crate) fn share(&self) -> f64 {
+        self.limit.share()
+    }
+
+    /// CPUs the class ran in the last tick.
+    pub(crate) fn used_cpus(&self) -> f64 {
+        self.used_cpus
+    }
+
+    /// Read what the class was charged since the last tick; returns it.
+    pub(crate) fn measure(&mut self, period: Duration) -> Duration {
+        let Some(queue) = self.queue() else {
+            return Duration::ZERO;
+        };
+        let now = queue.charged();
+        let ran = now.saturating_sub(self.charged);
+        self.charged = now;
+        let secs = period.as_secs_f64();
+        self.used_cpus = if secs > 0.0 {
+            ran.as_secs_f64() / secs
+        } else {
+            0.0
+        };
+        ran
+    }
+
+    /// Grant at the old rate, step the share on `signal`. Returns whether work waited and
+    /// whether the class steers, or `None` once its queue is gone.
+    pub(crate) fn step(&mut self, signal: Option<Duration>, period: Duration) -> Option<bool> {
+        let queue = self.queue()?;
+        let had_waiters = queue.tick();
+        self.limit.step(signal, period, had_waiters);
+        Some(had_waiters || queue.steering())
+    }
+
+    /// Apply the share: the rate and holder cap for `rates`, held to `headroom_cpus` (what the
+    /// quota's headroom leaves this class) where the policy says so.
+    pub(crate) fn apply(&mut self, rates: &Rates<'_>, headroom_cpus: Option<f64>) {
+        let Some(queue) = self.queue() else {
+            return;
+        };
+        let share = self.limit.share();
+        self.applied = match headroom_cpus.filter(|_| self.policy.headroom) {
+            Some(cap) if rates.cpus > 0.0 => share.min(cap / rates.cpus).max(self.floor.min(share)),
+            _ => share,
+        };
+        let rate = rate_for(self.applied, rates.cpus);
+        let rate = if self.policy.overhead {
+            rates.overhead.apply(rate)
+        } else {
+            rate
+        };
+        queue.set_rate(rate);
+        if self.policy.cap_holders {
+            queue.set_holder_cap(holder_cap(self.applied, rates.cpus));
+        }
+    }
+
+    /// Close the tick: note the longest wait over a window of `intervals` ticks and publish.
+    pub(crate) fn record(&mut self, intervals: usize) -> ClassRecord {
+        let queue = self.queue();
+        if let Some(queue) = &queue {
+            self.waits.push_back(queue.take_longest_wait());
+            while self.waits.len() > intervals.max(1) {
+                self.waits.pop_front();
+            }
+        }
+        let record = self.snapshot();
+        if let Some(queue) = queue {
+            queue.publish(&record);
+        }
+        record
+    }
+
+    /// What the class looks like now.
+    pub(crate) fn snapshot(&self) -> ClassRecord {
+        ClassRecord {
+            kind: self.kind,
+            share: self.limit.share(),
+            applied: self.applied,
+            longest_wait: self.waits.iter().copied().max().unwrap_or_default(),
+        }
+    }
+
+    /// The backlog brake engages (`in_quota`: a CPU quota was seen) or releases.
+    pub(crate) fn brake(&mut self, on: bool, in_quota: bool) {
+        let applies = match self.policy.brake {
+            BrakeWhen::Always => true,
+            BrakeWhen::InQuota => in_quota,
+        };
+        if on && applies && !self.braked {
+            self.braked = true;
+            if let Some(q) = self.queue() {
+                q.set_braked(true);
+            }
+        } else if !on && std::mem::take(&mut self.braked) {
+            if let Some(q) = self.queue() {
+                q.set_braked(false);
+            }
+        }
+    }
+
+    /// Whether its queue is still held by anyone.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.queue.strong_count() > 0
+    }
+}
+
+impl Drop for Class {
+    fn drop(&mut self) {
+        if let Some(queue) = self.queue() {
+            queue.close();
+        }
+    }
+}
+
+/// The CPUs `share` of `cpus` pays for, rounded up, at least 1: the most grants a class needs
+/// at once to use its share.
+pub(crate) fn holder_cap(share: f64, cpus: f64) -> usize {
+    let c = (share * cpus).ceil();
+    if c.is_finite() && c >= 1.0 {
+        c.min(usize::MAX as f64) as usize
+    } else {
+        1
+    }
+}

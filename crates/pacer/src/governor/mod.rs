@@ -1,0 +1,595 @@
+//! The governor: the control loop in one place. Once per tick it reads (the probe window, the
+//! I/O canaries, the run-queue delay, the cgroup's throttling, the process's CPU time), combines
+//! the readings into one signal, steps each class's share on it, applies the rate modifiers
+//! (the quota's headroom, the overhead correction) in one place, and publishes one record. In
+//! between, the backlog brake. It runs on its own OS thread (see `thread.rs`), off the runtime
+//! it measures: a saturated runtime would delay the very loop that must react to it.
+
+mod cpus;
+mod thread;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use elastic_cpu_core::{Clock, ControllerConfig, SettingError, StepController};
+use elastic_cpu_probe::{Probe, ProbeConfig, QuotaReading, Window};
+use tokio::runtime::Handle;
+
+pub(crate) use self::cpus::{choose_cpus, CpusInputs};
+pub(crate) use self::thread::spawn;
+use crate::brake::{Brake, Change};
+use crate::class::{BrakeWhen, Class, ClassQueue, Limit, Policy, Rates};
+use crate::headroom::Headroom;
+use crate::overhead::{Overhead, TickReading};
+use crate::readings::Sources;
+use crate::record::{ClassKind, TickRecord};
+use crate::shared::{QueueClock, Shared};
+use crate::signal::{Signal, SignalStage};
+use crate::snapshot::{CpusSource, Snapshot};
+
+/// What the governor is built from.
+pub(crate) struct Plan {
+    /// The controller settings of the `Elastic`'s own class (idle and gate classes derive
+    /// theirs from it).
+    pub(crate) controller: ControllerConfig,
+    pub(crate) initial_share: f64,
+    /// A fixed share turns every controller of the `Elastic`'s own and idle classes off.
+    pub(crate) fixed: Option<f64>,
+    pub(crate) brake: bool,
+    pub(crate) cap_concurrency: bool,
+    pub(crate) throttling: bool,
+    pub(crate) quota_headroom: bool,
+    pub(crate) clock: QueueClock,
+    pub(crate) sources: Sources,
+    /// Set by the builder: attaching a runtime leaves it alone.
+    pub(crate) builder_cpus: Option<f64>,
+    /// Until a runtime is attached.
+    pub(crate) default_cpus: f64,
+}
+
+/// The control loop's state. It acts on the classes' queues, which it holds weakly.
+pub(crate) struct Governor {
+    clock: QueueClock,
+    probe: Probe,
+    sources: Sources,
+    signal: SignalStage,
+    /// The last signal read.
+    last_signal: Signal,
+    /// `None`: off.
+    brake: Option<Brake>,
+    /// `None`: the quota headroom cap is off.
+    headroom: Option<Headroom>,
+    overhead: Overhead,
+    /// Running time charged to the classes the headroom and the overhead count, summed tick by
+    /// tick (it never goes down when a class goes away).
+    charged: Duration,
+    cpus: f64,
+    cpus_source: CpusSource,
+    builder_cpus: Option<f64>,
+    /// Every class, the `Elastic`'s own first, then its idle pool's, then the gates.
+    classes: Vec<Class>,
+    /// What the idle and gate classes derive their settings from.
+    #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
+    controller: ControllerConfig,
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    fixed: Option<f64>,
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    cap_concurrency: bool,
+    #[cfg_attr(not(feature = "gate"), allow(dead_code))]
+    gates_made: usize,
+    /// The idle class's pacing state, while it lives.
+    #[cfg(feature = "idle-pool")]
+    idle: Weak<Shared>,
+    /// A CPU quota was seen when a runtime was attached.
+    quota_seen: bool,
+    ticks: u64,
+}
+
+/// The policy of the `Elastic`'s own class and of its idle pool's.
+fn elastic_policy(cap_concurrency: bool, brake: BrakeWhen) -> Policy {
+    Policy {
+        headroom: true,
+        overhead: true,
+        brake,
+        cap_holders: cap_concurrency,
+    }
+}
+
+impl Governor {
+    /// The governor of `shared`, the `Elastic`'s own class.
+    pub(crate) fn new(plan: Plan, shared: &Arc<Shared>) -> Result<Governor, SettingError> {
+        let limit = match plan.fixed {
+            Some(share) => Limit::Fixed(share),
+            None => Limit::Controller(Box::new(StepController::with_initial_share(
+                plan.controller.clone(),
+                plan.initial_share,
+            )?)),
+        };
+        let own: Weak<dyn ClassQueue> = Arc::downgrade(shared) as Weak<dyn ClassQueue>;
+        let class = Class::new(
+            ClassKind::Elastic,
+            own,
+            limit,
+            elastic_policy(plan.cap_concurrency, BrakeWhen::Always),
+            plan.controller.min_share,
+        );
+        let mut g = Governor {
+            clock: plan.clock,
+            probe: shared.probe.clone(),
+            sources: plan.sources,
+            signal: SignalStage::new(plan.throttling),
+            last_signal: Signal::default(),
+            brake: plan.brake.then(Brake::default),
+            headroom: plan.quota_headroom.then(Headroom::default),
+            overhead: Overhead::default(),
+            charged: Duration::ZERO,
+            cpus: plan.builder_cpus.unwrap_or(plan.default_cpus),
+            cpus_source: if plan.builder_cpus.is_some() {
+                CpusSource::Builder
+            } else {
+                CpusSource::AvailableParallelism
+            },
+            builder_cpus: plan.builder_cpus,
+            classes: vec![class],
+            controller: plan.controller,
+            fixed: plan.fixed,
+            cap_concurrency: plan.cap_concurrency,
+            gates_made: 0,
+            #[cfg(feature = "idle-pool")]
+            idle: Weak::new(),
+            quota_seen: false,
+            ticks: 0,
+        };
+        g.last_signal = g.idle_signal();
+        g.apply();
+        Ok(g)
+    }
+
+    /// The signal before the first tick: each component's availability, no data.
+    fn idle_signal(&self) -> Signal {
+        let mut s = Signal::default();
+        s.reading.io = self.sources.io.availability();
+        s.reading.run_queue = if self.sources.run_queue.is_some() {
+            crate::signal::Availability::NotStarted
+        } else {
+            crate::signal::Availability::Off
+        };
+        s
+    }
+
+    /// The token rate of the `Elastic`'s own class as set now (for the bucket it starts with).
+    pub(crate) fn initial_rate(plan: &Plan) -> u64 {
+        let share = plan.fixed.unwrap_or(plan.initial_share);
+        elastic_cpu_core::rate_for(share, plan.builder_cpus.unwrap_or(plan.default_cpus))
+    }
+
+    /// One tick over `period`: read, combine, step every class, apply, record.
+    pub(crate) fn tick(&mut self, period: Duration) -> TickRecord {
+        self.brake_step();
+        self.probe.rotate();
+        let window = self.probe.window();
+        let intervals = self.probe.config().intervals();
+        let signal = self
+            .signal
+            .read(&mut self.sources, window.queue_latency.all.p99, intervals);
+        self.classes.retain(Class::is_alive);
+        self.read_process(&window, period);
+        let mut steering = false;
+        for class in &mut self.classes {
+            steering |= class.step(signal.value, period).unwrap_or(false);
+        }
+        self.apply();
+        // The I/O canaries matter only while something steers by the signal; otherwise each
+        // one mostly wakes a parked worker, so they slow to the quiet period.
+        let mut signal = signal;
+        SignalStage::set_io_quiet(&mut self.sources, !steering, &mut signal.reading);
+        self.last_signal = signal;
+        self.ticks += 1;
+        let classes = self
+            .classes
+            .iter_mut()
+            .map(|c| c.record(intervals))
+            .collect();
+        self.record_with(classes)
+    }
+
+    /// What elastic work ran since the last tick and what the process spent: the overhead
+    /// correction and the quota's headroom.
+    fn read_process(&mut self, window: &Window, period: Duration) {
+        for class in &mut self.classes {
+            let ran = class.measure(period);
+            if class.policy.headroom || class.policy.overhead {
+                self.charged += ran;
+            }
+        }
+        let process_cpu = self.sources.process.cpu_time();
+        let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
+        self.overhead.tick(TickReading {
+            process_cpu,
+            charged: self.charged,
+            foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
+            period,
+        });
+        if let Some(headroom) = &mut self.headroom {
+            headroom.tick(process_cpu, self.charged, period);
+        }
+    }
+
+    /// Set every class's rate and holder cap for its share on the CPUs. The quota's headroom is
+    /// handed to the classes in order: each gets what the ones before it did not run in the
+    /// last tick.
+    fn apply(&mut self) {
+        let rates = Rates {
+            cpus: self.cpus,
+            overhead: &self.overhead,
+        };
+        let total = self.headroom.as_ref().and_then(Headroom::cap_cpus);
+        let mut taken = 0.0;
+        for class in &mut self.classes {
+            class.apply(&rates, total.map(|cap| (cap - taken).max(0.0)));
+            if class.policy.headroom {
+                taken += class.used_cpus();
+            }
+        }
+    }
+
+    /// The record of the state now (between ticks: no new waits are read).
+    pub(crate) fn record(&self) -> TickRecord {
+        self.record_with(self.classes.iter().map(Class::snapshot).collect())
+    }
+
+    fn record_with(&self, classes: Vec<crate::record::ClassRecord>) -> TickRecord {
+        TickRecord {
+            ticks: self.ticks,
+            cpus: self.cpus,
+            cpus_source: self.cpus_source,
+            signal: self.last_signal.clone(),
+            throttled_periods: self.signal.throttled_periods(),
+            quota_headroom: self.headroom.as_ref().and_then(Headroom::cap_cpus),
+            overhead: self.overhead.overhead(),
+            braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
+            classes,
+        }
+    }
+
+    /// Engage or release the backlog brake on every class it applies to. Returns whether it is
+    /// on (the governor then re-checks every `BRAKE_POLL`). Runs on the governor thread (each
+    /// tick and each wake-up), never on a worker.
+    pub(crate) fn brake_step(&mut self) -> bool {
+        let Some(brake) = &mut self.brake else {
+            return false;
+        };
+        let change = brake.step(self.clock.now(), &self.probe);
+        let on = brake.is_on();
+        if change != Change::Keep {
+            for class in &mut self.classes {
+                class.brake(on, self.quota_seen);
+            }
+        }
+        on
+    }
+
+    /// Whether the backlog brake is on.
+    fn braked(&self) -> bool {
+        self.brake.as_ref().is_some_and(Brake::is_on)
+    }
+
+    /// Add a class at `at`, braked if the brake is on.
+    #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
+    fn add(&mut self, mut class: Class, at: usize) {
+        class.brake(self.braked(), self.quota_seen);
+        let mut rest = std::mem::take(&mut self.classes);
+        let tail = rest.split_off(at.min(rest.len()));
+        rest.push(class);
+        rest.extend(tail);
+        self.classes = rest;
+        self.apply();
+    }
+
+    /// Size the rates for `cpus` from `source` (unless the builder fixed it).
+    fn attach_cpus(&mut self, cpus: f64, source: CpusSource) {
+        if self.builder_cpus.is_none() {
+            self.cpus = cpus;
+            self.cpus_source = source;
+            self.apply();
+        }
+    }
+
+    /// A quota of `cpus` applies in the cgroup in `dir`: watch its throttling and cap elastic
+    /// work within it from now on (each if on).
+    fn watch_quota(&mut self, dir: PathBuf, cpus: f64) {
+        self.quota_seen = true;
+        self.signal.watch_throttling(&self.sources, dir);
+        if let Some(headroom) = &mut self.headroom {
+            headroom.watch(cpus);
+        }
+    }
+
+    /// The idle class of `parent`: the one made before while it lives, else a new one.
+    #[cfg(feature = "idle-pool")]
+    fn idle_class(&mut self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
+        if let Some(shared) = self.idle.upgrade() {
+            return Ok(shared);
+        }
+        let start = crate::idle::IdleStart {
+            elastic_share: self.classes[0].share(),
+            fixed: self.fixed,
+            quota: self.quota_seen,
+        };
+        let rate = self
+            .overhead
+            .apply(elastic_cpu_core::rate_for(start.initial_share(), self.cpus));
+        let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), rate);
+        let (shared, limit) = crate::idle::create(parent, queue, &self.controller, start)?;
+        self.idle = Arc::downgrade(&shared);
+        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
+        let class = Class::new(
+            ClassKind::Idle,
+            queue,
+            limit,
+            elastic_policy(self.cap_concurrency, BrakeWhen::InQuota),
+            self.controller.min_share,
+        );
+        self.add(class, 1);
+        Ok(shared)
+    }
+
+    /// A new connection gate, steered from now on with the other classes.
+    #[cfg(feature = "gate")]
+    fn add_gate(
+        &mut self,
+        shared: &Shared,
+        settings: &crate::gate::GateSettings,
+    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+        let id = self.gates_made;
+        let (gate, limit, policy, floor) = crate::gate::class::create(
+            settings,
+            crate::gate::class::GateParts {
+                controller: &self.controller,
+                clock: self.clock.clone(),
+                running: shared.running.clone(),
+                quantum: shared.quantum,
+                os_yield: shared.os_yield,
+                cpus: self.cpus,
+                id,
+            },
+        )?;
+        self.gates_made += 1;
+        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&gate) as Weak<dyn ClassQueue>;
+        let at = self.classes.len();
+        self.add(
+            Class::new(ClassKind::Gate(id), queue, limit, policy, floor),
+            at,
+        );
+        Ok(gate)
+    }
+
+    /// Close every class: the governor is shutting down.
+    fn close(&mut self) {
+        for class in &self.classes {
+            if let Some(queue) = class.queue() {
+                queue.close();
+            }
+        }
+        self.sources.io.stop();
+    }
+}
+
+/// The governor as its thread and the `Elastic` handles share it: behind a lock, with the
+/// record it published last readable without it, so a snapshot never waits for a tick.
+pub(crate) struct Control {
+    governor: Mutex<Governor>,
+    record: Mutex<Arc<TickRecord>>,
+    /// The idle class, for snapshots (read without the governor's lock).
+    #[cfg(feature = "idle-pool")]
+    idle: Mutex<Weak<Shared>>,
+    /// The governor thread, until it is joined.
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set by [`shutdown`](Self::shutdown): the thread ends at its next wake-up.
+    stop: AtomicBool,
+}
+
+impl Control {
+    pub(crate) fn new(governor: Governor) -> Control {
+        let record = Arc::new(governor.record());
+        Control {
+            governor: Mutex::new(governor),
+            record: Mutex::new(record),
+            #[cfg(feature = "idle-pool")]
+            idle: Mutex::new(Weak::new()),
+            thread: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Lock the governor; a panic in an earlier tick leaves its state usable.
+    fn lock(&self) -> MutexGuard<'_, Governor> {
+        self.governor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, record: TickRecord) {
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(record);
+    }
+
+    /// The record published last.
+    pub(crate) fn record(&self) -> Arc<TickRecord> {
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// One governor tick, then the metrics export (outside the lock: an exporter may call back
+    /// into the handle).
+    pub(crate) fn tick(&self, shared: &Shared, period: Duration) {
+        let mut g = self.lock();
+        let record = g.tick(period);
+        #[cfg(feature = "metrics")]
+        let queues: Vec<_> = g.classes.iter().filter_map(Class::queue).collect();
+        drop(g);
+        self.publish(record);
+        #[cfg(feature = "metrics")]
+        {
+            crate::metrics::emit(&self.snapshot(shared, shared.probe.window()));
+            for queue in queues {
+                queue.export();
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = shared;
+    }
+
+    /// [`Governor::brake_step`]; returns whether the brake is on.
+    pub(crate) fn brake_step(&self) -> bool {
+        let mut g = self.lock();
+        let was = g.braked();
+        let on = g.brake_step();
+        if was != on {
+            let record = g.record();
+            drop(g);
+            self.publish(record);
+        }
+        on
+    }
+
+    /// Size the rates for the CPUs a runtime gives (unless the builder fixed them) and, with a
+    /// quota, watch it.
+    pub(crate) fn attach(&self, cpus: f64, source: CpusSource, quota: &QuotaReading) {
+        let mut g = self.lock();
+        g.attach_cpus(cpus, source);
+        if let QuotaReading::Limited(q) = quota {
+            g.watch_quota(q.cgroup_dir.clone(), q.cpus);
+        }
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+    }
+
+    /// What attaching reads from the OS (or the script): the quota, the affinity mask and the
+    /// available parallelism.
+    pub(crate) fn host(&self) -> (QuotaReading, Option<usize>, Option<usize>) {
+        let g = self.lock();
+        (
+            g.sources.cgroup.quota(),
+            g.sources.process.affinity(),
+            g.sources.process.available_parallelism(),
+        )
+    }
+
+    /// The builder's CPUs.
+    pub(crate) fn builder_cpus(&self) -> Option<f64> {
+        self.lock().builder_cpus
+    }
+
+    /// Driven by hand: no governor thread, the test drives the probe.
+    pub(crate) fn is_manual(&self) -> bool {
+        self.lock().clock.is_manual()
+    }
+
+    /// Whether the I/O wake-up input is on.
+    pub(crate) fn io_input(&self) -> bool {
+        self.lock().sources.io.availability() != crate::signal::Availability::Off
+    }
+
+    /// Treat the cgroup in `dir` as the process's, with a quota of `cpus`.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn watch_quota(&self, dir: PathBuf, cpus: f64) {
+        self.lock().watch_quota(dir, cpus);
+    }
+
+    /// Watch the cgroup in `dir` for throttling only.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn watch_throttling(&self, dir: PathBuf) {
+        let mut g = self.lock();
+        g.quota_seen = true;
+        let Governor {
+            signal, sources, ..
+        } = &mut *g;
+        signal.watch_throttling(sources, dir);
+    }
+
+    /// Start the I/O wake-up probe on `handle`'s runtime.
+    pub(crate) fn start_io_probe(
+        &self,
+        handle: &Handle,
+        probe: &ProbeConfig,
+    ) -> Result<(), elastic_cpu_probe::IoProbeError> {
+        let mut g = self.lock();
+        let started = g.sources.io.start(handle, probe);
+        g.last_signal.reading.io = g.sources.io.availability();
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+        started
+    }
+
+    /// [`Governor::idle_class`].
+    #[cfg(feature = "idle-pool")]
+    pub(crate) fn idle_class(&self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
+        let mut g = self.lock();
+        let class = g.idle_class(parent)?;
+        *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+        Ok(class)
+    }
+
+    /// [`Governor::add_gate`].
+    #[cfg(feature = "gate")]
+    pub(crate) fn add_gate(
+        &self,
+        shared: &Shared,
+        settings: &crate::gate::GateSettings,
+    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+        let mut g = self.lock();
+        let gate = g.add_gate(shared, settings)?;
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+        Ok(gate)
+    }
+
+    /// Everything at once: the record, the probe `window`, the queue ledgers.
+    pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
+        #[cfg(feature = "idle-pool")]
+        let idle_queue = self
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
+            .map(|class| class.queue.snapshot());
+        #[cfg(not(feature = "idle-pool"))]
+        let idle_queue = None;
+        Snapshot::new(
+            &self.record(),
+            window,
+            shared.queue.snapshot(),
+            idle_queue,
+            shared.braked(),
+            shared.os_yields.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Stop the governor thread and join it, close every class, stop the I/O probe.
+    pub(crate) fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            // An exporter called from the governor's own tick cannot join itself.
+            if t.thread().id() != std::thread::current().id() {
+                t.thread().unpark();
+                let _ = t.join();
+            }
+        }
+        self.lock().close();
+    }
+}

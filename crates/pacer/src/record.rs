@@ -1,0 +1,60 @@
+//! What the governor decided at a tick, as one immutable value: the snapshot and the metrics
+//! read it, nothing copies it field by field.
+
+use std::time::Duration;
+
+use crate::signal::Signal;
+use crate::snapshot::CpusSource;
+
+/// Which class of paced CPU a record is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ClassKind {
+    /// The `Elastic`'s own elastic work (same-runtime `paced`, `Pacer`).
+    Elastic,
+    /// Work on the `Elastic`'s idle-priority pool.
+    Idle,
+    /// A connection gate's setups: its number among the `Elastic`'s gates.
+    #[cfg(feature = "gate")]
+    Gate(usize),
+}
+
+/// One class at a tick.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ClassRecord {
+    pub(crate) kind: ClassKind,
+    /// The share its controller (or fixed share) decided.
+    pub(crate) share: f64,
+    /// The share its rate was set for, after the quota's headroom.
+    pub(crate) applied: f64,
+    /// The longest wait for a grant over the window (a waiter still queued counts).
+    pub(crate) longest_wait: Duration,
+}
+
+/// Everything the governor decided at one tick.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TickRecord {
+    /// Ticks so far.
+    pub(crate) ticks: u64,
+    /// CPUs the rates are computed for, and where the figure came from.
+    pub(crate) cpus: f64,
+    pub(crate) cpus_source: CpusSource,
+    /// What the controllers stepped on.
+    pub(crate) signal: Signal,
+    /// Throttled CFS periods since the watch started.
+    pub(crate) throttled_periods: u64,
+    /// CPUs the quota's headroom leaves elastic work (`None`: no quota, no reading, or off).
+    pub(crate) quota_headroom: Option<f64>,
+    /// Elastic work's measured overhead, as a fraction of its charged running time.
+    pub(crate) overhead: f64,
+    /// Time spent braked, brakes that ended.
+    pub(crate) braked_time: Duration,
+    /// Every class, the `Elastic`'s own first.
+    pub(crate) classes: Vec<ClassRecord>,
+}
+
+impl TickRecord {
+    /// The class of `kind`, if there is one.
+    pub(crate) fn class(&self, kind: ClassKind) -> Option<&ClassRecord> {
+        self.classes.iter().find(|c| c.kind == kind)
+    }
+}

@@ -1,0 +1,284 @@
+//! The grouped settings an [`ElasticBuilder`](crate::ElasticBuilder) takes besides the target,
+//! the share bounds and the CPUs: how the share moves ([`Profile`], [`Steps`]), which readings
+//! steer it ([`Inputs`]), how grants are held and timed ([`Enforcement`], [`Timing`]) and the
+//! backlog brake ([`Brake`]). Each group has one setter; its `Default` is the library's default.
+
+use std::time::Duration;
+
+use elastic_cpu_core::ControllerConfig;
+
+/// How fast the share moves: a named set of [`Steps`], or steps of your own.
+///
+/// ```
+/// use elastic_cpu_pacer::settings::Steps;
+/// use elastic_cpu_pacer::Profile;
+///
+/// // CockroachDB's slow steps, or the default's with a larger step.
+/// let slow = Profile::Cockroach;
+/// let faster = Profile::Custom(Steps { delta_per_sec: 0.1, ..Profile::Default.steps() });
+/// assert!(faster.steps().delta_per_sec > slow.steps().delta_per_sec);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub enum Profile {
+    /// The library default: CockroachDB's step rule with steps sized so the share settles within
+    /// a few seconds, a window short enough that the controller sees the effect of its own steps
+    /// before it takes many more, and slow start (boosted steps far below the target).
+    #[default]
+    Default,
+    /// CockroachDB's constants (+0.1 %/s, −0.2 %/s, 2.5 s window): slow by design, made for
+    /// minutes-long backups on 8-vCPU nodes.
+    Cockroach,
+    /// Steps of your own (validated when the `Elastic` is built).
+    Custom(Steps),
+}
+
+impl Profile {
+    /// The steps of this profile.
+    pub fn steps(self) -> Steps {
+        match self {
+            Profile::Cockroach => Steps::from_config(&ControllerConfig::cockroach()),
+            Profile::Default => Steps {
+                delta_per_sec: 0.05,
+                window: Duration::from_secs(1),
+                max_boost: 8,
+                ..Steps::from_config(&ControllerConfig::cockroach())
+            },
+            Profile::Custom(steps) => steps,
+        }
+    }
+}
+
+/// The step controller's constants besides its target and bounds (the builder's
+/// [`target_p99`](crate::ElasticBuilder::target_p99) and
+/// [`share`](crate::ElasticBuilder::share)). An invalid value is a
+/// [`BuildError`](crate::BuildError) naming the field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Steps {
+    /// Step of the share per second of tick period (0.0001 ..= 1.0).
+    pub delta_per_sec: f64,
+    /// Multiplier on the step when the signal is above the target (above 0).
+    pub decrease_factor: f64,
+    /// Multiplier on the step of the idle decay (above 0).
+    pub inactive_decrease_factor: f64,
+    /// Where idle decay stops, as a fraction of the way from the floor to the ceiling (0 ..= 1).
+    pub inactive_point: f64,
+    /// The governor's tick: how often it reads, decides and applies (above 0).
+    pub tick: Duration,
+    /// The window every percentile is taken over (at least one tick).
+    pub window: Duration,
+    /// Largest multiple of the step an upward run grows to while the signal stays far below the
+    /// target (slow start); 1 is fixed steps (1 ..= 64).
+    pub max_boost: u32,
+}
+
+impl Steps {
+    fn from_config(c: &ControllerConfig) -> Steps {
+        Steps {
+            delta_per_sec: c.delta_per_sec,
+            decrease_factor: c.decrease_factor,
+            inactive_decrease_factor: c.inactive_decrease_factor,
+            inactive_point: c.inactive_point,
+            tick: c.tick,
+            window: c.window,
+            max_boost: c.max_boost,
+        }
+    }
+
+    /// The controller's settings: these steps with a target and bounds.
+    pub(crate) fn controller(
+        &self,
+        target_p99: Duration,
+        min_share: f64,
+        max_share: f64,
+    ) -> ControllerConfig {
+        ControllerConfig {
+            target_p99,
+            min_share,
+            max_share,
+            inactive_point: self.inactive_point,
+            delta_per_sec: self.delta_per_sec,
+            decrease_factor: self.decrease_factor,
+            inactive_decrease_factor: self.inactive_decrease_factor,
+            tick: self.tick,
+            window: self.window,
+            max_boost: self.max_boost,
+        }
+    }
+}
+
+/// Which readings steer the share besides tokio's scheduling latency, and whether the quota's
+/// headroom caps it. All on by default; each reads nothing where it does not apply (no quota,
+/// not Linux), and the snapshot says so.
+///
+/// ```
+/// use elastic_cpu_pacer::settings::Inputs;
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
+///     .inputs(Inputs { io_wakeup: false, ..Inputs::default() })
+///     .build()?;
+/// assert!(!elastic.snapshot().io_probe.is_on());
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Inputs {
+    /// The I/O wake-up probe: a canary through the runtime's I/O driver (a `timerfd` expiry on
+    /// Linux, a datagram elsewhere) every 2 ms while the runtime is busy (2 ms ÷ busy² while it
+    /// is not, up to 20 ms; every 50 ms while nothing is paced), read by a task; its window
+    /// p99 over [`IO_TARGET_FACTOR`](crate::snapshot::IO_TARGET_FACTOR) joins the signal once
+    /// the window holds 100 canaries. It sees a readable socket waiting for a worker to poll
+    /// the driver, which tokio's task clock cannot. Started by
+    /// [`Elastic::runtime`](crate::Elastic::runtime) (which enables the runtime's I/O driver)
+    /// or [`Elastic::start_io_probe`](crate::Elastic::start_io_probe).
+    pub io_wakeup: bool,
+    /// The OS run-queue delay of the runtime's threads: the mean wait for a CPU per timeslice of
+    /// the threads serving the foreground over the window, from Linux's per-thread
+    /// `schedstat` once per tick (threads in `pace_blocking` count as elastic).
+    pub run_queue: bool,
+    /// Inside a CPU quota, the cgroup's throttling: a tick that saw a throttled period counts as
+    /// over the target for a whole window (read from `cpu.stat` once per tick). The kernel stops
+    /// the whole cgroup, foreground included, for the rest of such a period, and the probes
+    /// hardly see it.
+    pub throttling: bool,
+    /// Inside a CPU quota, hold elastic work to 90 % of what the rest of the process left of the
+    /// quota in the busiest of the last 5 ticks (feed-forward: throttling acts after a period
+    /// ran out, this keeps it from running out).
+    pub quota_headroom: bool,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Inputs {
+            io_wakeup: true,
+            run_queue: true,
+            throttling: true,
+            quota_headroom: true,
+        }
+    }
+}
+
+impl Inputs {
+    /// Only tokio's scheduling latency steers; no quota cap.
+    pub fn scheduling_only() -> Inputs {
+        Inputs {
+            io_wakeup: false,
+            run_queue: false,
+            throttling: false,
+            quota_headroom: false,
+        }
+    }
+}
+
+/// How grants of CPU time are held and timed.
+///
+/// ```
+/// use elastic_cpu_pacer::settings::Enforcement;
+/// use std::time::Duration;
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
+///     .enforcement(Enforcement { quantum: Duration::from_micros(100), ..Enforcement::default() })
+///     .build()?;
+/// # drop(elastic);
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Enforcement {
+    /// CPU time one grant hands out (10 ms ..= 100 ms). Long slices keep few grants in flight.
+    pub slice: Duration,
+    /// How long one elastic poll (or one stretch of a `Pacer` loop) may run before it yields
+    /// to the scheduler (10 µs ..= `slice`). A foreground task that lands behind an elastic poll
+    /// waits out the rest of it, so the quantum sets the foreground's typical extra wait; a
+    /// yield costs a reschedule and an I/O driver poll, a few µs.
+    pub quantum: Duration,
+    /// At each quantum's yield, also yield the thread's CPU to the OS (`sched_yield`), so a
+    /// thread waiting for that core (a client on the same machine, a blocking thread) gets it
+    /// now rather than when the kernel's time slice ends; `pace_blocking` loops then run in
+    /// quantum stretches too. One system call per quantum yield.
+    pub os_yield: bool,
+    /// At most `ceil(share × cpus)` grants held at once, so elastic work never occupies more
+    /// workers at a time than its share pays for. Turn it off when paced work spends much of its
+    /// grant waiting on I/O: a holder waiting on I/O keeps its place.
+    pub cap_concurrency: bool,
+    /// How elastic polls are timed.
+    pub timing: Timing,
+}
+
+impl Default for Enforcement {
+    fn default() -> Self {
+        Enforcement {
+            slice: DEFAULT_SLICE,
+            quantum: DEFAULT_QUANTUM,
+            os_yield: true,
+            cap_concurrency: true,
+            timing: Timing::Adaptive,
+        }
+    }
+}
+
+/// How elastic polls are timed (what is charged against grants).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Timing {
+    /// Polls and stretches that follow one of 50 µs or more on the thread's CPU clock (a system
+    /// call, a few hundred ns, then below 1 % of the poll), short ones on the wall clock.
+    #[default]
+    Adaptive,
+    /// Every poll on the thread's CPU clock: exact, a system call per read.
+    ThreadCpu,
+    /// Every poll on the wall clock: cheapest; time the OS gives the core to another thread
+    /// mid-poll is charged too.
+    Wall,
+}
+
+/// The backlog brake: when a foreground task is polled after waiting at least the threshold in
+/// a run queue, elastic work gives back its grants at its next poll and gets none until no task
+/// has waited that long for [`DEFAULT_BRAKE_HOLD`] (at most [`BRAKE_MAX`] at a time). Its tokens
+/// keep accruing, so the share is deferred, not lost.
+///
+/// ```
+/// use elastic_cpu_pacer::settings::Brake;
+/// use std::time::Duration;
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
+///     .brake(Brake::At(Duration::from_millis(2)))
+///     .build()?;
+/// assert!(!elastic.snapshot().braked);
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Brake {
+    /// At [`BRAKE_FACTOR`] × the target while the controller runs; off with a
+    /// [`fixed_share`](crate::ElasticBuilder::fixed_share).
+    #[default]
+    Default,
+    /// At this foreground run-queue wait (at least 10 µs).
+    At(Duration),
+    /// No brake: only the controller (or the fixed share) decides.
+    Off,
+}
+
+impl Brake {
+    /// The threshold, or `None` when the brake is off.
+    pub(crate) fn threshold(self, target: Duration, fixed: bool) -> Option<Duration> {
+        match self {
+            Brake::Off => None,
+            Brake::At(at) => Some(at),
+            Brake::Default if fixed => None,
+            Brake::Default => Some(target.saturating_mul(BRAKE_FACTOR)),
+        }
+    }
+}
+
+/// The default brake threshold, in multiples of the controller's target.
+pub const BRAKE_FACTOR: u32 = 4;
+/// Quiet time (no foreground task over the threshold) after which the brake releases.
+pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
+/// Longest one brake lasts; after a brake that hit it, the brake stays off four times as long,
+/// so a sustained overload (the controller's job) cannot starve elastic work below its floor.
+pub const BRAKE_MAX: Duration = Duration::from_millis(100);
+
+/// Default CPU time a grant hands out.
+pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
+
+/// Default poll quantum. A foreground task that lands behind an elastic poll waits out the rest
+/// of it, so the quantum bounds the foreground's typical extra wait once elastic work keeps the
+/// workers busy; shorter quanta cost more yields.
+pub const DEFAULT_QUANTUM: Duration = Duration::from_micros(50);

@@ -1,0 +1,233 @@
+//! Test plumbing (feature `test-util`, as tokio's): a manual clock, and [`Script`], every
+//! reading the governor takes from the OS and the runtime set by hand, so a test runs the whole
+//! control loop deterministically with [`ElasticBuilder::manual`](crate::ElasticBuilder::manual)
+//! and [`Elastic::tick`](crate::Elastic::tick).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use elastic_cpu_core::{Clock, ManualClock};
+use elastic_cpu_probe::{
+    CgroupVersion, CpuQuota, CpuThrottling, IoProbeError, NoQuota, ProbeConfig, QuotaReading,
+};
+use tokio::runtime::Handle;
+
+use crate::readings::{
+    CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample, RunQueueSource, Sources,
+};
+use crate::signal::Availability;
+
+/// Every reading the governor takes from the OS and the runtime, set by the test: the I/O
+/// wake-up window, the run-queue delay, the CPU quota and its throttled periods, the process's
+/// CPU time and the CPUs it may use. Cheap to clone: clones script the same readings. Until set,
+/// a reading is absent (no data, no quota, no process CPU time).
+///
+/// ```
+/// use elastic_cpu_pacer::testing::{ManualClock, Script};
+/// use elastic_cpu_pacer::Elastic;
+/// use std::time::Duration;
+///
+/// let (clock, script) = (ManualClock::new(), Script::new());
+/// let elastic = Elastic::builder()
+///     .manual(clock.clone())
+///     .script(script.clone())
+///     .initial_share(0.5)
+///     .build()?;
+/// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build()?;
+/// // The run queue delays the runtime's threads 3 ms per timeslice: over the 1 ms target.
+/// script.run_queue_delay(Duration::from_millis(3));
+/// clock.advance(Duration::from_millis(100));
+/// elastic.tick();
+/// let s = elastic.snapshot();
+/// assert_eq!(s.run_queue_delay, Some(Duration::from_millis(3)));
+/// assert!(s.share < 0.5);
+/// # drop(rt);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct Script(Arc<Mutex<State>>);
+
+#[derive(Default)]
+struct State {
+    io_started: bool,
+    io: Option<IoWindow>,
+    io_quiet: bool,
+    run_queue: Option<Duration>,
+    quota: Option<f64>,
+    throttled: u64,
+    process_cpu: Option<Duration>,
+    cpus: Option<usize>,
+}
+
+/// The scripted quota's cgroup directory (never read).
+const SCRIPTED_CGROUP: &str = "/scripted-cgroup";
+/// The scripted I/O probe's canary period.
+const IO_PERIOD: Duration = Duration::from_millis(2);
+/// The scripted I/O probe's period while quiet.
+const IO_QUIET_PERIOD: Duration = Duration::from_millis(50);
+
+impl Script {
+    /// No reading set yet.
+    pub fn new() -> Script {
+        Script::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From the next tick, the I/O wake-up window holds `canaries` canaries with this p99 (once
+    /// the probe is started: [`Elastic::runtime`](crate::Elastic::runtime) or
+    /// [`Elastic::start_io_probe`](crate::Elastic::start_io_probe)).
+    pub fn io_wakeup(&self, p99: Duration, canaries: u64) {
+        self.state().io = Some(IoWindow {
+            p99: Some(p99),
+            count: canaries,
+        });
+    }
+
+    /// From the next tick, the runtime's threads wait this long for a CPU per timeslice.
+    pub fn run_queue_delay(&self, per_timeslice: Duration) {
+        self.state().run_queue = Some(per_timeslice);
+    }
+
+    /// The process's cgroup has a CPU quota of `cpus`: the next
+    /// [`Elastic::attach`](crate::Elastic::attach) finds it.
+    pub fn quota(&self, cpus: f64) {
+        self.state().quota = Some(cpus);
+    }
+
+    /// The quota's cgroup was throttled in `periods` more CFS periods.
+    pub fn throttle(&self, periods: u64) {
+        self.state().throttled += periods;
+    }
+
+    /// The process spent `cpu` more CPU time, every thread together.
+    pub fn spend(&self, cpu: Duration) {
+        let mut s = self.state();
+        s.process_cpu = Some(s.process_cpu.unwrap_or_default() + cpu);
+    }
+
+    /// The process may run on `cpus` CPUs (its affinity mask and available parallelism).
+    pub fn cpus(&self, cpus: usize) {
+        self.state().cpus = Some(cpus);
+    }
+
+    /// Whether the I/O wake-up canaries are at their quiet period (nothing steers by them).
+    pub fn io_quiet(&self) -> bool {
+        self.state().io_quiet
+    }
+
+    /// The governor's readers, all from this script (`io`, `run_queue`: whether those inputs
+    /// are on).
+    pub(crate) fn sources(&self, io: bool, run_queue: bool) -> Sources {
+        Sources {
+            io: if io {
+                Box::new(self.clone())
+            } else {
+                Box::new(NoIo)
+            },
+            run_queue: run_queue.then(|| Box::new(self.clone()) as Box<dyn RunQueueSource>),
+            cgroup: Box::new(self.clone()),
+            process: Box::new(self.clone()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        f.debug_struct("Script")
+            .field("io", &s.io)
+            .field("run_queue", &s.run_queue)
+            .field("quota", &s.quota)
+            .field("throttled", &s.throttled)
+            .field("process_cpu", &s.process_cpu)
+            .finish()
+    }
+}
+
+impl IoSource for Script {
+    fn start(&mut self, _: &Handle, _: &ProbeConfig) -> Result<(), IoProbeError> {
+        self.state().io_started = true;
+        Ok(())
+    }
+
+    fn read(&mut self) -> Option<IoWindow> {
+        let s = self.state();
+        s.io_started.then(|| s.io.clone().unwrap_or_default())
+    }
+
+    fn set_quiet(&mut self, quiet: bool) -> Option<Duration> {
+        let mut s = self.state();
+        if !s.io_started {
+            return None;
+        }
+        s.io_quiet = quiet;
+        Some(if quiet { IO_QUIET_PERIOD } else { IO_PERIOD })
+    }
+
+    fn availability(&self) -> Availability {
+        if self.state().io_started {
+            Availability::On
+        } else {
+            Availability::NotStarted
+        }
+    }
+
+    fn stop(&mut self) {
+        self.state().io_started = false;
+    }
+}
+
+impl RunQueueSource for Script {
+    fn sample(&mut self) -> Result<RunQueueSample, String> {
+        let delay = self
+            .state()
+            .run_queue
+            .ok_or_else(|| "no run-queue delay scripted".to_string())?;
+        Ok(RunQueueSample {
+            foreground_wait: delay,
+            foreground_slices: 1,
+            foreground_fraction: None,
+            elastic_fraction: None,
+        })
+    }
+}
+
+impl CgroupSource for Script {
+    fn quota(&self) -> QuotaReading {
+        match self.state().quota {
+            Some(cpus) => QuotaReading::Limited(CpuQuota {
+                cpus,
+                quota: Duration::from_secs_f64(cpus * 0.1),
+                period: Duration::from_millis(100),
+                version: CgroupVersion::V2,
+                cgroup_dir: PathBuf::from(SCRIPTED_CGROUP),
+            }),
+            None => QuotaReading::NoQuota(NoQuota::Unsupported),
+        }
+    }
+
+    fn throttling(&self, dir: &Path) -> Option<CpuThrottling> {
+        let s = self.state();
+        (dir == Path::new(SCRIPTED_CGROUP) && s.quota.is_some()).then(|| CpuThrottling {
+            periods: 1000 + s.throttled,
+            throttled_periods: s.throttled,
+            throttled_time: Duration::from_millis(20) * u32::try_from(s.throttled).unwrap_or(0),
+        })
+    }
+}
+
+impl ProcessSource for Script {
+    fn cpu_time(&self) -> Option<Duration> {
+        self.state().process_cpu
+    }
+    fn affinity(&self) -> Option<usize> {
+        self.state().cpus
+    }
+    fn available_parallelism(&self) -> Option<usize> {
+        self.state().cpus
+    }
+}
