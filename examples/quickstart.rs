@@ -41,8 +41,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (a, b, c) = rt.block_on(async { (export.await, backup.await, scan.await) });
     println!("checksums {:x} {:x} {:x}", a?, b?, c?);
 
-    let s = elastic.snapshot(); // limit, scheduling p99, tokens, the ledger
-    println!("limit {:.2}, elastic CPU used {:?}", s.limit, s.used);
+    let s = elastic.snapshot(); // share, scheduling p99, tokens, the ledger
+    println!("share {:.2}, elastic CPU used {:?}", s.share, s.used);
     assert!(!s.used.is_zero()); // the ledger charged the work
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! No module of any crate in the workspace imports a module that imports it back: the modules
 //! of each crate form a graph without cycles, so each can be read (and tested) from the bottom
 //! up. A module "imports" another when its source names `crate::other` (in a `use`, a path, or a
-//! grouped `use crate::{other, ..}`); the crate root's re-exports are not edges.
+//! grouped `use crate::{other, ..}`); the crate root's re-exports are not edges. A module with a
+//! folder (`gate/`, `io_probe/`) is one node with the source of every file in it, and the files
+//! of a folder form a graph of their own, by `super::sibling`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -14,14 +16,47 @@ const CRATES: &[&str] = &[
     "src",
 ];
 
-/// Module name → source, for the flat `src/*.rs` modules of one crate (`lib.rs` left out).
+/// Module name → source, for the modules of one folder (`lib.rs` and `mod.rs` left out): a
+/// file `x.rs` and a folder `x/` are the one module `x`, its source every file of both.
 fn modules(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
     for entry in fs::read_dir(dir).expect("crate source folder") {
         let path: PathBuf = entry.unwrap().path();
         let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-        if path.extension().is_some_and(|e| e == "rs") && name != "lib" {
-            out.insert(name, fs::read_to_string(&path).unwrap());
+        if path.is_dir() {
+            out.entry(name).or_default().push_str(&all_sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "lib" && name != "mod" {
+            out.entry(name)
+                .or_default()
+                .push_str(&fs::read_to_string(&path).unwrap());
+        }
+    }
+    out
+}
+
+/// Every `.rs` file below `dir`, concatenated.
+fn all_sources(dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.push_str(&all_sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push_str(&fs::read_to_string(&path).unwrap());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Every folder below `dir` (module folders), `dir` left out.
+fn folders(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(folders(&path));
+            out.push(path);
         }
     }
     out
@@ -37,6 +72,11 @@ fn code(src: &str) -> String {
 
 /// The first path segments after every `crate::` in `src`.
 fn crate_paths(src: &str) -> BTreeSet<String> {
+    paths_after(src, "crate::")
+}
+
+/// The first path segments after every `prefix` in `src`.
+fn paths_after(src: &str, prefix: &str) -> BTreeSet<String> {
     let ident = |s: &str| -> String {
         s.trim_start()
             .chars()
@@ -44,8 +84,8 @@ fn crate_paths(src: &str) -> BTreeSet<String> {
             .collect()
     };
     let mut out = BTreeSet::new();
-    for (i, _) in src.match_indices("crate::") {
-        let rest = &src[i + "crate::".len()..];
+    for (i, _) in src.match_indices(prefix) {
+        let rest = &src[i + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let end = group.find('}').unwrap_or(group.len());
             for item in group[..end].split(',') {
@@ -58,11 +98,11 @@ fn crate_paths(src: &str) -> BTreeSet<String> {
     out
 }
 
-fn edges(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+fn edges(dir: &Path, prefix: &str) -> BTreeMap<String, BTreeSet<String>> {
     let mods = modules(dir);
     mods.iter()
         .map(|(name, src)| {
-            let deps = crate_paths(&code(src))
+            let deps = paths_after(&code(src), prefix)
                 .into_iter()
                 .filter(|d| d != name && mods.contains_key(d))
                 .collect();
@@ -107,12 +147,23 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 fn no_crate_has_a_module_cycle() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for dir in CRATES {
-        let graph = edges(&root.join(dir));
+        let src = root.join(dir);
+        let graph = edges(&src, "crate::");
         if let Some(cycle) = find_cycle(&graph) {
             panic!(
                 "{dir}: modules import each other in a circle: {}",
                 cycle.join(" → ")
             );
+        }
+        for folder in folders(&src) {
+            let graph = edges(&folder, "super::");
+            if let Some(cycle) = find_cycle(&graph) {
+                panic!(
+                    "{}: modules import each other in a circle: {}",
+                    folder.display(),
+                    cycle.join(" → ")
+                );
+            }
         }
     }
 }

@@ -1,4 +1,4 @@
-//! [`ElasticBuilder`]: every setting of an [`Elastic`], validated in
+//! [`ElasticBuilder`]: every setting of an [`Elastic`](crate::Elastic), validated in
 //! [`build`](ElasticBuilder::build), and its typed error.
 
 use std::fmt;
@@ -12,7 +12,6 @@ use elastic_cpu_core::{
 };
 use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 
-use crate::elastic::Elastic;
 use crate::governor::{self, Control, Governor, Plan};
 use crate::readings::Sources;
 use crate::running::RunningTime;
@@ -62,7 +61,7 @@ impl From<SettingError> for BuildError {
     }
 }
 
-/// Builds an [`Elastic`]: every setting, validated in [`build`](ElasticBuilder::build). Most
+/// Builds an [`Elastic`](crate::Elastic): every setting, validated in [`build`](ElasticBuilder::build). Most
 /// services set none, or the target and the share's bounds; the groups in
 /// [`settings`](crate::settings) hold the rest.
 ///
@@ -300,8 +299,9 @@ impl ElasticBuilder {
         Sources::os(self.inputs.io_wakeup, self.inputs.run_queue, threads)
     }
 
-    /// Validate every setting and start the governor.
-    pub fn build(self) -> Result<Elastic, BuildError> {
+    /// Validate every setting and start the governor: what an [`Elastic`](crate::Elastic) is
+    /// made of.
+    pub(crate) fn start(self) -> Result<(Arc<Shared>, Arc<Control>), BuildError> {
         let controller = self.validate()?;
         let brake = self
             .brake
@@ -342,6 +342,6 @@ impl ElasticBuilder {
         if !manual {
             governor::spawn(&shared, &control, tick).map_err(BuildError::GovernorThread)?;
         }
-        Ok(Elastic::new(shared, control))
+        Ok((shared, control))
     }
 }

@@ -12,10 +12,11 @@ use elastic_cpu_probe::Probe;
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
-use crate::builder::ElasticBuilder;
+use crate::builder::{BuildError, ElasticBuilder};
+use crate::cpus::{choose_cpus, CpusInputs};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
-use crate::governor::{choose_cpus, Control, CpusInputs};
+use crate::governor::Control;
 #[cfg(feature = "idle-pool")]
 use crate::idle::IdleRuntime;
 use crate::paced::Paced;
@@ -75,11 +76,15 @@ pub struct Elastic {
     control: Arc<Control>,
 }
 
-impl Elastic {
-    pub(crate) fn new(shared: Arc<Shared>, control: Arc<Control>) -> Elastic {
-        Elastic { shared, control }
+impl ElasticBuilder {
+    /// Validate every setting and start the governor.
+    pub fn build(self) -> Result<Elastic, BuildError> {
+        let (shared, control) = self.start()?;
+        Ok(Elastic { shared, control })
     }
+}
 
+impl Elastic {
     /// Start building: every setting at its default.
     pub fn builder() -> ElasticBuilder {
         ElasticBuilder::default()

@@ -107,7 +107,7 @@ impl GrantState {
                         self.routed = true;
                         // On an idle pool's thread, work paced by its `Elastic` is idle work.
                         #[cfg(feature = "idle-pool")]
-                        if let Some(idle) = crate::idle::thread::class_for(&self.shared) {
+                        if let Some(idle) = crate::thread_class::class_for(&self.shared) {
                             self.shared = idle;
                         }
                     }

@@ -42,6 +42,7 @@
 mod brake;
 mod builder;
 mod class;
+mod cpus;
 mod elastic;
 mod ext;
 #[cfg(feature = "gate")]
@@ -66,6 +67,8 @@ mod signal;
 pub mod snapshot;
 #[cfg(feature = "test-util")]
 pub mod testing;
+#[cfg(feature = "idle-pool")]
+mod thread_class;
 mod throttle;
 
 pub use crate::builder::{BuildError, ElasticBuilder};

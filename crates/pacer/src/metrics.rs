@@ -9,8 +9,6 @@
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
-#[cfg(feature = "gate")]
-use crate::gate::shared::GateShared;
 use crate::snapshot::Snapshot;
 
 /// Every metric this crate emits: name, unit, description.
@@ -228,23 +226,4 @@ pub(crate) fn emit(s: &Snapshot) {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);
     }
     gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
-}
-
-/// Emit a connection gate's metrics (the `elastic_cpu_gate_*` names in [`METRICS`]).
-#[cfg(feature = "gate")]
-pub(crate) fn emit_gate(gate: &GateShared) {
-    let s = gate.queue.snapshot();
-    let label = gate.id.to_string();
-    counter!("elastic_cpu_gate_admitted_total", "gate" => label.clone()).absolute(s.admitted);
-    counter!("elastic_cpu_gate_rejected_total", "gate" => label.clone()).absolute(s.rejected);
-    counter!("elastic_cpu_gate_expired_total", "gate" => label.clone()).absolute(s.expired);
-    let record = gate.record();
-    gauge!("elastic_cpu_gate_share_ratio", "gate" => label.clone()).set(record.share);
-    gauge!("elastic_cpu_gate_queue_length", "gate" => label.clone()).set(s.queue_len as f64);
-    gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => label.clone())
-        .set(s.used_nanos as f64 / 1e9);
-    gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => label.clone())
-        .set(record.longest_wait.as_secs_f64());
-    counter!("elastic_cpu_gate_os_yields_total", "gate" => label)
-        .absolute(gate.os_yields.load(std::sync::atomic::Ordering::Relaxed));
 }

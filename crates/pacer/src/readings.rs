@@ -3,6 +3,7 @@
 //! ([`testing::Script`](crate::testing::Script), feature `test-util`), so that the whole
 //! control loop, every input on, runs on a manual clock.
 
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,7 +14,44 @@ use elastic_cpu_probe::{
 };
 use tokio::runtime::Handle;
 
-use crate::signal::Availability;
+/// Whether a component of the signal is measured, and if not, why.
+///
+/// ```
+/// use elastic_cpu_pacer::snapshot::Availability;
+/// assert!(Availability::On.is_on());
+/// assert_eq!(Availability::Off.to_string(), "off (builder setting)");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Availability {
+    /// Measured and in the signal.
+    On,
+    /// Turned off by a builder setting (or a manual clock: tests steer by hand).
+    #[default]
+    Off,
+    /// Not started yet: no runtime attached.
+    NotStarted,
+    /// Not available here; why.
+    Unavailable(String),
+}
+
+impl Availability {
+    /// Whether it is measured.
+    pub fn is_on(&self) -> bool {
+        *self == Availability::On
+    }
+}
+
+impl fmt::Display for Availability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Availability::On => f.write_str("on"),
+            Availability::Off => f.write_str("off (builder setting)"),
+            Availability::NotStarted => f.write_str("not started (no runtime attached)"),
+            Availability::Unavailable(why) => write!(f, "unavailable: {why}"),
+        }
+    }
+}
 
 /// The I/O wake-up probe's window at one tick.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::cpus::CpusSource;
 use crate::signal::Signal;
-use crate::snapshot::CpusSource;
 
 /// Which class of paced CPU a record is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::readings::Sources;
+use crate::readings::{Availability, Sources};
 use crate::throttle::ThrottleWatch;
 
 /// The I/O wake-up p99 is compared with this many times the target (it joins the signal
@@ -28,45 +28,6 @@ pub const IO_TARGET_FACTOR: u32 = 3;
 /// the foreground. Quiet (one canary per 50 ms, while nothing is paced) a 1 s or 2.5 s window
 /// never steers, and nothing steers by it then.
 pub(crate) const IO_MIN_CANARIES: u64 = 100;
-
-/// Whether a component of the signal is measured, and if not, why.
-///
-/// ```
-/// use elastic_cpu_pacer::snapshot::Availability;
-/// assert!(Availability::On.is_on());
-/// assert_eq!(Availability::Off.to_string(), "off (builder setting)");
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Availability {
-    /// Measured and in the signal.
-    On,
-    /// Turned off by a builder setting (or a manual clock: tests steer by hand).
-    #[default]
-    Off,
-    /// Not started yet: no runtime attached.
-    NotStarted,
-    /// Not available here; why.
-    Unavailable(String),
-}
-
-impl Availability {
-    /// Whether it is measured.
-    pub fn is_on(&self) -> bool {
-        *self == Availability::On
-    }
-}
-
-impl fmt::Display for Availability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Availability::On => f.write_str("on"),
-            Availability::Off => f.write_str("off (builder setting)"),
-            Availability::NotStarted => f.write_str("not started (no runtime attached)"),
-            Availability::Unavailable(why) => write!(f, "unavailable: {why}"),
-        }
-    }
-}
 
 /// Which component of the signal was the largest at the last tick (what the controller stepped
 /// on).

@@ -14,9 +14,9 @@ use elastic_cpu_probe::{
 use tokio::runtime::Handle;
 
 use crate::readings::{
-    CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample, RunQueueSource, Sources,
+    Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
+    RunQueueSource, Sources,
 };
-use crate::signal::Availability;
 
 /// Every reading the governor takes from the OS and the runtime, set by the test: the I/O
 /// wake-up window, the run-queue delay, the CPU quota and its throttled periods, the process's

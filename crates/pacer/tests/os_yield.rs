@@ -34,7 +34,7 @@ fn elastic(clock: &ManualClock, os_yield: bool) -> Elastic {
         .fixed_share(1.0)
         .cpus(1.0)
         .enforcement(Enforcement {
-            os_yield: os_yield,
+            os_yield,
             ..Enforcement::default()
         })
         .build()

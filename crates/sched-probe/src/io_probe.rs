@@ -371,7 +371,7 @@ impl IoShared {
 impl IoProbe {
     /// Starts the probe on the runtime behind `handle`: registers the reading end (the timer,
     /// or a socket pair's) with the runtime's I/O driver, spawns the reader task there and, for
-    /// [`IoCanary::Thread`], starts the writer thread (`io-probe-canary`).
+    /// [`IoCanary::Thread`], starts the writer thread (`elastic-cpu-io-canary`).
     ///
     /// Fails with [`IoProbeError::IoDisabled`] on a runtime built without I/O. tokio has no call
     /// that tells; the probe tries to register its file descriptor and catches the panic tokio

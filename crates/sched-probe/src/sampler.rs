@@ -65,7 +65,7 @@ impl Sampler {
             let shared = shared.clone();
             let handle = handle.clone();
             thread::Builder::new()
-                .name("sched-probe-sampler".into())
+                .name("elastic-cpu-sampler".into())
                 .spawn(move || run(&shared, &handle, &ctl))
                 .expect("spawn elastic-cpu-probe sampler thread")
         };

@@ -30,12 +30,13 @@ fn drop_ends_the_writer_thread() {
     use common::wait_until;
     use elastic_cpu_probe::{IoCanary, IoProbe, IoProbeConfig};
 
-    /// Threads of this process named like the writer.
+    /// Threads of this process named like the writer (`elastic-cpu-io-canary`: the kernel keeps
+    /// the first 15 bytes of a thread's name).
     fn writers() -> usize {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
             .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-            .filter(|comm| comm.trim_end() == "io-probe-canary")
+            .filter(|comm| comm.trim_end() == &"elastic-cpu-io-canary"[..15])
             .count()
     }
 

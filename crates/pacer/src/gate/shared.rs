@@ -110,9 +110,24 @@ impl ClassQueue for GateShared {
         *self.record.lock().unwrap_or_else(|p| p.into_inner()) = *record;
     }
 
+    /// The `elastic_cpu_gate_*` metrics (in `METRICS`), labelled with the gate's number.
     #[cfg(feature = "metrics")]
     fn export(&self) {
-        crate::metrics::emit_gate(self);
+        use metrics::{counter, gauge};
+        let s = self.queue.snapshot();
+        let record = self.record();
+        let gate = self.id.to_string();
+        counter!("elastic_cpu_gate_admitted_total", "gate" => gate.clone()).absolute(s.admitted);
+        counter!("elastic_cpu_gate_rejected_total", "gate" => gate.clone()).absolute(s.rejected);
+        counter!("elastic_cpu_gate_expired_total", "gate" => gate.clone()).absolute(s.expired);
+        gauge!("elastic_cpu_gate_share_ratio", "gate" => gate.clone()).set(record.share);
+        gauge!("elastic_cpu_gate_queue_length", "gate" => gate.clone()).set(s.queue_len as f64);
+        gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => gate.clone())
+            .set(s.used_nanos as f64 / 1e9);
+        gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => gate.clone())
+            .set(record.longest_wait.as_secs_f64());
+        counter!("elastic_cpu_gate_os_yields_total", "gate" => gate)
+            .absolute(self.os_yields.load(Ordering::Relaxed));
     }
 
     /// The governor is gone: refuse everything waiting and to come.

@@ -5,7 +5,6 @@
 //! between, the backlog brake. It runs on its own OS thread (see `thread.rs`), off the runtime
 //! it measures: a saturated runtime would delay the very loop that must react to it.
 
-mod cpus;
 mod thread;
 
 use std::path::PathBuf;
@@ -18,17 +17,17 @@ use elastic_cpu_core::{Clock, ControllerConfig, SettingError, StepController};
 use elastic_cpu_probe::{Probe, ProbeConfig, QuotaReading, Window};
 use tokio::runtime::Handle;
 
-pub(crate) use self::cpus::{choose_cpus, CpusInputs};
 pub(crate) use self::thread::spawn;
 use crate::brake::{Brake, Change};
 use crate::class::{BrakeWhen, Class, ClassQueue, Limit, Policy, Rates};
+use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalStage};
-use crate::snapshot::{CpusSource, Snapshot};
+use crate::snapshot::Snapshot;
 
 /// What the governor is built from.
 pub(crate) struct Plan {
@@ -153,9 +152,9 @@ impl Governor {
         let mut s = Signal::default();
         s.reading.io = self.sources.io.availability();
         s.reading.run_queue = if self.sources.run_queue.is_some() {
-            crate::signal::Availability::NotStarted
+            crate::readings::Availability::NotStarted
         } else {
-            crate::signal::Availability::Off
+            crate::readings::Availability::Off
         };
         s
     }
@@ -367,7 +366,7 @@ impl Governor {
         Ok(gate)
     }
 
-    /// Close every class: the governor is shutting down.
+    /// Close every class and stop the I/O probe: the governor is shutting down.
     fn close(&mut self) {
         for class in &self.classes {
             if let Some(queue) = class.queue() {
@@ -375,6 +374,7 @@ impl Governor {
             }
         }
         self.sources.io.stop();
+        self.last_signal.reading.io = self.sources.io.availability();
     }
 }
 
@@ -491,7 +491,7 @@ impl Control {
 
     /// Whether the I/O wake-up input is on.
     pub(crate) fn io_input(&self) -> bool {
-        self.lock().sources.io.availability() != crate::signal::Availability::Off
+        self.lock().sources.io.availability() != crate::readings::Availability::Off
     }
 
     /// Treat the cgroup in `dir` as the process's, with a quota of `cpus`.
@@ -590,6 +590,10 @@ impl Control {
                 let _ = t.join();
             }
         }
-        self.lock().close();
+        let mut g = self.lock();
+        g.close();
+        let record = g.record();
+        drop(g);
+        self.publish(record);
     }
 }

@@ -12,7 +12,6 @@
 //! quota's headroom hold it as they hold the `Elastic`'s own class.
 
 mod pool;
-pub(crate) mod thread;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,9 +13,9 @@ use elastic_cpu_core::SettingError;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
-use super::thread as idle_thread;
 use crate::paced::Paced;
 use crate::shared::Shared;
+use crate::thread_class;
 
 /// How long [`Elastic::idle_runtime`] waits for its worker threads to start and report the
 /// priority they got (they start at once; this only bounds a stuck OS).
@@ -229,7 +229,7 @@ impl IdleRuntime {
             .worker_threads(workers)
             .thread_name("elastic-cpu-idle")
             .on_thread_start(move || {
-                idle_thread::enter(&parent, &class);
+                thread_class::enter(&parent, &class);
                 on_start.record(lower_this_thread());
             })
             .enable_all()

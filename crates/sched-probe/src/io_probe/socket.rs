@@ -17,7 +17,7 @@ use crate::shared::nanos;
 /// A canary is the write time as nanoseconds since the probe's start, little-endian.
 const CANARY_LEN: usize = 8;
 
-/// Starts the reader task on the runtime and the writer thread (`io-probe-canary`).
+/// Starts the reader task on the runtime and the writer thread (`elastic-cpu-io-canary`).
 pub(super) fn start(
     handle: &Handle,
     shared: &Arc<IoShared>,
@@ -30,7 +30,7 @@ pub(super) fn start(
     let writer = {
         let shared = shared.clone();
         thread::Builder::new()
-            .name("io-probe-canary".into())
+            .name("elastic-cpu-io-canary".into())
             .spawn(move || write_canaries(&send, &shared, origin))
     };
     match writer {

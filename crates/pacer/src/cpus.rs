@@ -1,9 +1,54 @@
 //! The CPUs the rates are computed for: the builder's figure, or the least of the runtime's
 //! workers, the cgroup CPU quota (kept fractional) and the affinity mask.
 
-use elastic_cpu_probe::QuotaReading;
+use std::fmt;
 
-use crate::snapshot::CpusSource;
+use elastic_cpu_probe::{CgroupVersion, QuotaReading};
+
+/// Where [`Snapshot::cpus`] came from: the builder, or the least of the runtime's worker
+/// threads, the cgroup CPU quota and the CPUs the process may run on.
+///
+/// Without [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), attaching a runtime sets
+/// `cpus` to the least of
+///
+/// * its worker threads ([`Workers`](Self::Workers));
+/// * the cgroup CPU quota, fractional: a 1.5-CPU quota gives 1.5 ([`Quota`](Self::Quota)), where
+///   [`std::thread::available_parallelism`] would round it down to 1;
+/// * the CPUs in the process's affinity mask ([`Affinity`](Self::Affinity)), or, when that
+///   cannot be read (or off Linux), [`available_parallelism`](std::thread::available_parallelism)
+///   ([`AvailableParallelism`](Self::AvailableParallelism)).
+///
+/// On a tie the first in that order is named. Before a runtime is attached, `cpus` is
+/// `available_parallelism` ([`AvailableParallelism`](Self::AvailableParallelism)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CpusSource {
+    /// Set by [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus); nothing else is read.
+    Builder,
+    /// The runtime's worker threads.
+    Workers,
+    /// The CPU quota of the process's cgroup (the tightest of it and its ancestors), in that
+    /// hierarchy version: v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` or v2 `cpu.max`.
+    Quota(CgroupVersion),
+    /// The CPUs in the process's affinity mask (`Cpus_allowed_list:` of `/proc/self/status`).
+    Affinity,
+    /// [`std::thread::available_parallelism`] (1 if even that is unknown): before a runtime is
+    /// attached, or when the affinity mask cannot be read.
+    #[default]
+    AvailableParallelism,
+}
+
+impl fmt::Display for CpusSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpusSource::Builder => f.write_str("the builder"),
+            CpusSource::Workers => f.write_str("the worker threads"),
+            CpusSource::Quota(version) => write!(f, "the {version} CPU quota"),
+            CpusSource::Affinity => f.write_str("the affinity mask"),
+            CpusSource::AvailableParallelism => f.write_str("available_parallelism"),
+        }
+    }
+}
 
 /// What decides the CPUs the rate is computed for; read once, when a runtime is attached.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +99,7 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
-    use elastic_cpu_probe::{CgroupVersion, CpuQuota, NoQuota};
+    use elastic_cpu_probe::{CpuQuota, NoQuota};
 
     use super::*;
 
