@@ -35,7 +35,7 @@
 //! At the root: what the quick start and the common cases need. In modules: the groups of
 //! settings ([`settings`]), the snapshot's parts ([`snapshot`]), the connection gate ([`gate`],
 //! feature `gate`), the idle-priority pool ([`idle`], feature `idle-pool`), the metric names
-//! ([`metrics`], feature `metrics`) and the test plumbing ([`testing`], feature `test-util`).
+//! ([`metrics`], feature `metrics`) and the test plumbing (`testing`, feature `test-util`).
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "gate")]

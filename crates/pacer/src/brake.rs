@@ -1,11 +1,11 @@
 //! The backlog brake: elastic work stops taking CPU the moment a foreground task is seen
 //! waiting too long in a run queue, and resumes once the backlog has drained.
 //!
-//! The controller steers the *average* limit by a p99 over a window of a second or more; it
+//! The controller steers the *average* share by a p99 over a window of a second or more; it
 //! cannot see a backlog that builds in milliseconds (a burst of requests, the OS or the
 //! hypervisor stalling the process). While a backlog drains, every CPU-second elastic work
 //! takes is one the backlog waits longer: the brake hands that CPU to the foreground and defers
-//! the elastic work instead (its tokens keep accruing, so its limit is not lost).
+//! the elastic work instead (its tokens keep accruing, so its share is not lost).
 //!
 //! Detection is the probe's alarm (a foreground poll whose queue latency reached `at`); the
 //! probe unparks the governor thread, which pauses the work queue at once. Holders give their

@@ -5,7 +5,7 @@ use std::fmt;
 
 use elastic_cpu_probe::{CgroupVersion, QuotaReading};
 
-/// Where [`Snapshot::cpus`] came from: the builder, or the least of the runtime's worker
+/// Where [`Snapshot::cpus`](crate::Snapshot::cpus) came from: the builder, or the least of the runtime's worker
 /// threads, the cgroup CPU quota and the CPUs the process may run on.
 ///
 /// Without [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), attaching a runtime sets

@@ -105,14 +105,14 @@ impl Elastic {
     ///
     /// Besides the task hooks, it sets the thread hooks `on_thread_start`, `on_thread_park` and
     /// `on_thread_stop` (registering the runtime's threads for the run-queue signal,
-    /// [`ElasticBuilder::run_queue_signal`]): hooks of those names set before are replaced, so
+    /// [`Inputs::run_queue`](crate::settings::Inputs::run_queue)): hooks of those names set before are replaced, so
     /// set your own after this call, and yours replace ours (that signal then sees no thread).
     pub fn instrument<'a>(&self, builder: &'a mut Builder) -> &'a mut Builder {
         self.shared.threads.instrument(builder);
         self.shared.probe.instrument(builder)
     }
 
-    /// Start the I/O wake-up probe ([`ElasticBuilder::io_signal`]) on `handle`'s runtime, which
+    /// Start the I/O wake-up probe ([`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) on `handle`'s runtime, which
     /// must have its I/O driver enabled (`enable_io()` / `enable_all()`);
     /// [`runtime`](Self::runtime) does this for you. Replaces a probe started before. Off by
     /// setting (or on a manual clock): does nothing. Fails with

@@ -4,10 +4,9 @@
 //! Every quantum yield costs the scheduler: with nothing else to run, the worker searches for
 //! work to steal, wakes the deferred task and, as it stops searching, wakes another worker,
 //! which searches and parks again (a futex wake-up and a context switch on another core). None
-//! of that is in the running time charged to grants. On an otherwise idle runtime at a 50 µs
-//! quantum it was 15–20 % on top of what was charged, about half of it on the worker that was
-//! woken. With foreground work the worker has other tasks to run when it yields and the cost
-//! mostly vanishes (the demo's process CPU grew by what was charged).
+//! of that is in the running time charged to grants. On an otherwise idle runtime it is a
+//! sizeable fraction of what is charged; with foreground work the worker has other tasks to run
+//! when it yields and the cost mostly vanishes.
 //!
 //! So the correction is measured where it can be told apart from foreground work: over each
 //! window of [`WINDOW_TICKS`] ticks the governor compares the process's CPU time (user + sys,

@@ -71,7 +71,7 @@ impl Pacer {
 
     /// [`pace`](Self::pace) for loops on `spawn_blocking` or plain threads: blocks the thread
     /// while it waits for a grant. Never call it on a runtime worker. With
-    /// [`os_yield`](crate::ElasticBuilder::os_yield) (the default) the thread yields its CPU to
+    /// [`os_yield`](crate::settings::Enforcement::os_yield) (the default) the thread yields its CPU to
     /// the OS once per poll quantum of running time, so threads waiting for that core get it.
     pub fn pace_blocking(&mut self) {
         let step = self.grant.keep_running();

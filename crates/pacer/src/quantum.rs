@@ -7,7 +7,7 @@
 //! one holds it), and a task pushed to the global queue or stolen-from local queue wakes it. Then
 //! the yield only costs: the worker finds nothing else to run, turns to searching, and on
 //! leaving that state wakes the parked worker, which searches, finds nothing and parks again
-//! (a futex round trip per quantum: 6–7 µs a yield, 13–15 % of a paced scan in `quantum_cost`). So
+//! (a futex round trip per quantum; bench `quantum_cost` measures it). So
 //! while some other worker is parked and the global queue is empty, a spent quantum runs on for
 //! one more quantum, up to [`RUN_ON_LIMIT`] since the task last returned `Pending`. The limit
 //! bounds what the check cannot see: a task the elastic task itself woke waits in its worker's

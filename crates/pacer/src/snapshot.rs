@@ -15,7 +15,7 @@ pub use crate::signal::{SignalSource, IO_TARGET_FACTOR};
 /// needed. The `metrics` export (feature `metrics`) is fed from it.
 ///
 /// Every duration is a [`Duration`]. The token balance may be negative (debt: polls that ran
-/// past their grant, or a limit that went down), so it comes as two fields, [`tokens`] and
+/// past their grant, or a share that went down), so it comes as two fields, [`tokens`] and
 /// [`debt`], at most one of them non-zero: the balance is `tokens − debt`
 /// ([`balance_secs_f64`](Self::balance_secs_f64) gives it signed).
 ///
@@ -101,7 +101,7 @@ pub struct Snapshot {
     /// Total time those admissions waited.
     pub waited: Duration,
     /// The longest any elastic work waited for a grant over the probe window; a waiter still
-    /// queued counts with its wait so far. While the limit is at or above its floor the head of
+    /// queued counts with its wait so far. While the share is at or above its floor the head of
     /// the queue waits at most one second of refill plus a tick (debt is capped at one second
     /// of tokens; docs/design.md §4), behind the slices of the waiters ahead of it.
     pub longest_wait: Duration,
@@ -126,17 +126,17 @@ pub struct Snapshot {
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
     /// runtime with a quota was attached (0 without a quota or with
     /// the [`throttling`](crate::settings::Inputs::throttling) input off). Each one steps the
-    /// limit down for a probe window.
+    /// share down for a probe window.
     pub throttled_periods: u64,
     /// Inside a CPU quota: the CPUs elastic work may take now, every class together, which is
     /// 90 % of what the rest of the process left of the quota in the busiest of the last 5
     /// ticks (`None`: no quota, no reading yet, or
     /// [`Inputs::quota_headroom`](crate::settings::Inputs::quota_headroom) off). The token rate is
-    /// held to it (never below the controller's floor), whatever the limit.
+    /// held to it (never below the controller's floor), whatever the share.
     pub quota_headroom: Option<f64>,
     /// Elastic work's CPU overhead (scheduler work its yields cause: reschedules, wake-ups,
     /// parking), as a fraction of the running time charged, as the governor last measured it
-    /// in a window without foreground load; the token rate is `limit × cpus / (1 + overhead)`.
+    /// in a window without foreground load; the token rate is `share × cpus / (1 + overhead)`.
     /// 0 until measured, on a manual clock, and while foreground load keeps the windows busy.
     pub overhead: f64,
     /// The share of the idle class: work on this `Elastic`'s idle pool

@@ -77,21 +77,19 @@ impl Default for IoCanary {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct IoProbeConfig {
-    /// How often a canary is due on a busy runtime. Must be > 0. Default 2 ms: a 2.5 s window
-    /// of up to 1250 samples, at about half a percent of one core on a busy runtime (a canary
-    /// costs ~15 µs there, measured with bench `io_probe/cpu_share`; 1 ms cost about 1 %).
-    /// Stretched on a runtime that is not busy ([`follow_load`](Self::follow_load),
-    /// [`period_for`](Self::period_for)).
+    /// How often a canary is due on a busy runtime. Must be > 0. Default 2 ms: 500 samples a
+    /// second, for a fraction of a percent of one core on a busy runtime (bench
+    /// `io_probe/cpu_share` measures it). Stretched on a runtime that is not busy
+    /// ([`follow_load`](Self::follow_load), [`period_for`](Self::period_for)).
     pub period: Duration,
     /// The period while the probe is quiet ([`IoProbe::set_quiet`]): when nothing steers by
     /// it, canaries cost less. Must be ≥ `idle_period`. Default 50 ms: on an idle runtime each
-    /// canary wakes a parked worker, so a 1 ms period costs a few % of one core there and
-    /// 50 ms a fraction of 1 % (bench `io_probe/cpu_share`; figures on [`IoProbe`]).
+    /// canary wakes a parked worker, which at a short period adds up to percents of a core.
     pub quiet_period: Duration,
     /// The longest period while not quiet, on an idle runtime. Must be within `period ..=
-    /// quiet_period`. Default 20 ms: the default 2.5 s window then holds at least 125
-    /// canaries, so its p99 is not a single stray wait, at about half a percent of one core on
-    /// an idle runtime.
+    /// quiet_period`. Default 20 ms: a window of `w` then holds at least `w / 20 ms` canaries
+    /// (125 in a 2.5 s window, 50 in a 1 s one), at a fraction of a percent of one core on an
+    /// idle runtime.
     pub idle_period: Duration,
     /// Whether the period follows the runtime's load ([`period_for`](Self::period_for), measured
     /// at each [`IoProbe::rotate`]), after a window's worth of rotations at the full rate from
@@ -125,9 +123,8 @@ impl IoProbeConfig {
     /// that is not fully busy (`busy`: the share of its CPUs its workers kept busy, 0.0 ..= 1.0)
     /// to `period / busy²`, at most `idle_period`.
     ///
-    /// Why: a canary that finds the workers parked wakes one, which is most of its cost (~30 µs
-    /// of CPU on a VM when the CPU was halted, ~17 µs when it preempts another thread), while one
-    /// that a busy worker picks up between polls costs a few µs. And workers that are mostly
+    /// Why: a canary that finds the workers parked wakes one, which is most of its cost, while
+    /// one that a busy worker picks up between polls costs a few µs. And workers that are mostly
     /// parked cannot hold the I/O driver up: a wait there is the OS's, which the run-queue
     /// signal reads. With the rate in proportion to `busy²`, the canaries that wake a worker
     /// (rate × (1 − busy)) peak near two thirds busy at about a seventh of the fixed
@@ -272,12 +269,9 @@ impl From<SettingError> for IoProbeError {
 /// socket's reader reads until `WouldBlock`), one clock read, one lock nobody else takes but on
 /// a re-arm, and one relaxed `fetch_add` on a histogram counter per expiry; no allocation. The
 /// writer thread ([`IoCanary::Thread`] only) adds one clock read, one `send` of 8 bytes and one
-/// timed park per canary: a second thread woken each time. Measured (bench
-/// `io_probe/cpu_share`, 2-vCPU VM; figures in BENCHMARKS.md): a canary that wakes a parked
-/// worker costs ~30 µs of CPU, one on a runtime kept 90 % busy by a load that parks between
-/// bursts ~15 µs on average; following the load, the default period costs about half a
-/// percent of one core from idle to 90 % busy. The per-poll cost of a busy workload
-/// (`io_probe/{off,on}`) moves by more between runs than the probe costs. Memory: the window
+/// timed park per canary: a second thread woken each time. A canary that wakes a parked worker
+/// costs most; following the load keeps the probe to a fraction of a percent of one core from
+/// idle to busy (bench `io_probe/cpu_share`; figures in BENCHMARKS.md). Memory: the window
 /// reuses the probe's interval sets (four series, of which the canaries fill one), about 2 MB
 /// at the default bounds once every interval of the 2.5 s window holds samples.
 /// [`IoProbe::rotate`] costs what [`Probe::rotate`](crate::Probe::rotate) costs for one worker

@@ -6,8 +6,8 @@ use std::cell::Cell;
 
 /// The poll-time clock: the TSC through `quanta` where it is usable (calibrated against the OS
 /// clock once, at [`Probe::instrument`](crate::Probe::instrument)), the OS's monotonic clock
-/// elsewhere. Measured in `probe_overhead`'s breakdown: two reads a poll cost ~15 ns against
-/// ~38 for `std::time::Instant` on the development VM.
+/// elsewhere: cheaper to read than `std::time::Instant` (bench `probe_overhead` breaks the
+/// cost down).
 pub(crate) type Instant = quanta::Instant;
 
 pub(crate) struct PollState {

@@ -1,4 +1,4 @@
-//! [`Admission`]: the future [`ConnectionGate::admit`](crate::ConnectionGate::admit) returns.
+//! [`Admission`]: the future [`ConnectionGate::admit`](crate::gate::ConnectionGate::admit) returns.
 
 use std::fmt;
 use std::future::Future;

@@ -10,7 +10,7 @@ use super::snapshot::GateSnapshot;
 
 /// Admits connection setups while they can start within their deadlines, and paces the setups
 /// as their own class of CPU time, with a share of the CPUs steered by the scheduling latency
-/// (the same probe and governor tick as the elastic limit). Cheap to clone; `Send + Sync`.
+/// (the same signal and governor tick as the elastic share). Cheap to clone; `Send + Sync`.
 ///
 /// ```
 /// use elastic_cpu_pacer::{gate::GateSettings, Elastic};
@@ -36,7 +36,7 @@ use super::snapshot::GateSnapshot;
 ///
 /// The gate does not keep its [`Elastic`](crate::Elastic) alive: once the governor is gone,
 /// waiting and later admissions are refused with
-/// [`RejectReason::Closed`](crate::RejectReason::Closed) and permits no longer yield.
+/// [`RejectReason::Closed`](crate::gate::RejectReason::Closed) and permits no longer yield.
 #[derive(Clone)]
 pub struct ConnectionGate {
     pub(crate) shared: Arc<GateShared>,
@@ -46,8 +46,8 @@ impl ConnectionGate {
     /// One connection attempt. `deadline`: how long this attempt may wait before its setup
     /// starts (say, the client's connect timeout less the setup's own time).
     ///
-    /// The future resolves to a [`SetupPermit`](crate::SetupPermit) once the setup may
-    /// start, or to [`Rejected`](crate::Rejected): at its first poll if the queue is full or
+    /// The future resolves to a [`SetupPermit`](crate::gate::SetupPermit) once the setup may
+    /// start, or to [`Rejected`](crate::gate::Rejected): at its first poll if the queue is full or
     /// the attempt could not start in time at the current admission rate, later if it waited
     /// past its deadline (within a governor tick of it; it is never admitted late). Dropping it
     /// at any point leaves no queue entry and loses no tokens.
@@ -55,7 +55,7 @@ impl ConnectionGate {
         Admission::new(self.shared.clone(), deadline)
     }
 
-    /// The deadline the settings gave (what [`GatedListener`](crate::GatedListener) uses).
+    /// The deadline the settings gave (what [`GatedListener`](crate::gate::GatedListener) uses).
     pub fn default_deadline(&self) -> Duration {
         self.shared.deadline
     }

@@ -24,7 +24,7 @@ type OnReject = Arc<dyn Fn(TcpStream, SocketAddr, Rejected) + Send + Sync>;
 type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 
 /// Accepts connections continuously and admits each through a [`ConnectionGate`] with the
-/// gate's [`deadline`](crate::GateSettings::deadline); [`accept`](Self::accept) hands out the
+/// gate's [`deadline`](crate::gate::GateSettings::deadline); [`accept`](Self::accept) hands out the
 /// admitted ones with their permits.
 ///
 /// Accepting never waits for an admission: a task accepts in a loop and polls each

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::{QueueOrder, SettingError};
 
-/// Settings of a [`ConnectionGate`](crate::ConnectionGate); every one is checked when the gate
+/// Settings of a [`ConnectionGate`](crate::gate::ConnectionGate); every one is checked when the gate
 /// is made, and a bad one comes back as a [`SettingError`] naming it.
 ///
 /// ```
@@ -74,8 +74,8 @@ impl GateSettings {
     /// How long an attempt may wait for admission by default (the [`GatedListener`]'s
     /// deadline; [`ConnectionGate::admit`] takes its own). Default 1 s; valid 1 ms ..= 1 h.
     ///
-    /// [`GatedListener`]: crate::GatedListener
-    /// [`ConnectionGate::admit`]: crate::ConnectionGate::admit
+    /// [`GatedListener`]: crate::gate::GatedListener
+    /// [`ConnectionGate::admit`]: crate::gate::ConnectionGate::admit
     pub fn deadline(mut self, wait: Duration) -> Self {
         self.deadline = Some(wait);
         self

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::GateStats;
 
-/// What [`ConnectionGate::snapshot`](crate::ConnectionGate::snapshot) reports.
+/// What [`ConnectionGate::snapshot`](crate::gate::ConnectionGate::snapshot) reports.
 ///
 /// Every attempt ends exactly once: `admitted + rejected + expired + cancelled` plus those
 /// still waiting (`queue_len`) and those granted but not yet collected (`stats.pending`) is
@@ -31,7 +31,7 @@ pub struct GateSnapshot {
     pub cancelled: u64,
     /// Attempts waiting now.
     pub queue_len: usize,
-    /// The setup class's share of the CPUs now (its limit, steered by the scheduling latency).
+    /// The setup class's share of the CPUs now, steered by the signal.
     pub share: f64,
     /// CPU charged to setups in total (measured).
     pub setup_cpu: Duration,

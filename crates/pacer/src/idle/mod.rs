@@ -8,7 +8,7 @@
 //! (and, with the cores idle more, a foreground wake-up more often has to wake a halted CPU).
 //! What the kernel does not do is keep the total within a CPU quota: idle threads spend it like
 //! any other. So the idle class takes what the kernel lets it (up to every CPU) while the
-//! signal stays under [`IDLE_TARGET_FACTOR`] × the target, and the cgroup's throttling and the
+//! signal stays under 4 × the target, and the cgroup's throttling and the
 //! quota's headroom hold it as they hold the `Elastic`'s own class.
 
 mod pool;

@@ -125,7 +125,7 @@ impl Started {
 /// A companion tokio runtime for elastic work, its threads at the lowest OS priority
 /// (`SCHED_IDLE` on Linux), made by [`Elastic::idle_runtime`](crate::Elastic::idle_runtime).
 /// Work on it is the [`Elastic`](crate::Elastic)'s *idle class*: paced by a token bucket of its
-/// own, with a limit of its own, steered on the same tick by the *foreground* runtime's probe.
+/// own, with a share of its own, steered on the same tick by the *foreground* runtime's probe.
 /// Everything spawned through [`spawn`](Self::spawn) runs in it, and so does anything paced by
 /// that `Elastic` (`.paced(&elastic)`, a [`Pacer`](crate::Pacer)) that first asks for CPU on one
 /// of the pool's threads.
@@ -147,26 +147,26 @@ impl Started {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// # Its own limit
+/// # Its own share
 ///
 /// The kernel keeps elastic threads off a core the moment a foreground thread wants it, so a
 /// foreground task never waits behind an elastic poll (same-runtime [`paced`] work makes it wait
-/// up to one poll quantum). Holding that work to the same-runtime limit would buy the foreground
-/// little and cost the elastic work most of its CPU (measured in the demo: docs/design.md §5).
-/// So the idle class takes what the kernel lets it, up to every CPU
-/// ([`Snapshot::idle_limit`](crate::Snapshot::idle_limit), 1.0 at most), and steps down only
+/// up to one poll quantum). Holding that work to the same-runtime share would buy the
+/// foreground little and cost the elastic work most of its CPU. So the idle class takes what
+/// the kernel lets it, up to every CPU
+/// ([`Snapshot::idle_share`](crate::Snapshot::idle_share), 1.0 at most), and steps down only
 ///
 /// * when the foreground's p99 scheduling latency passes **4 × the target** (the level at which
 ///   the backlog brake acts): the foreground really waits, which idle priority cannot always
 ///   prevent (memory bandwidth, SMT siblings, a hypervisor);
 /// * when the process's cgroup is throttled (inside a CPU quota, a container's limit): idle
 ///   threads spend the quota like any other, and unpaced they get the whole cgroup throttled,
-///   foreground included. There it starts at the elastic limit and takes the backlog brake.
+///   foreground included. There it starts at the elastic share and takes the backlog brake.
 ///
 /// Its polls do not yield at the poll quantum (a yield on an idle thread lets no foreground
-/// task in; the kernel does that). A [`fixed_limit`](crate::ElasticBuilder::fixed_limit) holds
-/// for the idle class too. The two classes' limits are separate: work in both may together
-/// take more than either limit on a bare host.
+/// task in; the kernel does that). A [`fixed_share`](crate::ElasticBuilder::fixed_share) holds
+/// for the idle class too. The two classes' shares are separate: work in both may together
+/// take more than either share on a bare host.
 ///
 /// # When to use same-runtime `paced` instead
 ///
