@@ -89,3 +89,12 @@ fn the_parsers_read_what_they_should() {
     assert_eq!(code_name("`share(min, max)`"), "share");
     assert!(first_cells("Settings").len() >= 9);
 }
+
+#[test]
+fn the_docs_stay_short() {
+    // A user reads the README and the design; dated runs and their tables go to
+    // docs/results.md.
+    assert!(README.len() <= 15_000, "README.md is {} bytes", README.len());
+    let design = include_str!("../docs/design.md");
+    assert!(design.len() <= 50_000, "docs/design.md is {} bytes", design.len());
+}
