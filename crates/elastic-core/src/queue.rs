@@ -254,6 +254,13 @@ impl<C: Clock> WorkQueue<C> {
         if self.shared.lock_free.try_admit(n) {
             return Admit::Granted(Grant { nanos: n });
         }
+        self.admit_locked(n)
+    }
+
+    /// [`admit`](Self::admit) under the lock: out of line, so the fast path stays a
+    /// compare-and-swap and a return.
+    #[inline(never)]
+    fn admit_locked(&self, n: u64) -> Admit<C> {
         let now = self.shared.now();
         let mut st = self.shared.lock();
         let id = st.line.new_id();
@@ -283,6 +290,12 @@ impl<C: Clock> WorkQueue<C> {
         if self.shared.lock_free.try_settle(allotted, used) {
             return;
         }
+        self.settle_locked(allotted, used);
+    }
+
+    /// [`done`](Self::done) under the lock: out of line, as [`admit_locked`](Self::admit_locked).
+    #[inline(never)]
+    fn settle_locked(&self, allotted: u64, used: u64) {
         let shared = &*self.shared;
         let fast = &shared.lock_free;
         // Returning needs no clock read (see `Core::give_back`); charging and granting do.

@@ -752,7 +752,8 @@ fn soak(name: &str, config: ControllerConfig, run: Run) {
         })
         .unwrap_or_default();
     // The shares of ticks over target: (what, share, decimals, what follows).
-    let over_target: [(&str, fn(&SeedStats) -> f64, usize, String); 4] = [
+    type Share = fn(&SeedStats) -> f64;
+    let over_target: [(&str, Share, usize, String); 4] = [
         (
             "p99 > target, settled ticks:     ",
             SeedStats::over_share,
