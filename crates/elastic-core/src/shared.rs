@@ -41,6 +41,7 @@ pub(crate) trait Lined {
     fn on_unlock(&mut self, _lock_free: &Self::LockFree) {}
 }
 
+/// A queue's shared half (see the module docs).
 pub(crate) struct Shared<C, S: Lined> {
     pub(crate) lock_free: S::LockFree,
     clock: C,
