@@ -45,15 +45,7 @@ impl StepController {
     pub fn new(config: ControllerConfig) -> Result<Self, SettingError> {
         config.validate()?;
         let share = config.min_share;
-        Ok(Self {
-            falling: false,
-            descent_from: None,
-            calm: Duration::ZERO,
-            config,
-            share,
-            boost: 1,
-            recent_low: RecentLow::default(),
-        })
+        Ok(Self::at(config, share))
     }
 
     /// A controller starting at `share`, clamped into `[min_share, max_share]`;
@@ -74,7 +66,12 @@ impl StepController {
             ));
         }
         let share = share.clamp(config.min_share, config.max_share);
-        Ok(Self {
+        Ok(Self::at(config, share))
+    }
+
+    /// A controller at `share` (within the valid `config`'s range), with no history.
+    fn at(config: ControllerConfig, share: f64) -> Self {
+        Self {
             falling: false,
             descent_from: None,
             calm: Duration::ZERO,
@@ -82,7 +79,7 @@ impl StepController {
             share,
             boost: 1,
             recent_low: RecentLow::default(),
-        })
+        }
     }
 
     /// One controller step over `period`; returns the new share.

@@ -6,7 +6,6 @@
 //! deadline (its client gives up), the queue is bounded, an attempt that cannot start in time
 //! is refused at once, and one that waited past its deadline is dropped before it is granted.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -14,7 +13,9 @@ use std::time::Duration;
 use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
 use crate::crowd::Crowd;
-use crate::sync::{lock, Arc, Mutex};
+use crate::line::{Cancelled, WaitLine, Waiter};
+use crate::shared::{Claim, Lined, Shared};
+use crate::sync::Arc;
 
 /// Which waiting attempt is granted first when tokens come.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -166,13 +167,6 @@ pub struct GateStats {
     pub crowd: u64,
 }
 
-struct Waiter {
-    id: u64,
-    since: u64,
-    expires: u64,
-    waker: Option<Waker>,
-}
-
 /// How a ticket's wait ended, kept until the ticket collects it.
 #[derive(Clone, Copy)]
 enum Ended {
@@ -182,17 +176,12 @@ enum Ended {
 
 struct State {
     bucket: Core,
-    waiters: VecDeque<Waiter>,
-    ended: Vec<(u64, Ended)>,
-    next_id: u64,
+    /// Waiters carry when they expire (clock nanoseconds).
+    line: WaitLine<Ended>,
     max_queue: usize,
     order: QueueOrder,
     cost: u64,
     measured: bool,
-    had_waiters: bool,
-    interval_longest_wait: u64,
-    closed: bool,
-    paused: bool,
     /// At most this many setups running at once (`usize::MAX`: no cap).
     max_in_setup: usize,
     /// The retry slots booked by refusals.
@@ -207,16 +196,13 @@ const EXPIRE_PER_ARRIVAL: usize = 2;
 /// The measured cost is an exponential average over this many setups.
 const COST_SMOOTHING: u64 = 8;
 
-impl State {
-    fn finish_wait(&mut self, since: u64, now: u64) {
-        let waited = now.saturating_sub(since);
-        self.stats.waits += 1;
-        self.stats.wait_nanos = self.stats.wait_nanos.saturating_add(waited);
-        self.interval_longest_wait = self.interval_longest_wait.max(waited);
-    }
+/// Whether `w`'s deadline has passed.
+fn expired(w: &Waiter, now: u64) -> bool {
+    w.terms <= now
+}
 
+impl State {
     fn refuse(&mut self, w: Waiter, kind: RejectKind, now: u64, wake: &mut Vec<Waker>) {
-        self.finish_wait(w.since, now);
         match kind {
             RejectKind::Expired => self.stats.expired += 1,
             RejectKind::QueueFull => {
@@ -225,22 +211,21 @@ impl State {
             }
             _ => {}
         }
-        self.ended.push((w.id, Ended::Refused(kind)));
-        wake.extend(w.waker);
+        self.line.end(w, Ended::Refused(kind), now, wake);
     }
 
     /// Drop every waiter whose deadline has passed (the governor calls this each tick, so an
     /// expired attempt learns within a tick; it is never granted in any case).
     fn expire(&mut self, now: u64, wake: &mut Vec<Waker>) {
-        if !self.waiters.iter().any(|w| w.expires <= now) {
+        if !self.line.waiters.iter().any(|w| expired(w, now)) {
             return;
         }
-        let waiters = std::mem::take(&mut self.waiters);
+        let waiters = std::mem::take(&mut self.line.waiters);
         for w in waiters {
-            if w.expires <= now {
+            if expired(&w, now) {
                 self.refuse(w, RejectKind::Expired, now, wake);
             } else {
-                self.waiters.push_back(w);
+                self.line.waiters.push_back(w);
             }
         }
     }
@@ -250,9 +235,9 @@ impl State {
     /// waking a tick's worth of tasks at once (a burst that is itself scheduling latency).
     fn expire_oldest(&mut self, now: u64, max: usize, wake: &mut Vec<Waker>) {
         for _ in 0..max {
-            match self.waiters.front() {
-                Some(w) if w.expires <= now => {
-                    let w = self.waiters.pop_front().expect("front exists");
+            match self.line.waiters.front() {
+                Some(w) if expired(w, now) => {
+                    let w = self.line.waiters.pop_front().expect("front exists");
                     self.refuse(w, RejectKind::Expired, now, wake);
                 }
                 _ => return,
@@ -264,25 +249,23 @@ impl State {
     /// cost of one setup (the balance may dip negative, as for the work queue's head). One
     /// whose deadline has passed is dropped instead.
     fn grant_waiters(&mut self, now: u64, wake: &mut Vec<Waker>) {
-        while self.may_grant() && !self.waiters.is_empty() && self.bucket.balance(now) > 0 {
+        while self.may_grant() && !self.line.waiters.is_empty() && self.bucket.balance(now) > 0 {
             let next = match self.order {
-                QueueOrder::Fifo => self.waiters.pop_front(),
-                QueueOrder::Lifo => self.waiters.pop_back(),
+                QueueOrder::Fifo => self.line.waiters.pop_front(),
+                QueueOrder::Lifo => self.line.waiters.pop_back(),
             };
             let Some(w) = next else { break };
-            if w.expires <= now {
+            if expired(&w, now) {
                 self.refuse(w, RejectKind::Expired, now, wake);
                 continue;
             }
             self.take_cost(now);
-            self.finish_wait(w.since, now);
-            self.ended.push((w.id, Ended::Granted(self.cost)));
-            wake.extend(w.waker);
+            self.line.end(w, Ended::Granted(self.cost), now, wake);
         }
     }
 
     fn may_grant(&self) -> bool {
-        !self.paused && self.stats.in_setup < self.max_in_setup
+        !self.line.is_paused() && self.stats.in_setup < self.max_in_setup
     }
 
     fn take_cost(&mut self, now: u64) {
@@ -310,7 +293,7 @@ impl State {
     /// Until every attempt queued now has started, and one more setup's worth.
     fn queue_ready(&mut self, now: u64) -> Duration {
         let balance = self.bucket.balance(now);
-        let ahead = self.waiters.len() + 1;
+        let ahead = self.line.waiters.len() + 1;
         self.wait_estimate(ahead, balance.min(0))
     }
 
@@ -345,17 +328,28 @@ impl State {
     }
 }
 
-/// The clock sits outside the mutex (read before locking), as for the work queue.
-struct Inner<C> {
-    clock: C,
-    state: Mutex<State>,
-}
+impl Lined for State {
+    type Outcome = Ended;
+    type LockFree = ();
 
-type Shared<C> = Arc<Inner<C>>;
+    fn line(&mut self) -> &mut WaitLine<Ended> {
+        &mut self.line
+    }
 
-fn wake_all(wake: Vec<Waker>) {
-    for w in wake {
-        w.wake();
+    /// A cancelled attempt is counted; a grant it never collected goes back to the bucket, and
+    /// on to the next waiters.
+    fn cancelled(&mut self, _: &(), left: Cancelled<Ended>, now: u64, wake: &mut Vec<Waker>) {
+        match left {
+            Cancelled::Waiting => self.stats.cancelled += 1,
+            Cancelled::Ended(Ended::Granted(nanos)) => {
+                self.stats.cancelled += 1;
+                self.stats.in_setup = self.stats.in_setup.saturating_sub(1);
+                self.bucket.give_back(nanos);
+                self.stats.returned_nanos = self.stats.returned_nanos.saturating_add(nanos);
+                self.grant_waiters(now, wake);
+            }
+            Cancelled::Ended(Ended::Refused(_)) => {}
+        }
     }
 }
 
@@ -380,7 +374,7 @@ fn wake_all(wake: Vec<Waker>) {
 /// assert_eq!(r.kind, RejectKind::WouldExpire);
 /// ```
 pub struct GateQueue<C: Clock> {
-    shared: Shared<C>,
+    shared: Arc<Shared<C, State>>,
 }
 
 impl<C: Clock> Clone for GateQueue<C> {
@@ -406,30 +400,22 @@ impl<C: Clock> GateQueue<C> {
         let now = duration_nanos(clock.now());
         let bucket = Core::new(rate_nanos_per_sec, now);
         let cost = duration_nanos(config.initial_cost).max(1);
+        let state = State {
+            bucket,
+            line: WaitLine::new(),
+            max_queue: config.max_queue.max(1),
+            order: config.order,
+            cost,
+            measured: false,
+            max_in_setup: usize::MAX,
+            crowd: Crowd::default(),
+            stats: GateStats {
+                cost_nanos: cost,
+                ..GateStats::default()
+            },
+        };
         Self {
-            shared: Arc::new(Inner {
-                clock,
-                state: Mutex::new(State {
-                    bucket,
-                    waiters: VecDeque::new(),
-                    ended: Vec::new(),
-                    next_id: 0,
-                    max_queue: config.max_queue.max(1),
-                    order: config.order,
-                    cost,
-                    measured: false,
-                    had_waiters: false,
-                    interval_longest_wait: 0,
-                    closed: false,
-                    paused: false,
-                    max_in_setup: usize::MAX,
-                    crowd: Crowd::default(),
-                    stats: GateStats {
-                        cost_nanos: cost,
-                        ..GateStats::default()
-                    },
-                }),
-            }),
+            shared: Arc::new(Shared::new(clock, (), state)),
         }
     }
 
@@ -437,16 +423,12 @@ impl<C: Clock> GateQueue<C> {
     /// once when nobody waits ahead and the balance is positive; refused at once when the
     /// queue is full (FIFO) or it could not start in time; otherwise queued with `waker`.
     pub fn admit(&self, deadline: Duration, waker: &Waker) -> GateAdmit<C> {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        st.stats.attempts += 1;
-        let id = st.next_id;
-        st.next_id += 1;
-        let out = self.admit_locked(&mut st, id, now, deadline, waker, &mut wake);
-        drop(st);
-        wake_all(wake);
-        out
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.stats.attempts += 1;
+            let id = st.line.new_id();
+            self.admit_locked(st, id, now, deadline, waker, wake)
+        })
     }
 
     fn admit_locked(
@@ -458,7 +440,7 @@ impl<C: Clock> GateQueue<C> {
         waker: &Waker,
         wake: &mut Vec<Waker>,
     ) -> GateAdmit<C> {
-        if st.closed {
+        if st.line.is_closed() {
             st.stats.rejected += 1;
             st.stats.rejected_closed += 1;
             return GateAdmit::Rejected(st.rejection(RejectKind::Closed, now));
@@ -466,12 +448,12 @@ impl<C: Clock> GateQueue<C> {
         st.expire_oldest(now, EXPIRE_PER_ARRIVAL, wake);
         let balance = st.bucket.balance(now);
         // Fast path: nobody ahead, tokens there.
-        if st.waiters.is_empty() && st.may_grant() && balance > 0 {
+        if st.line.waiters.is_empty() && st.may_grant() && balance > 0 {
             st.take_cost(now);
             st.stats.admitted += 1;
             return GateAdmit::Admitted(SetupGrant { nanos: st.cost });
         }
-        let full = st.waiters.len() >= st.max_queue;
+        let full = st.line.waiters.len() >= st.max_queue;
         if full && st.order == QueueOrder::Fifo {
             st.stats.rejected += 1;
             st.stats.rejected_full += 1;
@@ -479,7 +461,7 @@ impl<C: Clock> GateQueue<C> {
         }
         // FIFO: everyone queued is granted first. LIFO: the newest is next.
         let ahead = match st.order {
-            QueueOrder::Fifo => st.waiters.len(),
+            QueueOrder::Fifo => st.line.waiters.len(),
             QueueOrder::Lifo => 0,
         };
         if st.wait_estimate(ahead, balance) > deadline {
@@ -489,22 +471,13 @@ impl<C: Clock> GateQueue<C> {
         }
         if full {
             // LIFO: the oldest attempt makes room.
-            if let Some(oldest) = st.waiters.pop_front() {
+            if let Some(oldest) = st.line.waiters.pop_front() {
                 st.refuse(oldest, RejectKind::QueueFull, now, wake);
             }
         }
-        st.waiters.push_back(Waiter {
-            id,
-            since: now,
-            expires: now.saturating_add(duration_nanos(deadline)),
-            waker: Some(waker.clone()),
-        });
-        st.had_waiters = true;
-        GateAdmit::Queued(GateTicket {
-            shared: self.shared.clone(),
-            id,
-            spent: false,
-        })
+        let expires = now.saturating_add(duration_nanos(deadline));
+        st.line.push(id, now, expires, Some(waker.clone()));
+        GateAdmit::Queued(GateTicket(Claim::new(self.shared.clone(), id)))
     }
 
     /// Charge `extra` CPU to a running setup beyond what it was allotted (a setup that ran
@@ -514,8 +487,8 @@ impl<C: Clock> GateQueue<C> {
         if extra == 0 {
             return;
         }
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
+        let now = self.shared.now();
+        let mut st = self.shared.state();
         st.bucket.take_unchecked(extra, now);
         st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(extra);
         grant.nanos = grant.nanos.saturating_add(extra);
@@ -526,161 +499,139 @@ impl<C: Clock> GateQueue<C> {
     pub fn done(&self, grant: SetupGrant, used: Duration) {
         let used = duration_nanos(used);
         let allotted = grant.nanos;
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
-        st.stats.setups += 1;
-        st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
-        if used > allotted {
-            let over = used - allotted;
-            st.bucket.take_unchecked(over, now);
-            st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
-        } else {
-            let back = allotted - used;
-            st.bucket.give_back(back);
-            st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
-        }
-        // A setup that used nothing (its client left first) says nothing about the cost.
-        if used > 0 {
-            st.cost = if st.measured {
-                let c = st.cost as i128 + (used as i128 - st.cost as i128) / COST_SMOOTHING as i128;
-                u64::try_from(c.max(1)).unwrap_or(u64::MAX)
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+            st.stats.setups += 1;
+            st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
+            if used > allotted {
+                let over = used - allotted;
+                st.bucket.take_unchecked(over, now);
+                st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
             } else {
-                used
-            };
-            st.measured = true;
-            st.stats.cost_nanos = st.cost;
-        }
-        st.grant_waiters(now, &mut wake);
-        drop(st);
-        wake_all(wake);
+                let back = allotted - used;
+                st.bucket.give_back(back);
+                st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(back);
+            }
+            // A setup that used nothing (its client left first) says nothing about the cost.
+            if used > 0 {
+                st.cost = if st.measured {
+                    let c =
+                        st.cost as i128 + (used as i128 - st.cost as i128) / COST_SMOOTHING as i128;
+                    u64::try_from(c.max(1)).unwrap_or(u64::MAX)
+                } else {
+                    used
+                };
+                st.measured = true;
+                st.stats.cost_nanos = st.cost;
+            }
+            st.grant_waiters(now, wake);
+        });
     }
 
     /// Change the token rate (as [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)), then
     /// grant waiters.
     pub fn set_rate(&self, rate_nanos_per_sec: u64) {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        st.bucket.set_rate(rate_nanos_per_sec, now);
-        st.grant_waiters(now, &mut wake);
-        drop(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.bucket.set_rate(rate_nanos_per_sec, now);
+            st.grant_waiters(now, wake);
+        });
     }
 
     /// The governor's periodic call: drop expired waiters, grant from what refilled, and
     /// return (and clear) whether attempts waited since the last tick.
     pub fn tick(&self) -> bool {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        let had = st.had_waiters || !st.waiters.is_empty();
-        st.had_waiters = false;
-        st.expire(now, &mut wake);
-        st.grant_waiters(now, &mut wake);
-        drop(st);
-        wake_all(wake);
-        had
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            let had = st.line.take_had_waiters();
+            st.expire(now, wake);
+            st.grant_waiters(now, wake);
+            had
+        })
     }
 
     /// The longest wait since the last call: finished waits, or the longest-waiting attempt
     /// still queued, whichever is longer.
     pub fn take_longest_wait(&self) -> Duration {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        // The oldest waiter is at the front in either order.
-        let head = st
-            .waiters
-            .front()
-            .map_or(0, |w| now.saturating_sub(w.since));
-        Duration::from_nanos(std::mem::take(&mut st.interval_longest_wait).max(head))
+        let now = self.shared.now();
+        Duration::from_nanos(self.shared.state().line.take_longest_wait(now))
     }
 
     /// Hold back every grant until [`resume`](Self::resume) (the backlog brake): attempts
     /// queue, tokens keep accruing.
     pub fn pause(&self) {
-        lock(&self.shared.state).paused = true;
+        self.shared.state().line.pause();
     }
 
     /// End a [`pause`](Self::pause) and grant waiters.
     pub fn resume(&self) {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        st.paused = false;
-        st.grant_waiters(now, &mut wake);
-        drop(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.line.resume();
+            st.grant_waiters(now, wake);
+        });
     }
 
     /// Let at most `max` setups run at once (`None`: no cap, the default); beyond it attempts
     /// wait as for tokens. Then grant waiters.
     pub fn set_max_in_setup(&self, max: Option<usize>) {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        st.max_in_setup = max.unwrap_or(usize::MAX).max(1);
-        st.grant_waiters(now, &mut wake);
-        drop(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.max_in_setup = max.unwrap_or(usize::MAX).max(1);
+            st.grant_waiters(now, wake);
+        });
     }
 
     /// Shut down: every queued and future attempt is refused with [`RejectKind::Closed`]
     /// (queued ones are woken). Grants already out can still be settled.
     pub fn close(&self) {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        st.closed = true;
-        let waiters = std::mem::take(&mut st.waiters);
-        let mut wake = Vec::with_capacity(waiters.len());
-        for w in waiters {
-            st.finish_wait(w.since, now);
-            st.stats.rejected += 1;
-            st.stats.rejected_closed += 1;
-            st.ended.push((w.id, Ended::Refused(RejectKind::Closed)));
-            wake.extend(w.waker);
-        }
-        drop(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            let refused = st.line.close(now, wake);
+            st.stats.rejected += refused;
+            st.stats.rejected_closed += refused;
+        });
     }
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
-        lock(&self.shared.state).closed
+        self.shared.state().line.is_closed()
     }
 
     /// The current token rate.
     pub fn rate(&self) -> u64 {
-        lock(&self.shared.state).bucket.rate()
+        self.shared.state().bucket.rate()
     }
 
     /// The retry-after base a refusal now would get, without booking its slot: after the
     /// attempts queued now and the retry slots booked so far ([`Duration::MAX`] at rate zero).
     pub fn retry_base(&self) -> Duration {
-        let now = duration_nanos(self.shared.clock.now());
-        lock(&self.shared.state).retry_slot(now, false)
+        let now = self.shared.now();
+        self.shared.state().retry_slot(now, false)
     }
 
     /// Counters and gauges, read under one lock.
     pub fn snapshot(&self) -> GateStats {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        let balance = st.bucket.balance(now);
+        let now = self.shared.now();
+        let mut st = self.shared.state();
+        let balance_nanos = st.bucket.balance(now);
+        let line = &st.line;
         GateStats {
             crowd: st
                 .spacing()
                 .map_or(0, |spacing| st.crowd.waiting(now, spacing)),
             rate_nanos_per_sec: st.bucket.rate(),
-            balance_nanos: balance,
-            queue_len: st.waiters.len(),
-            pending: st
-                .ended
-                .iter()
-                .filter(|e| matches!(e.1, Ended::Granted(_)))
+            balance_nanos,
+            queue_len: line.waiters.len(),
+            pending: line
+                .uncollected()
+                .filter(|e| matches!(e, Ended::Granted(_)))
                 .count(),
-            closed: st.closed,
-            paused: st.paused,
+            waits: line.waits(),
+            wait_nanos: line.wait_nanos(),
+            closed: line.is_closed(),
+            paused: line.is_paused(),
             max_in_setup: st.max_in_setup,
             ..st.stats.clone()
         }
@@ -688,81 +639,30 @@ impl<C: Clock> GateQueue<C> {
 }
 
 /// A queued attempt: poll it until it yields a [`SetupGrant`] or a [`Rejection`]; drop it to
-/// cancel (a grant it already received goes back).
-pub struct GateTicket<C: Clock> {
-    shared: Shared<C>,
-    id: u64,
-    spent: bool,
-}
-
-impl<C: Clock> fmt::Debug for GateTicket<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GateTicket")
-            .field("id", &self.id)
-            .field("spent", &self.spent)
-            .finish()
-    }
-}
+/// cancel (leave the queue, or give back a grant never collected, which goes to the next).
+pub struct GateTicket<C: Clock>(Claim<C, State>);
 
 impl<C: Clock> GateTicket<C> {
     /// `Ready(Ok(grant))` once granted, `Ready(Err(rejection))` once expired, displaced or
     /// closed, else `Pending` with `waker` registered. After `Ready` it returns
     /// `Ready(Err(Closed))`.
     pub fn poll(&mut self, waker: &Waker) -> Poll<Result<SetupGrant, Rejection>> {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        if self.spent {
-            return Poll::Ready(Err(st.rejection(RejectKind::Closed, now)));
-        }
-        if let Some(pos) = st.ended.iter().position(|e| e.0 == self.id) {
-            let (_, ended) = st.ended.swap_remove(pos);
-            self.spent = true;
-            return Poll::Ready(match ended {
+        let now = self.0.queue().now();
+        self.0.poll(waker, |st, ended| {
+            // No outcome: the gate closed on it, or it already returned `Ready`.
+            match ended.unwrap_or(Ended::Refused(RejectKind::Closed)) {
                 Ended::Granted(nanos) => {
                     st.stats.admitted += 1;
                     Ok(SetupGrant { nanos })
                 }
                 Ended::Refused(kind) => Err(st.rejection(kind, now)),
-            });
-        }
-        if let Some(w) = st.waiters.iter_mut().find(|w| w.id == self.id) {
-            match &mut w.waker {
-                Some(old) if old.will_wake(waker) => {}
-                slot => *slot = Some(waker.clone()),
             }
-            return Poll::Pending;
-        }
-        // Neither waiting nor ended: cannot happen (close records its refusals); be safe.
-        self.spent = true;
-        Poll::Ready(Err(st.rejection(RejectKind::Closed, now)))
+        })
     }
 }
 
-impl<C: Clock> Drop for GateTicket<C> {
-    /// Cancel: leave the queue, or give back a grant never collected (then grant the next).
-    fn drop(&mut self) {
-        if self.spent {
-            return;
-        }
-        let now = duration_nanos(self.shared.clock.now());
-        let mut wake = Vec::new();
-        let mut st = lock(&self.shared.state);
-        if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
-            if let Some(w) = st.waiters.remove(pos) {
-                st.finish_wait(w.since, now);
-                st.stats.cancelled += 1;
-            }
-        } else if let Some(pos) = st.ended.iter().position(|e| e.0 == self.id) {
-            let (_, ended) = st.ended.swap_remove(pos);
-            if let Ended::Granted(nanos) = ended {
-                st.stats.cancelled += 1;
-                st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
-                st.bucket.give_back(nanos);
-                st.stats.returned_nanos = st.stats.returned_nanos.saturating_add(nanos);
-                st.grant_waiters(now, &mut wake);
-            }
-        }
-        drop(st);
-        wake_all(wake);
+impl<C: Clock> fmt::Debug for GateTicket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt_as("GateTicket", f)
     }
 }

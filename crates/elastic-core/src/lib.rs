@@ -51,8 +51,10 @@ mod error;
 mod fast;
 mod gate;
 mod handle;
+mod line;
 mod queue;
 mod recent_low;
+mod shared;
 mod sync;
 mod tally;
 

@@ -1,7 +1,6 @@
 //! The work queue: hands out CPU-time slices from the token bucket, FIFO, waking waiters through
 //! plain [`Waker`]s (no runtime needed).
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -9,7 +8,9 @@ use std::time::Duration;
 use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
 use crate::fast::{FastPath, AVAIL_MAX, HOLDERS_MAX};
-use crate::sync::{lock, Arc, Mutex};
+use crate::line::{Cancelled, WaitLine};
+use crate::shared::{Claim, Lined, Shared};
+use crate::sync::Arc;
 
 /// The shortest slice a grant carries; shorter requests are rounded up.
 pub const MIN_SLICE: Duration = Duration::from_millis(10);
@@ -102,110 +103,85 @@ pub struct QueueSnapshot {
     pub debt_forgiven_nanos: u64,
 }
 
-struct Waiter {
-    id: u64,
-    slice: u64,
-    since: Duration,
-    waker: Option<Waker>,
-}
-
 struct State {
     bucket: Core,
-    waiters: VecDeque<Waiter>,
-    /// Granted to a ticket that has not collected it yet: (ticket id, nanos).
-    granted: Vec<(u64, u64)>,
-    next_id: u64,
-    had_waiters: bool,
-    /// The longest wait finished since the last [`WorkQueue::take_longest_wait`].
-    interval_longest_wait: u64,
-    closed: bool,
-    paused: bool,
+    /// Waiters ask for a slice; a grant is collected as its nanoseconds.
+    line: WaitLine<u64>,
     /// At most this many grants outstanding (at most [`HOLDERS_MAX`]; the count itself is in the
     /// fast path's word).
     max_holders: u64,
-    /// The counters only the lock side changes (the rest are in [`FastPath`]).
+    /// The counters only the lock side changes (the rest are in [`FastPath`] and the line).
     stats: QueueSnapshot,
 }
 
 impl State {
-    /// Count a waiter leaving the queue (for any reason).
-    fn finish_wait(&mut self, since: Duration, now: Duration) {
-        let waited = duration_nanos(now.saturating_sub(since));
-        self.stats.waits += 1;
-        self.stats.wait_nanos = self.stats.wait_nanos.saturating_add(waited);
-        self.stats.longest_wait_nanos = self.stats.longest_wait_nanos.max(waited);
-        self.interval_longest_wait = self.interval_longest_wait.max(waited);
-    }
-
     /// The granting rule of docs/design.md §4: while someone waits and the balance is positive,
-    /// grant the head its whole slice (the balance may dip negative). Wakers are collected, not
-    /// called: the caller wakes them after releasing the lock, so a waker that re-enters the queue
-    /// (or is slow) never runs under it.
+    /// grant the head its whole slice (the balance may dip negative).
     /// The fast path must be closed ([`FastPath::close`]).
-    fn grant_waiters(&mut self, fast: &FastPath, now: Duration, wake: &mut Vec<Waker>) {
-        if self.waiters.is_empty() || self.paused {
+    fn grant_waiters(&mut self, fast: &FastPath, now: u64, wake: &mut Vec<Waker>) {
+        if self.line.is_paused() {
             return;
         }
-        let t = duration_nanos(now);
-        while !self.waiters.is_empty()
+        while !self.line.waiters.is_empty()
             && fast.holders() < self.max_holders
-            && self.bucket.balance(t) > 0
+            && self.bucket.balance(now) > 0
         {
-            let Some(w) = self.waiters.pop_front() else {
+            let Some(w) = self.line.waiters.pop_front() else {
                 break;
             };
-            self.bucket.take_unchecked(w.slice, t);
+            let slice = w.terms;
+            self.bucket.take_unchecked(slice, now);
             fast.add_holder();
-            fast.count_grant(w.slice);
-            self.granted.push((w.id, w.slice));
-            self.finish_wait(w.since, now);
-            if let Some(k) = w.waker {
-                wake.push(k);
-            }
+            fast.count_grant(slice);
+            self.line.end(w, slice, now, wake);
         }
     }
 }
 
-/// The clock sits outside the mutex: it is read before locking, so a slow clock read (tens of
-/// ns on some VMs) never lengthens the critical section. A reading that is older than one
-/// another thread already applied is harmless: refill ignores time that went backwards.
-struct Inner<C> {
-    /// The lock-free path (see `fast.rs`); every critical section below closes it first
-    /// ([`Inner::lock`]) and reopens it last ([`Inner::unlock`]).
-    fast: FastPath,
-    clock: C,
-    state: Mutex<State>,
-}
+/// Every critical section closes the fast path first ([`Lined::on_lock`]) and reopens it last
+/// ([`Lined::on_unlock`]).
+impl Lined for State {
+    type Outcome = u64;
+    type LockFree = FastPath;
 
-impl<C> Inner<C> {
-    /// Take the lock and the tokens lent to the fast path: the bucket's balance is then whole.
-    fn lock(&self) -> crate::sync::MutexGuard<'_, State> {
-        let mut st = lock(&self.state);
-        let lent = self.fast.close();
-        st.bucket.give_back(lent);
-        st
+    fn line(&mut self) -> &mut WaitLine<u64> {
+        &mut self.line
+    }
+
+    /// A grant never collected goes back to the bucket, and on to the next waiters.
+    fn cancelled(
+        &mut self,
+        fast: &FastPath,
+        left: Cancelled<u64>,
+        now: u64,
+        wake: &mut Vec<Waker>,
+    ) {
+        if let Cancelled::Ended(nanos) = left {
+            fast.remove_holder();
+            self.bucket.give_back(nanos);
+            fast.count_settle(nanos, 0);
+            self.grant_waiters(fast, now, wake);
+        }
+    }
+
+    /// Take back the tokens lent to the fast path: the bucket's balance is then whole.
+    fn on_lock(&mut self, fast: &FastPath) {
+        let lent = fast.close();
+        self.bucket.give_back(lent);
     }
 
     /// Lend the balance to the fast path again if nothing needs the lock (nobody waits, not
-    /// paused or closed, no debt, a rate the word holds), then release the lock. The refill is
-    /// left to the next critical section: the fast path reads no clock.
-    fn unlock(&self, mut st: crate::sync::MutexGuard<'_, State>) {
-        let rate = st.bucket.rate();
-        if st.waiters.is_empty() && !st.paused && !st.closed && rate <= AVAIL_MAX {
-            let lent = st.bucket.lend_all();
+    /// paused or closed, no debt, a rate the word holds). The refill is left to the next
+    /// critical section: the fast path reads no clock.
+    fn on_unlock(&mut self, fast: &FastPath) {
+        let rate = self.bucket.rate();
+        let line = &self.line;
+        if line.waiters.is_empty() && !line.is_paused() && !line.is_closed() && rate <= AVAIL_MAX {
+            let lent = self.bucket.lend_all();
             if lent > 0 {
-                self.fast.open(lent, rate);
+                fast.open(lent, rate);
             }
         }
-        drop(st);
-    }
-}
-
-type Shared<C> = Arc<Inner<C>>;
-
-fn wake_all(wake: Vec<Waker>) {
-    for w in wake {
-        w.wake();
     }
 }
 
@@ -232,7 +208,7 @@ fn wake_all(wake: Vec<Waker>) {
 /// assert_eq!(queue.snapshot().returned_nanos, 20_000_000);
 /// ```
 pub struct WorkQueue<C: Clock> {
-    shared: Shared<C>,
+    shared: Arc<Shared<C, State>>,
 }
 
 impl<C: Clock> Clone for WorkQueue<C> {
@@ -256,26 +232,14 @@ impl<C: Clock> WorkQueue<C> {
     /// A queue over a full bucket refilling at `rate_nanos_per_sec`.
     pub fn new(clock: C, rate_nanos_per_sec: u64) -> Self {
         let bucket = Core::new(rate_nanos_per_sec, duration_nanos(clock.now()));
-        let inner = Inner {
-            fast: FastPath::new(),
-            clock,
-            state: Mutex::new(State {
-                bucket,
-                waiters: VecDeque::new(),
-                granted: Vec::new(),
-                next_id: 0,
-                had_waiters: false,
-                interval_longest_wait: 0,
-                closed: false,
-                paused: false,
-                max_holders: HOLDERS_MAX,
-                stats: QueueSnapshot::default(),
-            }),
+        let state = State {
+            bucket,
+            line: WaitLine::new(),
+            max_holders: HOLDERS_MAX,
+            stats: QueueSnapshot::default(),
         };
-        let st = inner.lock();
-        inner.unlock(st);
         Self {
-            shared: Arc::new(inner),
+            shared: Arc::new(Shared::new(clock, FastPath::new(), state)),
         }
     }
 
@@ -287,38 +251,34 @@ impl<C: Clock> WorkQueue<C> {
     pub fn admit(&self, slice: Duration) -> Admit<C> {
         let n = duration_nanos(slice.clamp(MIN_SLICE, MAX_SLICE));
         // Nobody waits and the lent tokens cover it: one compare-and-swap, no clock, no lock.
-        if self.shared.fast.try_admit(n) {
+        if self.shared.lock_free.try_admit(n) {
             return Admit::Granted(Grant { nanos: n });
         }
-        let now = self.shared.clock.now();
+        self.admit_locked(n)
+    }
+
+    /// [`admit`](Self::admit) under the lock: out of line, so the fast path stays a
+    /// compare-and-swap and a return.
+    #[inline(never)]
+    fn admit_locked(&self, n: u64) -> Admit<C> {
+        let now = self.shared.now();
         let mut st = self.shared.lock();
-        let id = st.next_id;
-        st.next_id += 1;
-        if !st.closed {
-            if st.waiters.is_empty()
-                && !st.paused
-                && self.shared.fast.holders() < st.max_holders
-                && st.bucket.try_take(n, duration_nanos(now))
+        let id = st.line.new_id();
+        if !st.line.is_closed() {
+            if st.line.waiters.is_empty()
+                && !st.line.is_paused()
+                && self.shared.lock_free.holders() < st.max_holders
+                && st.bucket.try_take(n, now)
             {
-                self.shared.fast.add_holder();
-                self.shared.fast.count_grant(n);
+                self.shared.lock_free.add_holder();
+                self.shared.lock_free.count_grant(n);
                 self.shared.unlock(st);
                 return Admit::Granted(Grant { nanos: n });
             }
-            st.waiters.push_back(Waiter {
-                id,
-                slice: n,
-                since: now,
-                waker: None,
-            });
-            st.had_waiters = true;
+            st.line.push(id, now, n, None);
         }
         self.shared.unlock(st);
-        Admit::Queued(Ticket {
-            shared: self.shared.clone(),
-            id,
-            spent: false,
-        })
+        Admit::Queued(Ticket(Claim::new(self.shared.clone(), id)))
     }
 
     /// Settle a grant: `used` beyond the slice is charged (debt), the unused rest is returned;
@@ -327,62 +287,62 @@ impl<C: Clock> WorkQueue<C> {
         let allotted = grant.nanos;
         let used = duration_nanos(used);
         // Nobody waits and the slice was not overrun: one compare-and-swap, no clock, no lock.
-        if self.shared.fast.try_settle(allotted, used) {
+        if self.shared.lock_free.try_settle(allotted, used) {
             return;
         }
-        let mut wake = Vec::new();
+        self.settle_locked(allotted, used);
+    }
+
+    /// [`done`](Self::done) under the lock: out of line, as [`admit_locked`](Self::admit_locked).
+    #[inline(never)]
+    fn settle_locked(&self, allotted: u64, used: u64) {
+        let shared = &*self.shared;
+        let fast = &shared.lock_free;
         // Returning needs no clock read (see `Core::give_back`); charging and granting do.
-        let mut now = (used > allotted).then(|| self.shared.clock.now());
-        let mut st = self.shared.lock();
-        let fast = &self.shared.fast;
-        fast.remove_holder();
-        if used > allotted {
-            let over = used - allotted;
-            let t = *now.get_or_insert_with(|| self.shared.clock.now());
-            st.bucket.take_unchecked(over, duration_nanos(t));
-            st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
-            fast.count_settle(0, used);
-        } else {
-            let back = allotted - used;
-            st.bucket.give_back(back);
-            fast.count_settle(back, used);
-        }
-        if !st.waiters.is_empty() {
-            // Rare path (someone waits): reading the clock under the lock is fine here.
-            let t = *now.get_or_insert_with(|| self.shared.clock.now());
-            st.grant_waiters(fast, t, &mut wake);
-        }
-        self.shared.unlock(st);
-        wake_all(wake);
+        let mut now = (used > allotted).then(|| shared.now());
+        shared.update(|st, wake| {
+            fast.remove_holder();
+            if used > allotted {
+                let over = used - allotted;
+                let t = *now.get_or_insert_with(|| shared.now());
+                st.bucket.take_unchecked(over, t);
+                st.stats.over_limit_nanos = st.stats.over_limit_nanos.saturating_add(over);
+                fast.count_settle(0, used);
+            } else {
+                let back = allotted - used;
+                st.bucket.give_back(back);
+                fast.count_settle(back, used);
+            }
+            if !st.line.waiters.is_empty() {
+                // Rare path (someone waits): reading the clock under the lock is fine here.
+                let t = *now.get_or_insert_with(|| shared.now());
+                st.grant_waiters(fast, t, wake);
+            }
+        });
     }
 
     /// Change the token rate (see [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)), then grant waiters.
     pub fn set_rate(&self, rate_nanos_per_sec: u64) {
-        let mut wake = Vec::new();
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
-        st.bucket.set_rate(rate_nanos_per_sec, duration_nanos(now));
-        st.grant_waiters(&self.shared.fast, now, &mut wake);
-        self.shared.unlock(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.bucket.set_rate(rate_nanos_per_sec, now);
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+        });
     }
 
     /// The governor's periodic call: refill, grant waiters from what refilled, and return (and
     /// clear) whether elastic work waited since the last tick: true if an admission queued
     /// since then, or if any were still queued when this tick began.
     pub fn tick(&self) -> bool {
-        let mut wake = Vec::new();
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
-        // Read before granting: waiters this tick serves still waited during the last period.
-        let had = st.had_waiters || !st.waiters.is_empty();
-        st.had_waiters = false;
-        // Refill now: the fast path reads no clock, so this bounds how long refill waits.
-        st.bucket.balance(duration_nanos(now));
-        st.grant_waiters(&self.shared.fast, now, &mut wake);
-        self.shared.unlock(st);
-        wake_all(wake);
-        had
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            // Read before granting: waiters this tick serves still waited during the last period.
+            let had = st.line.take_had_waiters();
+            // Refill now: the fast path reads no clock, so this bounds how long refill waits.
+            st.bucket.balance(now);
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+            had
+        })
     }
 
     /// The longest any admission waited since the last call (the governor calls it once a
@@ -404,14 +364,8 @@ impl<C: Clock> WorkQueue<C> {
     /// assert_eq!(q.take_longest_wait(), Duration::ZERO); // nothing waited since
     /// ```
     pub fn take_longest_wait(&self) -> Duration {
-        let now = duration_nanos(self.shared.clock.now());
-        let mut st = lock(&self.shared.state);
-        let head = st
-            .waiters
-            .front()
-            .map_or(0, |w| now.saturating_sub(duration_nanos(w.since)));
-        let longest = std::mem::take(&mut st.interval_longest_wait).max(head);
-        Duration::from_nanos(longest)
+        let now = self.shared.now();
+        Duration::from_nanos(self.shared.state().line.take_longest_wait(now))
     }
 
     /// Holds back every grant until [`resume`](Self::resume): admissions queue (in order) even
@@ -434,8 +388,7 @@ impl<C: Clock> WorkQueue<C> {
     /// ```
     pub fn pause(&self) {
         let mut st = self.shared.lock();
-        if !st.paused {
-            st.paused = true;
+        if st.line.pause() {
             st.stats.pauses += 1;
         }
         self.shared.unlock(st);
@@ -443,13 +396,11 @@ impl<C: Clock> WorkQueue<C> {
 
     /// Ends a [`pause`](Self::pause) and grants waiters, in order, as the bucket allows.
     pub fn resume(&self) {
-        let mut wake = Vec::new();
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
-        st.paused = false;
-        st.grant_waiters(&self.shared.fast, now, &mut wake);
-        self.shared.unlock(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.line.resume();
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+        });
     }
 
     /// Hand out at most `max` grants at a time (`None`: no cap, the default). Grants beyond it
@@ -469,67 +420,56 @@ impl<C: Clock> WorkQueue<C> {
     /// # drop(t);
     /// ```
     pub fn set_max_holders(&self, max: Option<usize>) {
-        let mut wake = Vec::new();
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
+        let now = self.shared.now();
         let max = max.map_or(HOLDERS_MAX, |m| (m as u64).clamp(1, HOLDERS_MAX));
-        st.max_holders = max;
-        self.shared.fast.set_max_holders(max);
-        st.grant_waiters(&self.shared.fast, now, &mut wake);
-        self.shared.unlock(st);
-        wake_all(wake);
+        self.shared.update(|st, wake| {
+            st.max_holders = max;
+            self.shared.lock_free.set_max_holders(max);
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+        });
     }
 
     /// Shut down: every queued and future admission resolves to [`Closed`] (queued ones are
     /// woken). Grants already handed out stay valid and can still be settled.
     pub fn close(&self) {
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
-        st.closed = true;
-        let waiters = std::mem::take(&mut st.waiters);
-        let mut wake = Vec::with_capacity(waiters.len());
-        for w in waiters {
-            st.finish_wait(w.since, now);
-            wake.extend(w.waker);
-        }
-        self.shared.unlock(st);
-        wake_all(wake);
+        let now = self.shared.now();
+        self.shared.update(|st, wake| st.line.close(now, wake));
     }
 
     /// Whether [`close`](WorkQueue::close) was called.
     pub fn is_closed(&self) -> bool {
-        lock(&self.shared.state).closed
+        self.shared.state().line.is_closed()
     }
 
     /// Current token rate (CPU nanoseconds per second).
     pub fn rate(&self) -> u64 {
-        lock(&self.shared.state).bucket.rate()
+        self.shared.state().bucket.rate()
     }
 
     /// Counters and gauges, read under one lock.
     pub fn snapshot(&self) -> QueueSnapshot {
-        let now = duration_nanos(self.shared.clock.now());
+        let now = self.shared.now();
         let mut st = self.shared.lock();
-        let balance = st.bucket.balance(now);
-        let head_wait_nanos = st
-            .waiters
-            .front()
-            .map_or(0, |w| now.saturating_sub(duration_nanos(w.since)));
-        let fast = &self.shared.fast;
+        let balance_nanos = st.bucket.balance(now);
+        let fast = &self.shared.lock_free;
         let counted = fast.counters();
+        let line = &st.line;
         let snapshot = QueueSnapshot {
-            head_wait_nanos,
-            debt_forgiven_nanos: st.bucket.forgiven,
-            rate_nanos_per_sec: st.bucket.rate(),
-            balance_nanos: balance,
-            waiters: st.waiters.len(),
-            closed: st.closed,
-            paused: st.paused,
+            waiters: line.waiters.len(),
+            head_wait_nanos: line.head_wait(now),
+            waits: line.waits(),
+            wait_nanos: line.wait_nanos(),
+            longest_wait_nanos: line.longest_wait(),
+            closed: line.is_closed(),
+            paused: line.is_paused(),
             holders: fast.holders() as usize,
             grants: counted.grants,
             acquired_nanos: counted.acquired,
             returned_nanos: counted.returned,
             used_nanos: counted.used,
+            balance_nanos,
+            debt_forgiven_nanos: st.bucket.forgiven,
+            rate_nanos_per_sec: st.bucket.rate(),
             ..st.stats.clone()
         };
         self.shared.unlock(st);
@@ -537,79 +477,28 @@ impl<C: Clock> WorkQueue<C> {
     }
 }
 
-/// A queued admission: poll it until it yields a [`Grant`] (or [`Closed`]); drop it to cancel.
-pub struct Ticket<C: Clock> {
-    shared: Shared<C>,
-    id: u64,
-    /// Resolved (grant collected or closed): nothing left to cancel.
-    spent: bool,
-}
-
-impl<C: Clock> fmt::Debug for Ticket<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("id", &self.id)
-            .field("spent", &self.spent)
-            .finish()
-    }
-}
+/// A queued admission: poll it until it yields a [`Grant`] (or [`Closed`]); drop it to cancel
+/// (leave the queue, or give back a grant never collected, which goes to the next waiters).
+pub struct Ticket<C: Clock>(Claim<C, State>);
 
 impl<C: Clock> Ticket<C> {
     /// `Ready(Ok(grant))` once granted, `Ready(Err(Closed))` if the queue closed first, else
     /// `Pending` with `waker` registered (replacing the previous one unless it would wake the
     /// same task). A ticket that already returned `Ready` returns `Ready(Err(Closed))`.
     pub fn poll_grant(&mut self, waker: &Waker) -> Poll<Result<Grant, Closed>> {
-        if self.spent {
-            return Poll::Ready(Err(Closed));
-        }
-        let mut st = lock(&self.shared.state);
-        if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
-            let (_, nanos) = st.granted.swap_remove(pos);
-            self.spent = true;
-            return Poll::Ready(Ok(Grant { nanos }));
-        }
-        if let Some(w) = st.waiters.iter_mut().find(|w| w.id == self.id) {
-            match &mut w.waker {
-                Some(old) if old.will_wake(waker) => {}
-                slot => *slot = Some(waker.clone()),
-            }
-            return Poll::Pending;
-        }
-        // Neither waiting nor granted: close removed it (or it was admitted after close).
-        self.spent = true;
-        Poll::Ready(Err(Closed))
+        self.0.poll(waker, |_, granted| {
+            granted.map(|nanos| Grant { nanos }).ok_or(Closed)
+        })
     }
 
     /// Whether the ticket has resolved (its grant was collected, or it failed with [`Closed`]).
     pub fn is_spent(&self) -> bool {
-        self.spent
+        self.0.is_spent()
     }
 }
 
-impl<C: Clock> Drop for Ticket<C> {
-    /// Cancel: leave the queue, or give back a grant that was never collected (then grant the
-    /// next waiters with it).
-    fn drop(&mut self) {
-        if self.spent {
-            return;
-        }
-        let mut wake = Vec::new();
-        let now = self.shared.clock.now();
-        let mut st = self.shared.lock();
-        if let Some(pos) = st.waiters.iter().position(|w| w.id == self.id) {
-            if let Some(w) = st.waiters.remove(pos) {
-                st.finish_wait(w.since, now);
-            }
-        } else if let Some(pos) = st.granted.iter().position(|g| g.0 == self.id) {
-            let (_, nanos) = st.granted.swap_remove(pos);
-            let fast = &self.shared.fast;
-            fast.remove_holder();
-            st.bucket.give_back(nanos);
-            fast.count_settle(nanos, 0);
-            st.grant_waiters(fast, now, &mut wake);
-        }
-        // With the last waiter gone the fast path may reopen.
-        self.shared.unlock(st);
-        wake_all(wake);
+impl<C: Clock> fmt::Debug for Ticket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt_as("Ticket", f)
     }
 }

@@ -1,4 +1,4 @@
-//! The adaptive step (issue 16, item 5): far below the target (risen at most 2/3 of the way from
+//! The adaptive step: far below the target (risen at most 2/3 of the way from
 //! the climb's lowest p99 to the target) the steps up double (slow start), near it and on every
 //! reversal they are single, steps down are never boosted. On a plant whose p99 lags the limit
 //! by a whole window, on the manual clock.

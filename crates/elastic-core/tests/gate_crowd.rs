@@ -2,26 +2,20 @@
 //! apart at the current rate, and run out once refusals stop; on the manual clock, to the
 //! nanosecond.
 
+mod common;
+
 use std::task::Waker;
 use std::time::Duration;
 
-use elastic_cpu_core::{GateAdmit, GateConfig, GateQueue, ManualClock, QueueOrder, RejectKind};
+use common::{gate, gate_queued};
+use elastic_cpu_core::{GateAdmit, GateQueue, ManualClock, QueueOrder, RejectKind};
 
 const MS: Duration = Duration::from_millis(1);
 const NS: Duration = Duration::from_nanos(1);
 
 /// 100 ms of setup CPU a second; one setup measured at 101 ms leaves the bucket 1 ms in debt.
 fn in_debt() -> (GateQueue<ManualClock>, ManualClock) {
-    let clock = ManualClock::new();
-    let q = GateQueue::new(
-        clock.clone(),
-        100_000_000,
-        GateConfig {
-            max_queue: 4,
-            order: QueueOrder::Fifo,
-            initial_cost: MS,
-        },
-    );
+    let (q, clock) = gate(100_000_000, 4, QueueOrder::Fifo, MS);
     let GateAdmit::Admitted(g) = q.admit(Duration::from_secs(1), Waker::noop()) else {
         panic!("the full bucket did not admit")
     };
@@ -72,12 +66,7 @@ fn a_queue_that_clears_later_goes_first() {
     let first = refuse(&q);
     // Three wait (the would-expire check lets a 1 h deadline in).
     let tickets: Vec<_> = (0..3)
-        .map(
-            |_| match q.admit(Duration::from_secs(3600), Waker::noop()) {
-                GateAdmit::Queued(t) => t,
-                other => panic!("not queued: {other:?}"),
-            },
-        )
+        .map(|_| gate_queued(q.admit(Duration::from_secs(3600), Waker::noop())))
         .collect();
     // Ready after the three queued and itself: (4 × 101 + 1) ms at 100 ms a second = 4.05 s,
     // later than the one booked slot (1.02 .. 2.03 s).

@@ -3,44 +3,23 @@
 //! once is a burst of tasks the runtime must poll back to back, and that burst is itself the
 //! scheduling latency the gate steers by. On the manual clock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
+mod common;
+
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
+use common::{gate, gate_queued, waker, wakes};
 use elastic_cpu_core::{
-    GateAdmit, GateConfig, GateQueue, GateTicket, ManualClock, QueueOrder, RejectKind, SetupGrant,
+    GateAdmit, GateQueue, GateTicket, ManualClock, QueueOrder, RejectKind, SetupGrant,
 };
 
 const MS: Duration = Duration::from_millis(1);
-
-struct Count(AtomicUsize);
-
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn counting() -> (Arc<Count>, Waker) {
-    let c = Arc::new(Count(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
-}
 
 /// A gate with one setup running and room for only one at a time: arrivals queue (the
 /// bucket has tokens, so each expects to start at once) and nothing is granted until the
 /// running setup settles.
 fn busy(order: QueueOrder) -> (GateQueue<ManualClock>, ManualClock, SetupGrant) {
-    let clock = ManualClock::new();
-    let q = GateQueue::new(
-        clock.clone(),
-        1_000_000_000,
-        GateConfig {
-            max_queue: 64,
-            order,
-            initial_cost: MS,
-        },
-    );
+    let (q, clock) = gate(1_000_000_000, 64, order, MS);
     q.set_max_in_setup(Some(1));
     let GateAdmit::Admitted(g) = q.admit(Duration::from_secs(1), Waker::noop()) else {
         panic!("the full bucket did not admit")
@@ -49,10 +28,7 @@ fn busy(order: QueueOrder) -> (GateQueue<ManualClock>, ManualClock, SetupGrant) 
 }
 
 fn queue(q: &GateQueue<ManualClock>, deadline: Duration, w: &Waker) -> GateTicket<ManualClock> {
-    match q.admit(deadline, w) {
-        GateAdmit::Queued(t) => t,
-        other => panic!("not queued: {other:?}"),
-    }
+    gate_queued(q.admit(deadline, w))
 }
 
 fn expired(t: &mut GateTicket<ManualClock>) -> bool {
@@ -63,19 +39,19 @@ fn expired(t: &mut GateTicket<ManualClock>) -> bool {
 fn each_arrival_drops_the_oldest_expired_waiters_without_a_tick() {
     for order in [QueueOrder::Lifo, QueueOrder::Fifo] {
         let (q, clock, running) = busy(order);
-        let (woken, w) = counting();
+        let (woken, w) = waker();
         let mut old: Vec<_> = (0..5).map(|_| queue(&q, 50 * MS, &w)).collect();
         clock.advance(60 * MS);
         // A new arrival with a deadline it can meet: the two oldest expired waiters leave now.
         let _young = queue(&q, 500 * MS, Waker::noop());
-        assert_eq!(woken.0.load(Ordering::SeqCst), 2, "{order:?}");
+        assert_eq!(wakes(&woken), 2, "{order:?}");
         let s = q.snapshot();
         assert_eq!((s.expired, s.queue_len), (2, 4), "{order:?}");
         assert!(expired(&mut old[0]) && expired(&mut old[1]), "{order:?}");
         assert!(old[2].poll(&w).is_pending(), "{order:?}");
         // The tick sweeps what the arrivals left.
         q.tick();
-        assert_eq!(woken.0.load(Ordering::SeqCst), 5, "{order:?}");
+        assert_eq!(wakes(&woken), 5, "{order:?}");
         assert_eq!(q.snapshot().expired, 5, "{order:?}");
         assert!(old[2..].iter_mut().all(expired), "{order:?}");
         q.done(running, MS);
@@ -85,11 +61,11 @@ fn each_arrival_drops_the_oldest_expired_waiters_without_a_tick() {
 #[test]
 fn an_arrival_leaves_waiters_within_their_deadline_alone() {
     let (q, clock, running) = busy(QueueOrder::Lifo);
-    let (woken, w) = counting();
+    let (woken, w) = waker();
     let mut t = queue(&q, 50 * MS, &w);
     clock.advance(50 * MS - Duration::from_nanos(1));
     let _next = queue(&q, 50 * MS, Waker::noop());
-    assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+    assert_eq!(wakes(&woken), 0);
     assert_eq!(q.snapshot().expired, 0);
     assert!(t.poll(Waker::noop()).is_pending());
     q.done(running, MS);

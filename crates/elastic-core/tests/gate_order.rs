@@ -4,14 +4,15 @@
 //! one that ends later is wasted CPU (the client has gone). docs/design.md §5 quotes the table
 //! this prints (`cargo test -p elastic-cpu-core --test gate_order -- --nocapture`).
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
 
-use elastic_cpu_core::{
-    Clock, GateAdmit, GateConfig, GateQueue, GateTicket, ManualClock, QueueOrder, SetupGrant,
-};
+use common::gate;
+use elastic_cpu_core::{Clock, GateAdmit, GateTicket, ManualClock, QueueOrder, SetupGrant};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -52,16 +53,7 @@ fn simulate(run: Run) -> Outcome {
     const FROM: Duration = Duration::from_secs(2);
     let cost = MS;
     let timeout = Duration::from_millis(500);
-    let clock = ManualClock::new();
-    let q = GateQueue::new(
-        clock.clone(),
-        1_000_000_000,
-        GateConfig {
-            max_queue: 1024,
-            order: run.order,
-            initial_cost: cost,
-        },
-    );
+    let (q, clock) = gate(1_000_000_000, 1024, run.order, cost);
     // Queued attempts: (ticket, arrival, woken flag).
     let mut waiting: Vec<(GateTicket<ManualClock>, Duration, Arc<Flag>)> = Vec::new();
     // Running setups: (grant, arrival, end).

@@ -2,48 +2,26 @@
 //! fast, the interval never shrinks, the cached answer holds between reads, backwards clocks
 //! clamp.
 
+mod common;
+
+use common::{granted, CountingClock};
 use elastic_cpu_core::{
-    Admit, Clock, ElasticHandle, Grant, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue,
+    Admit, ElasticHandle, Grant, ManualClock, MonotonicClock, ThreadCpuClock, WorkQueue,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const MS: i64 = 1_000_000;
 
-/// A manual clock that counts its reads.
-#[derive(Clone, Default)]
-struct Counting {
-    clock: ManualClock,
-    reads: Arc<AtomicU64>,
-}
-
-impl Clock for Counting {
-    fn now(&self) -> Duration {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.clock.now()
-    }
-}
-
-impl Counting {
-    fn reads(&self) -> u64 {
-        self.reads.load(Ordering::SeqCst)
-    }
-}
-
 fn grant(slice_ms: u64) -> Grant {
     let q = WorkQueue::new(ManualClock::new(), 1_000_000_000);
-    match q.admit(Duration::from_millis(slice_ms)) {
-        Admit::Granted(g) => g,
-        Admit::Queued(_) => unreachable!(),
-    }
+    granted(q.admit(Duration::from_millis(slice_ms)))
 }
 
 /// Calls (1-based) at which `over_limit` read the clock, over `calls` calls, advancing the clock
 /// by `step` after every call.
 fn read_positions(
-    h: &mut ElasticHandle<Counting>,
-    clock: &Counting,
+    h: &mut ElasticHandle<CountingClock>,
+    clock: &CountingClock,
     calls: u64,
     step: Duration,
 ) -> Vec<u64> {
@@ -54,14 +32,14 @@ fn read_positions(
         if clock.reads() != before {
             at.push(i);
         }
-        clock.clock.advance(step);
+        clock.time.advance(step);
     }
     at
 }
 
 #[test]
 fn reads_double_apart_while_checks_are_fast() {
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::new(grant(100), clock.clone());
     assert_eq!(clock.reads(), 1, "start time");
     assert_eq!(h.check_interval(), 0);
@@ -76,8 +54,8 @@ fn reads_double_apart_while_checks_are_fast() {
 /// Calls (1-based) at which `over_limit` read the clock over `calls` calls, with the running time
 /// a script of the call number: `step(n)` elapses after call `n`.
 fn scripted_reads(
-    h: &mut ElasticHandle<Counting>,
-    clock: &Counting,
+    h: &mut ElasticHandle<CountingClock>,
+    clock: &CountingClock,
     calls: u64,
     step: impl Fn(u64) -> Duration,
 ) -> Vec<u64> {
@@ -90,7 +68,7 @@ fn scripted_reads(
             1 => at.push(n),
             r => panic!("call {n} read the clock {r} times"),
         }
-        clock.clock.advance(step(n));
+        clock.time.advance(step(n));
     }
     at
 }
@@ -100,7 +78,7 @@ fn scripted_reads(
 /// apart, and never shrinks.
 #[test]
 fn golden_reads_fall_on_every_nth_call() {
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::new(grant(10_000), clock.clone());
     let us = Duration::from_micros;
     let at = scripted_reads(&mut h, &clock, 1_600, |n| match n {
@@ -122,7 +100,7 @@ fn golden_reads_fall_on_every_nth_call() {
 
     // A 400 µs deadline makes the spacing 50 µs: at 20 µs per call the interval stops at 4
     // (reads 80 µs apart), and the read on call 24 sees 460 µs: over.
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::with_deadline(grant(10), clock.clone(), us(400));
     let mut over_at = None;
     let mut at = Vec::new();
@@ -134,7 +112,7 @@ fn golden_reads_fall_on_every_nth_call() {
         if clock.reads() != before {
             at.push(n);
         }
-        clock.clock.advance(us(20));
+        clock.time.advance(us(20));
     }
     assert_eq!(at, vec![1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40]);
     assert_eq!(over_at, Some(24));
@@ -143,7 +121,7 @@ fn golden_reads_fall_on_every_nth_call() {
 
 #[test]
 fn interval_stops_growing_when_checks_are_far_apart_and_never_shrinks() {
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::new(grant(100), clock.clone());
     // Fast start: reads at 1, 2, 4, 8 leave the interval at 8.
     read_positions(&mut h, &clock, 8, Duration::ZERO);
@@ -163,7 +141,7 @@ fn interval_stops_growing_when_checks_are_far_apart_and_never_shrinks() {
 
 #[test]
 fn slow_first_checks_keep_the_interval_at_one() {
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::new(grant(100), clock.clone());
     let at = read_positions(&mut h, &clock, 10, Duration::from_millis(1));
     // Interval 0 -> 1 on the first check: every call reads, 1 ms apart, which is not closer
@@ -174,14 +152,14 @@ fn slow_first_checks_keep_the_interval_at_one() {
 
 #[test]
 fn answer_is_cached_between_reads() {
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let mut h = ElasticHandle::new(grant(10), clock.clone());
     assert_eq!(h.over_limit(), (false, -10 * MS)); // read, interval 1
     assert_eq!(h.over_limit(), (false, -10 * MS)); // read at once: interval 2
-    clock.clock.advance(Duration::from_millis(4));
+    clock.time.advance(Duration::from_millis(4));
     assert_eq!(h.over_limit(), (false, -10 * MS)); // cached: the 4 ms are not seen
     assert_eq!(h.over_limit(), (false, -6 * MS)); // read (4 ms apart: interval stays 2)
-    clock.clock.advance(Duration::from_millis(20));
+    clock.time.advance(Duration::from_millis(20));
     assert_eq!(h.over_limit(), (false, -6 * MS)); // cached
     assert_eq!(h.over_limit(), (true, 14 * MS)); // read: spent, 14 ms over
     assert_eq!(h.over_limit(), (true, 14 * MS)); // cached
@@ -299,13 +277,13 @@ fn a_deadline_moved_on_keeps_the_interval_and_each_step_is_overrun_by_little() {
     // A caller that runs on past its 50 µs deadline three times, 1 µs per call: each new
     // deadline is reached within about an eighth of a step, and the interval learned before
     // the first move is kept (no burst of reads from 1 again).
-    let clock = Counting::default();
+    let clock = CountingClock::default();
     let step = Duration::from_micros(50);
     let mut h = ElasticHandle::with_deadline(grant(100), clock.clone(), step);
     for n in 1..=4u32 {
         let mut calls = 0u64;
         while !h.over_limit().0 {
-            clock.clock.advance(Duration::from_micros(1));
+            clock.time.advance(Duration::from_micros(1));
             calls += 1;
             assert!(calls < 10_000, "never over");
         }
@@ -328,7 +306,7 @@ fn a_deadline_moved_on_keeps_the_interval_and_each_step_is_overrun_by_little() {
     // Never past the slice; the answer is against the deadline of the last read.
     h.set_deadline(Duration::from_secs(5));
     assert_eq!(h.deadline(), Duration::from_millis(100));
-    clock.clock.advance(Duration::from_millis(100));
+    clock.time.advance(Duration::from_millis(100));
     while !h.over_limit().0 {}
     h.set_deadline(Duration::from_millis(1));
     assert!(

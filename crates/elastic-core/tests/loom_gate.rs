@@ -7,58 +7,40 @@
 //! attempt ends exactly once and that no token is lost or doubled.
 #![cfg(loom)]
 
+mod common;
+
+use common::{after_one_wake, gate, gate_queued, grant_of, waker, wakes, CountingWaker};
 use elastic_cpu_core::{
-    GateAdmit, GateConfig, GateQueue, GateStats, GateTicket, ManualClock, QueueOrder, RejectKind,
-    SetupGrant,
+    GateAdmit, GateQueue, GateStats, GateTicket, ManualClock, QueueOrder, RejectKind, SetupGrant,
 };
-use loom::sync::atomic::{AtomicUsize, Ordering};
-use loom::thread;
+use loom::thread::{self, JoinHandle};
 use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
 
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn waker() -> (Arc<CountingWaker>, Waker) {
-    let c = Arc::new(CountingWaker(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
-}
-
-fn wakes(c: &CountingWaker) -> usize {
-    c.0.load(Ordering::SeqCst)
-}
-
 /// 100 ms/s, setups estimated at 100 ms: the one grant returned takes the whole burst.
 fn drained(order: QueueOrder) -> (GateQueue<ManualClock>, ManualClock, SetupGrant) {
-    let clock = ManualClock::new();
-    let q = GateQueue::new(
-        clock.clone(),
-        100 * MS,
-        GateConfig {
-            max_queue: 4,
-            order,
-            initial_cost: Duration::from_millis(100),
-        },
-    );
+    let (q, clock) = gate(100 * MS, 4, order, Duration::from_millis(100));
     match q.admit(Duration::from_secs(1), Waker::noop()) {
         GateAdmit::Admitted(g) => (q, clock, g),
         other => panic!("{other:?}"),
     }
 }
 
-fn queued(a: GateAdmit<ManualClock>) -> GateTicket<ManualClock> {
-    match a {
-        GateAdmit::Queued(t) => t,
-        other => panic!("not queued: {other:?}"),
-    }
+/// An attempt that may wait 10 s, queued, and polled once (`Pending`) with a counting waker.
+fn waiting(q: &GateQueue<ManualClock>) -> (GateTicket<ManualClock>, Arc<CountingWaker>, Waker) {
+    let mut t = gate_queued(q.admit(Duration::from_secs(10), Waker::noop()));
+    let (count, w) = waker();
+    assert!(t.poll(&w).is_pending());
+    (t, count, w)
+}
+
+/// Settle `g` having used `used`, on another thread.
+fn settle_on_a_thread(q: &GateQueue<ManualClock>, g: SetupGrant, used: Duration) -> JoinHandle<()> {
+    let q = q.clone();
+    thread::spawn(move || q.done(g, used))
 }
 
 /// Every attempt ended exactly once, and every token taken is charged or returned.
@@ -75,6 +57,12 @@ fn assert_books(s: &GateStats, held_nanos: u64) {
     );
 }
 
+/// Nobody waits, no setup runs, and the books balance with nothing held.
+fn assert_idle(s: &GateStats) {
+    assert_eq!((s.queue_len, s.in_setup), (0, 0), "{s:?}");
+    assert_books(s, 0);
+}
+
 /// A waiter whose deadline has passed is polled while the governor's tick expires it and a
 /// settle returns tokens that could grant it: it ends expired (never granted late), is woken
 /// at most once, and if it saw `Pending` it was woken (no lost wake-up).
@@ -82,32 +70,23 @@ fn assert_books(s: &GateStats, held_nanos: u64) {
 fn expiry_races_with_a_grant_and_a_poll() {
     loom::model(|| {
         let (q, clock, g) = drained(QueueOrder::Lifo);
-        let mut t = queued(q.admit(Duration::from_millis(50), Waker::noop()));
+        let mut t = gate_queued(q.admit(Duration::from_millis(50), Waker::noop()));
         let (count, w) = waker();
         clock.advance(Duration::from_millis(60)); // past its deadline
-        let (q1, q2) = (q.clone(), q.clone());
+        let q1 = q.clone();
         let tick = thread::spawn(move || {
             q1.tick();
         });
-        let settle = thread::spawn(move || q2.done(g, Duration::ZERO));
+        let settle = settle_on_a_thread(&q, g, Duration::ZERO);
         let first = t.poll(&w);
         tick.join().unwrap();
         settle.join().unwrap();
-        let r = match first {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                assert_eq!(wakes(&count), 1, "lost wake-up");
-                match t.poll(&w) {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => panic!("still waiting after its expiry"),
-                }
-            }
-        };
+        let r = after_one_wake(first, &count, || t.poll(&w));
         assert_eq!(r.unwrap_err().kind, RejectKind::Expired);
         assert!(wakes(&count) <= 1);
         let s = q.snapshot();
-        assert_eq!((s.expired, s.queue_len, s.in_setup), (1, 0, 0));
-        assert_books(&s, 0);
+        assert_eq!(s.expired, 1);
+        assert_idle(&s);
     });
 }
 
@@ -118,12 +97,9 @@ fn expiry_races_with_a_grant_and_a_poll() {
 fn admit_races_with_a_settle() {
     loom::model(|| {
         let (q, _clock, g) = drained(QueueOrder::Lifo);
-        let mut a = queued(q.admit(Duration::from_secs(10), Waker::noop()));
-        let (count_a, wa) = waker();
-        assert!(a.poll(&wa).is_pending());
-        let q2 = q.clone();
+        let (mut a, count_a, wa) = waiting(&q);
         // Give back 1 ms: one grant (balance 1 ms > 0).
-        let settle = thread::spawn(move || q2.done(g, Duration::from_millis(99)));
+        let settle = settle_on_a_thread(&q, g, Duration::from_millis(99));
         let b = q.admit(Duration::from_secs(10), Waker::noop());
         settle.join().unwrap();
         // Before anything else settles: exactly one of them holds the tokens.
@@ -151,8 +127,8 @@ fn admit_races_with_a_settle() {
         drop(b_ticket);
         drop(a);
         let s = q.snapshot();
-        assert_eq!((s.queue_len, s.in_setup, s.pending), (0, 0, 0));
-        assert_books(&s, 0);
+        assert_eq!(s.pending, 0);
+        assert_idle(&s);
     });
 }
 
@@ -163,19 +139,13 @@ fn admit_races_with_a_settle() {
 fn cancel_of_a_granted_ticket_races_with_a_settle() {
     loom::model(|| {
         let (q, _clock, g) = drained(QueueOrder::Fifo);
-        let a = queued(q.admit(Duration::from_secs(10), Waker::noop()));
-        let mut b = queued(q.admit(Duration::from_secs(10), Waker::noop()));
-        let (count_b, wb) = waker();
-        assert!(b.poll(&wb).is_pending());
-        let q2 = q.clone();
-        let settle = thread::spawn(move || q2.done(g, Duration::from_millis(99)));
+        let a = gate_queued(q.admit(Duration::from_secs(10), Waker::noop()));
+        let (mut b, count_b, wb) = waiting(&q);
+        let settle = settle_on_a_thread(&q, g, Duration::from_millis(99));
         drop(a);
         settle.join().unwrap();
         assert_eq!(wakes(&count_b), 1, "b woken exactly once");
-        let gb = match b.poll(&wb) {
-            Poll::Ready(Ok(g)) => g,
-            other => panic!("b not granted: {other:?}"),
-        };
+        let gb = grant_of(b.poll(&wb));
         let s = q.snapshot();
         assert_eq!((s.queue_len, s.cancelled, s.admitted), (0, 1, 2));
         assert_books(&s, gb.allotted().as_nanos() as u64);
@@ -190,23 +160,14 @@ fn cancel_of_a_granted_ticket_races_with_a_settle() {
 fn close_races_with_admit_and_poll() {
     loom::model(|| {
         let (q, _clock, g) = drained(QueueOrder::Lifo);
-        let mut a = queued(q.admit(Duration::from_secs(10), Waker::noop()));
+        let mut a = gate_queued(q.admit(Duration::from_secs(10), Waker::noop()));
         let (count, w) = waker();
         let q2 = q.clone();
         let closer = thread::spawn(move || q2.close());
         let first = a.poll(&w);
         let b = q.admit(Duration::from_secs(10), Waker::noop());
         closer.join().unwrap();
-        let ra = match first {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                assert_eq!(wakes(&count), 1, "lost wake-up");
-                match a.poll(&w) {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => panic!("hangs after close"),
-                }
-            }
-        };
+        let ra = after_one_wake(first, &count, || a.poll(&w));
         assert_eq!(ra.unwrap_err().kind, RejectKind::Closed);
         match b {
             GateAdmit::Rejected(r) => assert_eq!(r.kind, RejectKind::Closed),
@@ -217,8 +178,6 @@ fn close_races_with_admit_and_poll() {
             GateAdmit::Admitted(_) => panic!("admitted from a drained bucket"),
         }
         q.done(g, Duration::from_millis(100));
-        let s = q.snapshot();
-        assert_eq!((s.queue_len, s.in_setup), (0, 0));
-        assert_books(&s, 0);
+        assert_idle(&q.snapshot());
     });
 }

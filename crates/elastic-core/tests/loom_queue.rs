@@ -1,60 +1,29 @@
-//! loom models of the work queue's races (issue 7): grants from one thread while another polls,
-//! cancels, admits or closes. Run with
+//! loom models of the work queue's races: grants from one thread while another polls, cancels,
+//! admits or closes. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p elastic-cpu-core --release --test loom_queue`.
 //!
 //! Each model starts from a drained bucket on a frozen `ManualClock` (no refill), so every token
 //! movement comes from the operations under test.
 #![cfg(loom)]
 
+mod common;
+
+use common::{after_one_wake, assert_ledger, drained, granted, queued, ready, waker, wakes};
 use elastic_cpu_core::{Admit, Closed, Grant, ManualClock, QueueSnapshot, Ticket, WorkQueue};
-use loom::sync::atomic::{AtomicUsize, Ordering};
-use loom::thread;
+use loom::thread::{self, JoinHandle};
 use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 const MS: u64 = 1_000_000;
 
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn waker() -> (Arc<CountingWaker>, Waker) {
-    let c = Arc::new(CountingWaker(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
-}
-
-fn wakes(c: &CountingWaker) -> usize {
-    c.0.load(Ordering::SeqCst)
-}
-
-/// 100 ms/s, burst 100 ms, all of it handed out as the returned grant.
-fn drained() -> (WorkQueue<ManualClock>, Grant) {
-    let q = WorkQueue::new(ManualClock::new(), 100 * MS);
-    match q.admit(Duration::from_millis(100)) {
-        Admit::Granted(g) => (q, g),
-        Admit::Queued(_) => unreachable!(),
-    }
-}
-
-fn queued(a: Admit<ManualClock>) -> Ticket<ManualClock> {
-    match a {
-        Admit::Queued(t) => t,
-        Admit::Granted(_) => panic!("granted while others wait or the bucket is empty"),
-    }
-}
-
-/// Everything handed out and not held is accounted as used or returned.
-fn assert_ledger(s: &QueueSnapshot, held: u64) {
-    assert_eq!(
-        s.acquired_nanos - s.returned_nanos + s.over_limit_nanos,
-        s.used_nanos + held,
-        "{s:?}"
-    );
+/// Run `op` on another handle to `q`, on another thread.
+fn on_a_thread<T: Send + 'static>(
+    q: &WorkQueue<ManualClock>,
+    op: impl FnOnce(WorkQueue<ManualClock>) -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let q = q.clone();
+    thread::spawn(move || op(q))
 }
 
 /// A `done` on another thread grants the waiter while it registers its waker: whichever goes
@@ -62,26 +31,13 @@ fn assert_ledger(s: &QueueSnapshot, held: u64) {
 #[test]
 fn done_grants_a_concurrently_polled_waiter() {
     loom::model(|| {
-        let (q, g) = drained();
+        let (_clock, q, g) = drained();
         let mut t = queued(q.admit(Duration::from_millis(10)));
         let (count, w) = waker();
-        let q2 = q.clone();
-        let h = thread::spawn(move || q2.done(g, Duration::from_millis(50)));
+        let h = on_a_thread(&q, move |q| q.done(g, Duration::from_millis(50)));
         let first = t.poll_grant(&w);
         h.join().unwrap();
-        let grant = match first {
-            Poll::Ready(r) => {
-                assert_eq!(wakes(&count), 0, "woken without a registered waker");
-                r.unwrap()
-            }
-            Poll::Pending => {
-                assert_eq!(wakes(&count), 1, "lost wake-up");
-                match t.poll_grant(&w) {
-                    Poll::Ready(Ok(g)) => g,
-                    other => panic!("woken but not granted: {other:?}"),
-                }
-            }
-        };
+        let grant = granted_once(first, &mut t, &count, &w);
         assert_eq!(grant.allotted(), Duration::from_millis(10));
         let s = q.snapshot();
         assert_eq!((s.grants, s.waiters), (2, 0));
@@ -96,21 +52,17 @@ fn done_grants_a_concurrently_polled_waiter() {
 #[test]
 fn cancel_races_with_grant() {
     loom::model(|| {
-        let (q, g) = drained();
+        let (_clock, q, g) = drained();
         let a = queued(q.admit(Duration::from_millis(100)));
         let mut b = queued(q.admit(Duration::from_millis(100)));
         let (count, w) = waker();
         assert!(b.poll_grant(&w).is_pending());
-        let q2 = q.clone();
         // Return 1 ms: one grant (balance 1 ms > 0), and then the balance is negative.
-        let h = thread::spawn(move || q2.done(g, Duration::from_millis(99)));
+        let h = on_a_thread(&q, move |q| q.done(g, Duration::from_millis(99)));
         drop(a);
         h.join().unwrap();
         assert_eq!(wakes(&count), 1, "b woken exactly once");
-        let gb = match b.poll_grant(&w) {
-            Poll::Ready(Ok(g)) => g,
-            other => panic!("b not granted: {other:?}"),
-        };
+        let gb = ready(&mut b, &w);
         let s = q.snapshot();
         assert_eq!(s.waiters, 0);
         assert_eq!(s.balance_nanos, -99 * MS as i64);
@@ -128,26 +80,20 @@ fn cancel_races_with_grant() {
 fn concurrent_returns_keep_fifo() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
-        let g1 = match q.admit(Duration::from_millis(50)) {
-            Admit::Granted(g) => g,
-            Admit::Queued(_) => unreachable!(),
-        };
-        let g2 = match q.admit(Duration::from_millis(50)) {
-            Admit::Granted(g) => g,
-            Admit::Queued(_) => unreachable!(),
-        };
+        let g1 = granted(q.admit(Duration::from_millis(50)));
+        let g2 = granted(q.admit(Duration::from_millis(50)));
         let mut a = queued(q.admit(Duration::from_millis(60)));
         let mut b = queued(q.admit(Duration::from_millis(60)));
         let (ca, wa) = waker();
         let (cb, wb) = waker();
         assert!(a.poll_grant(&wa).is_pending());
         assert!(b.poll_grant(&wb).is_pending());
-        let q1 = q.clone();
-        let h = thread::spawn(move || q1.done(g1, Duration::from_millis(20))); // returns 30
+        let h = on_a_thread(&q, move |q| q.done(g1, Duration::from_millis(20))); // returns 30
         q.done(g2, Duration::from_millis(40)); // returns 10
-                                               // Whichever return came first made the balance positive and granted the head, a, whose
-                                               // 60 ms then leaves the balance at -50 or -30; the other return cannot lift it above 0,
-                                               // so b waits. Checked while the other thread may still be running.
+
+        // Whichever return came first made the balance positive and granted the head, a, whose
+        // 60 ms then leaves the balance at -50 or -30; the other return cannot lift it above 0,
+        // so b waits. Checked while the other thread may still be running.
         let ga = match a.poll_grant(&wa) {
             Poll::Ready(Ok(g)) => g,
             other => panic!("a not granted after a return: {other:?}"),
@@ -171,13 +117,12 @@ fn concurrent_returns_keep_fifo() {
 #[test]
 fn concurrent_admit_does_not_jump_the_queue() {
     loom::model(|| {
-        let (q, g) = drained();
+        let (_clock, q, g) = drained();
         let mut a = queued(q.admit(Duration::from_millis(10)));
         let (_ca, wa) = waker();
         assert!(a.poll_grant(&wa).is_pending());
-        let q2 = q.clone();
         // Returns 15 ms: a (10) granted, 5 ms left.
-        let h = thread::spawn(move || q2.done(g, Duration::from_millis(85)));
+        let h = on_a_thread(&q, move |q| q.done(g, Duration::from_millis(85)));
         let c = q.admit(Duration::from_millis(10));
         h.join().unwrap();
         match c {
@@ -208,26 +153,15 @@ fn concurrent_admit_does_not_jump_the_queue() {
 #[test]
 fn close_races_with_poll_and_grant() {
     loom::model(|| {
-        let (q, g) = drained();
+        let (_clock, q, g) = drained();
         let mut t = queued(q.admit(Duration::from_millis(10)));
         let (count, w) = waker();
-        let q1 = q.clone();
-        let q2 = q.clone();
-        let h1 = thread::spawn(move || q1.close());
-        let h2 = thread::spawn(move || q2.done(g, Duration::from_millis(50)));
+        let h1 = on_a_thread(&q, |q| q.close());
+        let h2 = on_a_thread(&q, move |q| q.done(g, Duration::from_millis(50)));
         let first = t.poll_grant(&w);
         h1.join().unwrap();
         h2.join().unwrap();
-        let outcome = match first {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                assert_eq!(wakes(&count), 1, "lost wake-up on close or grant");
-                match t.poll_grant(&w) {
-                    Poll::Ready(r) => r,
-                    Poll::Pending => panic!("still pending after close"),
-                }
-            }
-        };
+        let outcome = after_one_wake(first, &count, || t.poll_grant(&w));
         let s = q.snapshot();
         assert!(s.closed);
         assert_eq!(s.waiters, 0);
@@ -270,8 +204,7 @@ fn two_round_trips_conserve_tokens() {
     }
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
-        let q1 = q.clone();
-        let h = thread::spawn(move || round_trip(q1, 30));
+        let h = on_a_thread(&q, |q| round_trip(q, 30));
         round_trip(q.clone(), 30);
         h.join().unwrap();
         let s = q.snapshot();
@@ -290,32 +223,18 @@ fn two_round_trips_conserve_tokens() {
 #[test]
 fn pause_resume_race_with_return_and_poll() {
     loom::model(|| {
-        let (q, g) = drained();
+        let (_clock, q, g) = drained();
         let mut t = queued(q.admit(Duration::from_millis(10)));
         let (count, w) = waker();
-        let q1 = q.clone();
-        let brake = thread::spawn(move || {
-            q1.pause();
-            q1.resume();
+        let brake = on_a_thread(&q, |q| {
+            q.pause();
+            q.resume();
         });
-        let q2 = q.clone();
-        let ret = thread::spawn(move || q2.done(g, Duration::from_millis(50)));
+        let ret = on_a_thread(&q, move |q| q.done(g, Duration::from_millis(50)));
         let first = t.poll_grant(&w);
         brake.join().unwrap();
         ret.join().unwrap();
-        let grant = match first {
-            Poll::Ready(r) => {
-                assert_eq!(wakes(&count), 0, "woken without a registered waker");
-                r.unwrap()
-            }
-            Poll::Pending => {
-                assert_eq!(wakes(&count), 1, "lost or doubled wake-up");
-                match t.poll_grant(&w) {
-                    Poll::Ready(Ok(g)) => g,
-                    other => panic!("not granted after resume: {other:?}"),
-                }
-            }
-        };
+        let grant = granted_once(first, &mut t, &count, &w);
         assert_eq!(grant.allotted(), Duration::from_millis(10));
         let s = q.snapshot();
         assert!(!s.paused);
@@ -329,23 +248,33 @@ fn pause_resume_race_with_return_and_poll() {
     });
 }
 
-// The lock-free fast path (issue 17): admissions and settles that take no lock, racing the
-// lock side's pause, rate change, close, holder cap and a queued admission.
-
-fn granted(a: Admit<ManualClock>) -> Grant {
-    match a {
-        Admit::Granted(g) => g,
-        Admit::Queued(_) => panic!("queued although tokens were lent and nobody waited"),
+/// The grant of a ticket whose first poll (`first`) raced what grants it: granted at that poll
+/// (and never woken: no waker was registered yet), or woken exactly once and granted at the next.
+fn granted_once(
+    first: Poll<Result<Grant, Closed>>,
+    t: &mut Ticket<ManualClock>,
+    count: &common::CountingWaker,
+    w: &Waker,
+) -> Grant {
+    if first.is_ready() {
+        assert_eq!(wakes(count), 0, "woken without a registered waker");
     }
+    after_one_wake(first, count, || t.poll_grant(w)).expect("woken but not granted")
+}
+
+// The lock-free fast path: admissions and settles that take no lock, racing the lock side's
+// pause, rate change, close, holder cap and a queued admission.
+
+/// Every grant settled: nothing held, the ledger balances, and the balance is `balance_nanos`.
+fn assert_settled(s: &QueueSnapshot, balance_nanos: u64) {
+    assert_ledger(s, 0);
+    assert_eq!(s.holders, 0, "{s:?}");
+    assert_eq!(s.balance_nanos, balance_nanos as i64, "{s:?}");
 }
 
 /// Poll a ticket that must already be granted.
 fn collect(t: &mut Ticket<ManualClock>) -> Grant {
-    let (_c, w) = waker();
-    match t.poll_grant(&w) {
-        Poll::Ready(Ok(g)) => g,
-        other => panic!("not granted: {other:?}"),
-    }
+    ready(t, Waker::noop())
 }
 
 /// A fast admission races `pause`: it is granted (before the pause) or queued (after), and once
@@ -355,10 +284,9 @@ fn collect(t: &mut Ticket<ManualClock>) -> Grant {
 fn fast_admit_races_pause() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
-        let q1 = q.clone();
-        let brake = thread::spawn(move || {
-            q1.pause();
-            match q1.admit(Duration::from_millis(10)) {
+        let brake = on_a_thread(&q, |q| {
+            q.pause();
+            match q.admit(Duration::from_millis(10)) {
                 Admit::Queued(t) => t,
                 Admit::Granted(_) => panic!("fast path taken after pause returned"),
             }
@@ -377,9 +305,8 @@ fn fast_admit_races_pause() {
         q.done(g1, Duration::ZERO);
         q.done(g2, Duration::from_millis(3));
         let s = q.snapshot();
-        assert_ledger(&s, 0);
-        assert_eq!((s.holders, s.grants), (0, 2));
-        assert_eq!(s.balance_nanos, 97 * MS as i64);
+        assert_eq!(s.grants, 2);
+        assert_settled(&s, 97 * MS);
     });
 }
 
@@ -391,8 +318,7 @@ fn fast_settle_races_queued_admit() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
         let g = granted(q.admit(Duration::from_millis(100))); // every token out
-        let q1 = q.clone();
-        let h = thread::spawn(move || q1.admit(Duration::from_millis(10)));
+        let h = on_a_thread(&q, |q| q.admit(Duration::from_millis(10)));
         q.done(g, Duration::ZERO);
         let g2 = match h.join().unwrap() {
             Admit::Granted(g) => g,
@@ -414,16 +340,13 @@ fn fast_settle_races_rate_change() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
         let g = granted(q.admit(Duration::from_millis(60))); // 40 lent
-        let q1 = q.clone();
-        let h = thread::spawn(move || q1.set_rate(80 * MS)); // 40 − 20 = 20 lent, burst 80
+        let h = on_a_thread(&q, |q| q.set_rate(80 * MS)); // 40 − 20 = 20 lent, burst 80
         q.done(g, Duration::ZERO);
         h.join().unwrap();
         let s = q.snapshot();
         assert_eq!(s.rate_nanos_per_sec, 80 * MS);
         // Before the cut: 40 + 60 = 100, then −20. After it: 20 + 60 = 80. Both 80.
-        assert_eq!(s.balance_nanos, 80 * MS as i64);
-        assert_ledger(&s, 0);
-        assert_eq!(s.holders, 0);
+        assert_settled(&s, 80 * MS);
     });
 }
 
@@ -434,10 +357,9 @@ fn fast_settle_races_rate_change() {
 fn fast_round_trip_races_close() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
-        let q1 = q.clone();
-        let h = thread::spawn(move || match q1.admit(Duration::from_millis(10)) {
+        let h = on_a_thread(&q, |q| match q.admit(Duration::from_millis(10)) {
             Admit::Granted(g) => {
-                q1.done(g, Duration::from_millis(5));
+                q.done(g, Duration::from_millis(5));
                 true
             }
             Admit::Queued(mut t) => {
@@ -452,11 +374,9 @@ fn fast_round_trip_races_close() {
         let (_c, w) = waker();
         assert!(matches!(late.poll_grant(&w), Poll::Ready(Err(Closed))));
         let s = q.snapshot();
-        assert_ledger(&s, 0);
-        assert_eq!(s.holders, 0);
         let used = if ran { 5 * MS } else { 0 };
         assert_eq!(s.used_nanos, used);
-        assert_eq!(s.balance_nanos, (100 * MS - used) as i64);
+        assert_settled(&s, 100 * MS - used);
     });
 }
 
@@ -467,8 +387,7 @@ fn holder_cap_holds_on_the_fast_path() {
     loom::model(|| {
         let q = WorkQueue::new(ManualClock::new(), 100 * MS);
         q.set_max_holders(Some(1));
-        let q1 = q.clone();
-        let h = thread::spawn(move || q1.admit(Duration::from_millis(10)));
+        let h = on_a_thread(&q, |q| q.admit(Duration::from_millis(10)));
         let mine = q.admit(Duration::from_millis(10));
         let theirs = h.join().unwrap();
         let (g, mut t) = match (mine, theirs) {
@@ -480,9 +399,8 @@ fn holder_cap_holds_on_the_fast_path() {
         let g2 = collect(&mut t);
         q.done(g2, Duration::from_millis(10));
         let s = q.snapshot();
-        assert_ledger(&s, 0);
-        assert_eq!((s.holders, s.grants), (0, 2));
-        assert_eq!(s.balance_nanos, 80 * MS as i64);
+        assert_eq!(s.grants, 2);
+        assert_settled(&s, 80 * MS);
     });
 }
 
@@ -495,11 +413,10 @@ fn fast_settle_never_applies_an_older_burst() {
         let clock = ManualClock::new();
         let q = WorkQueue::new(clock.clone(), 100 * MS);
         let g = granted(q.admit(Duration::from_millis(60))); // 40 lent under burst 100
-        let q1 = q.clone();
-        let h = thread::spawn(move || {
-            q1.set_rate(80 * MS); // 20 lent under burst 80
+        let h = on_a_thread(&q, move |q| {
+            q.set_rate(80 * MS); // 20 lent under burst 80
             clock.advance(Duration::from_millis(250));
-            q1.tick(); // + 20: 40 lent again, the same word but for the epoch
+            q.tick(); // + 20: 40 lent again, the same word but for the epoch
         });
         q.done(g, Duration::ZERO); // returns 60
         h.join().unwrap();

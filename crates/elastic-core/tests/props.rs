@@ -1,5 +1,5 @@
 //! Property tests: random operation sequences over queue + bucket + controller against a small
-//! reference model (docs/design.md §6, issue 7). Invariants after every step:
+//! reference model (docs/design.md §6). Invariants after every step:
 //!
 //! * the limit stays in `[min, max]` and moves in the direction the rule says;
 //! * the ledger balances: `acquired − returned + over_limit == used + outstanding grants`;
@@ -12,27 +12,20 @@
 //! * liveness: once tokens keep arriving, every waiter is granted within the time the debt and
 //!   the slices ahead of it need.
 
+mod common;
+
+use common::{waker, wakes, CountingWaker};
 use elastic_cpu_core::{
     rate_for, Admit, Closed, ControllerConfig, Grant, ManualClock, StepController, Ticket,
     WorkQueue, MAX_SLICE, MIN_SLICE,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 const NS: i128 = 1_000_000_000;
-
-#[derive(Default)]
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -173,7 +166,7 @@ impl Sim {
 
     fn poll(&mut self, i: usize, expect: Option<bool>) -> bool {
         let l = &mut self.live[i];
-        let wakes = l.wakes.0.load(Ordering::SeqCst);
+        let wakes = wakes(&l.wakes);
         assert!(wakes <= 1, "woken {wakes} times");
         match (l.ticket.poll_grant(&l.waker), expect) {
             (Poll::Ready(Err(Closed)), None) => true,
@@ -231,12 +224,12 @@ impl Sim {
                     Admit::Queued(ticket) => {
                         assert!(!fast, "queued although the fast path applied: {before:?}");
                         self.queued_since_tick |= !self.closed;
-                        let wakes = Arc::new(CountingWaker::default());
+                        let (wakes, waker) = waker();
                         self.live.push(Live {
                             ticket,
                             slice: n,
                             failed: self.closed,
-                            waker: Waker::from(wakes.clone()),
+                            waker,
                             wakes,
                             pending_at: None,
                         });

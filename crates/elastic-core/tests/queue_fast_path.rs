@@ -1,36 +1,53 @@
-//! The work queue's lock-free fast path (issue 17): what it reads, what it counts, and where
-//! it hands over to the lock side.
+//! The work queue's lock-free fast path: what it reads, what it counts, and where it hands over
+//! to the lock side.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+mod common;
+
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use elastic_cpu_core::{Admit, Clock, Grant, ManualClock, WorkQueue, MAX_SLICE, MIN_SLICE};
+use common::{granted, CountingClock};
+use elastic_cpu_core::{Admit, Grant, ManualClock, QueueSnapshot, WorkQueue, MAX_SLICE, MIN_SLICE};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
 const MS: u64 = 1_000_000;
 
-/// A manual clock that counts its reads.
-#[derive(Clone, Default)]
-struct CountingClock {
-    time: ManualClock,
-    reads: Arc<AtomicU64>,
-}
-
-impl Clock for CountingClock {
-    fn now(&self) -> Duration {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        self.time.now()
+/// `threads` threads at once, each running `round_trips` fast round trips (10 ms slices, 3 ms
+/// used). With `hold`, no thread ends (and frees its counter cell) before all have counted.
+fn round_trips_on_threads(
+    q: &WorkQueue<ManualClock>,
+    threads: usize,
+    round_trips: usize,
+    hold: bool,
+) {
+    let all_counted = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (q, all_counted) = (q.clone(), all_counted.clone());
+            thread::spawn(move || {
+                for _ in 0..round_trips {
+                    let g = granted(q.admit(Duration::from_millis(10)));
+                    q.done(g, Duration::from_millis(3));
+                }
+                if hold {
+                    all_counted.wait();
+                }
+            })
+        })
+        .collect();
+    for t in handles {
+        t.join().unwrap();
     }
 }
 
-fn granted<C: Clock>(a: Admit<C>) -> Grant {
-    match a {
-        Admit::Granted(g) => g,
-        Admit::Queued(_) => panic!("queued"),
-    }
+/// The snapshot counts `n` of those round trips, and nothing else.
+fn assert_round_trips(s: &QueueSnapshot, n: u64) {
+    assert_eq!(s.grants, n);
+    assert_eq!(s.acquired_nanos, n * 10 * MS);
+    assert_eq!(s.used_nanos, n * 3 * MS);
+    assert_eq!(s.returned_nanos, n * 7 * MS);
 }
 
 /// While nobody waits and the tokens lent to the fast path cover the slice, an admission and a
@@ -39,20 +56,16 @@ fn granted<C: Clock>(a: Admit<C>) -> Grant {
 fn round_trips_within_the_lent_tokens_read_no_clock() {
     let clock = CountingClock::default();
     let q = WorkQueue::new(clock.clone(), 1_000 * MS);
-    let before = clock.reads.load(Ordering::Relaxed);
+    let before = clock.reads();
     for _ in 0..100 {
         let g = granted(q.admit(Duration::from_millis(10)));
         q.done(g, Duration::from_millis(4));
     }
-    assert_eq!(
-        clock.reads.load(Ordering::Relaxed),
-        before,
-        "a fast round trip read the clock"
-    );
+    assert_eq!(clock.reads(), before, "a fast round trip read the clock");
     // An overrun is charged by time, under the lock: that one reads the clock.
     let g = granted(q.admit(Duration::from_millis(10)));
     q.done(g, Duration::from_millis(12));
-    assert!(clock.reads.load(Ordering::Relaxed) > before);
+    assert!(clock.reads() > before);
     let s = q.snapshot();
     assert_eq!((s.grants, s.holders, s.waiters), (101, 0, 0));
     assert_eq!(s.used_nanos, 100 * 4 * MS + 12 * MS);
@@ -66,25 +79,9 @@ fn round_trips_within_the_lent_tokens_read_no_clock() {
 #[test]
 fn counts_outlive_the_threads_that_made_them() {
     let q = WorkQueue::new(ManualClock::new(), 100_000 * MS);
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let q = q.clone();
-            thread::spawn(move || {
-                for _ in 0..500 {
-                    let g = granted(q.admit(Duration::from_millis(10)));
-                    q.done(g, Duration::from_millis(3));
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    round_trips_on_threads(&q, 8, 500, false);
     let s = q.snapshot();
-    assert_eq!(s.grants, 4_000);
-    assert_eq!(s.acquired_nanos, 4_000 * 10 * MS);
-    assert_eq!(s.used_nanos, 4_000 * 3 * MS);
-    assert_eq!(s.returned_nanos, 4_000 * 7 * MS);
+    assert_round_trips(&s, 4_000);
     assert_eq!(s.holders, 0);
     assert_eq!(s.balance_nanos, (100_000 - 12_000) as i64 * MS as i64);
 }
@@ -96,29 +93,9 @@ fn counts_outlive_the_threads_that_made_them() {
 fn more_threads_than_cells_still_count_exactly() {
     let q = WorkQueue::new(ManualClock::new(), 100_000 * MS);
     for _ in 0..2 {
-        let all_counted = Arc::new(std::sync::Barrier::new(48));
-        let threads: Vec<_> = (0..48)
-            .map(|_| {
-                let (q, all_counted) = (q.clone(), all_counted.clone());
-                thread::spawn(move || {
-                    for _ in 0..100 {
-                        let g = granted(q.admit(Duration::from_millis(10)));
-                        q.done(g, Duration::from_millis(3));
-                    }
-                    // Nobody ends (and frees a cell) before everyone has counted.
-                    all_counted.wait();
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        round_trips_on_threads(&q, 48, 100, true);
     }
-    let s = q.snapshot();
-    assert_eq!(s.grants, 9_600);
-    assert_eq!(s.acquired_nanos, 9_600 * 10 * MS);
-    assert_eq!(s.used_nanos, 9_600 * 3 * MS);
-    assert_eq!(s.returned_nanos, 9_600 * 7 * MS);
+    assert_round_trips(&q.snapshot(), 9_600);
 }
 
 /// The fast path reads no clock, so refill waits for the next critical section (a tick, a
