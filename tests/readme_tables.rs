@@ -94,7 +94,15 @@ fn the_parsers_read_what_they_should() {
 fn the_docs_stay_short() {
     // A user reads the README and the design; dated runs and their tables go to
     // docs/results.md.
-    assert!(README.len() <= 15_000, "README.md is {} bytes", README.len());
+    assert!(
+        README.len() <= 15_000,
+        "README.md is {} bytes",
+        README.len()
+    );
     let design = include_str!("../docs/design.md");
-    assert!(design.len() <= 50_000, "docs/design.md is {} bytes", design.len());
+    assert!(
+        design.len() <= 50_000,
+        "docs/design.md is {} bytes",
+        design.len()
+    );
 }

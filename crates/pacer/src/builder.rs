@@ -15,7 +15,7 @@ use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 use crate::governor::{self, Control, Governor, Plan};
 use crate::readings::Sources;
 use crate::running::RunningTime;
-use crate::settings::{Brake, Enforcement, Inputs, Profile, Timing};
+use crate::settings::{Brake, Enforcement, Inputs, Placement, Profile, Timing};
 use crate::shared::{QueueClock, Shared};
 
 /// Why [`ElasticBuilder::build`] failed.
@@ -85,6 +85,7 @@ pub struct ElasticBuilder {
     brake: Brake,
     inputs: Inputs,
     enforcement: Enforcement,
+    placement: Placement,
     #[cfg(feature = "test-util")]
     testing: Testing,
 }
@@ -172,6 +173,14 @@ impl ElasticBuilder {
     /// How grants are held and timed: slice, quantum, OS yield, concurrency cap, timing.
     pub fn enforcement(mut self, enforcement: Enforcement) -> Self {
         self.enforcement = enforcement;
+        self
+    }
+
+    /// Where [`Elastic::spawn`](crate::Elastic::spawn) runs elastic work (default
+    /// [`Placement::Auto`]: the idle-priority pool on a host without a CPU quota, else the
+    /// runtime).
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
         self
     }
 
@@ -301,7 +310,7 @@ impl ElasticBuilder {
 
     /// Validate every setting and start the governor: what an [`Elastic`](crate::Elastic) is
     /// made of.
-    pub(crate) fn start(self) -> Result<(Arc<Shared>, Arc<Control>), BuildError> {
+    pub(crate) fn start(self) -> Result<(Arc<Shared>, Arc<Control>, Placement), BuildError> {
         let controller = self.validate()?;
         let brake = self
             .brake
@@ -342,6 +351,6 @@ impl ElasticBuilder {
         if !manual {
             governor::spawn(&shared, &control, tick).map_err(BuildError::GovernorThread)?;
         }
-        Ok((shared, control))
+        Ok((shared, control, self.placement))
     }
 }

@@ -5,10 +5,13 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[cfg(feature = "gate")]
 use elastic_cpu_core::SettingError;
 use elastic_cpu_probe::Probe;
+#[cfg(feature = "idle-pool")]
+use elastic_cpu_probe::QuotaReading;
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
@@ -21,6 +24,9 @@ use crate::governor::Control;
 use crate::idle::IdleRuntime;
 use crate::paced::Paced;
 use crate::pacer::Pacer;
+#[cfg(feature = "idle-pool")]
+use crate::placement::Environment;
+use crate::placement::Placer;
 use crate::record::ClassKind;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
@@ -74,13 +80,23 @@ use crate::snapshot::Snapshot;
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
     control: Arc<Control>,
+    /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
+    /// pool (whose threads hold `shared`) ends with the last handle.
+    placer: Arc<Placer>,
 }
+
+/// How long [`Elastic::shutdown`] waits for the idle pool's threads.
+const POOL_SHUTDOWN: Duration = Duration::from_secs(5);
 
 impl ElasticBuilder {
     /// Validate every setting and start the governor.
     pub fn build(self) -> Result<Elastic, BuildError> {
-        let (shared, control) = self.start()?;
-        Ok(Elastic { shared, control })
+        let (shared, control, placement) = self.start()?;
+        Ok(Elastic {
+            shared,
+            control,
+            placer: Arc::new(Placer::new(placement)),
+        })
     }
 }
 
@@ -199,14 +215,23 @@ impl Elastic {
         Pacer::new(self.shared.clone())
     }
 
-    /// Spawn `future` as paced elastic work on the runtime this thread is in (inside one of
-    /// its tasks or `block_on`, or under [`Handle::enter`]). Outside any runtime it returns
-    /// [`SpawnError`] where [`tokio::spawn`] would panic; from outside, use
-    /// [`spawn_on`](Self::spawn_on).
+    /// Spawn `future` as paced elastic work where it protects the foreground best (see
+    /// [`Placement`](crate::settings::Placement)): by default, on a host without a CPU quota,
+    /// on this `Elastic`'s idle-priority pool, made at the first spawn with a thread per CPU of
+    /// the runtime; inside a quota, on the runtime this thread is in (inside one of its tasks or
+    /// `block_on`, or under [`Handle::enter`]). [`Snapshot::placement`] says which, and why.
+    ///
+    /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
+    /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a
+    /// yield at the quantum. Work on the pool runs until the last `Elastic` handle is dropped or
+    /// [`shutdown`](Self::shutdown), which cancel what is left of it.
+    ///
+    /// On the runtime, outside any it returns [`SpawnError`] where [`tokio::spawn`] would panic;
+    /// [`spawn_on`](Self::spawn_on) takes a runtime's handle.
     ///
     /// ```
-    /// use elastic_cpu_pacer::Elastic;
-    /// let elastic = Elastic::builder().build()?;
+    /// use elastic_cpu_pacer::{settings::Placement, Elastic};
+    /// let elastic = Elastic::builder().placement(Placement::Runtime).build()?;
     /// // No runtime on this thread: an error, not a panic.
     /// assert!(elastic.spawn(async {}).is_err());
     ///
@@ -223,8 +248,67 @@ impl Elastic {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        #[cfg(feature = "idle-pool")]
+        let future = match self.on_pool(|pool, future| pool.spawn(future), future) {
+            Ok(task) => return Ok(task),
+            Err(future) => future,
+        };
         let handle = Handle::try_current().map_err(SpawnError)?;
         Ok(self.spawn_on(&handle, future))
+    }
+
+    /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`], where
+    /// [`spawn`](Self::spawn) runs elastic work: on the idle pool's blocking threads (at idle
+    /// priority too) or on the runtime's (`spawn_blocking`).
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let _in_rt = rt.enter();
+    /// let mut pacer = elastic.pacer();
+    /// let sum = elastic.spawn_blocking(move || {
+    ///     let mut sum = 0u64;
+    ///     for row in 0..10_000u64 {
+    ///         pacer.pace_blocking();
+    ///         sum += row;
+    ///     }
+    ///     sum
+    /// })?;
+    /// assert_eq!(rt.block_on(sum)?, 49_995_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_blocking<F, R>(&self, f: F) -> Result<JoinHandle<R>, SpawnError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        #[cfg(feature = "idle-pool")]
+        let f = match self.on_pool(|pool, f| pool.handle().spawn_blocking(f), f) {
+            Ok(task) => return Ok(task),
+            Err(f) => f,
+        };
+        let handle = Handle::try_current().map_err(SpawnError)?;
+        Ok(handle.spawn_blocking(f))
+    }
+
+    /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
+    /// `work` back.
+    #[cfg(feature = "idle-pool")]
+    fn on_pool<W, T>(&self, spawn: impl FnOnce(&IdleRuntime, W) -> T, work: W) -> Result<T, W> {
+        let environment = || {
+            let record = self.control.record();
+            Environment {
+                quota: self.control.quota_seen()
+                    || matches!(self.control.host().0, QuotaReading::Limited(_)),
+                workers: record.cpus.ceil().clamp(1.0, 1024.0) as usize,
+            }
+        };
+        let make_pool = |workers| self.idle_runtime(workers);
+        let spawn = |pool: Option<&IdleRuntime>| match pool {
+            Some(pool) => Ok(spawn(pool, work)),
+            None => Err(work),
+        };
+        self.placer.with(environment, make_pool, spawn)
     }
 
     /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.
@@ -297,13 +381,16 @@ impl Elastic {
     /// brake.
     pub fn snapshot(&self) -> Snapshot {
         let window = self.shared.probe.window();
-        self.control.snapshot(&self.shared, window)
+        let mut s = self.control.snapshot(&self.shared, window);
+        (s.placement, s.placement_reason) = self.placer.decided();
+        s
     }
 
-    /// Stop the governor and sampler threads and join them, stop the I/O probe, and close every
-    /// work queue and gate of this `Elastic` (every clone of it): paced work left runs unpaced
-    /// from now on, gates refuse. Calling it again does nothing. Dropping every handle without
-    /// it also ends the threads, without waiting for them.
+    /// Stop the governor and sampler threads and join them, stop the I/O probe, shut down the
+    /// idle pool [`spawn`](Self::spawn) made (cancelling its tasks; joined unless called inside
+    /// a runtime), and close every work queue and gate of this `Elastic` (every clone of it):
+    /// paced work left runs unpaced from now on, gates refuse. Calling it again does nothing.
+    /// Dropping every handle without it also ends the threads, without waiting for them.
     ///
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
@@ -314,6 +401,7 @@ impl Elastic {
     pub fn shutdown(&self) {
         self.control.shutdown();
         self.shared.stop_samplers();
+        self.placer.shutdown(POOL_SHUTDOWN);
     }
 }
 

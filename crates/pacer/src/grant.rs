@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
+use crate::nesting;
 use crate::quantum::may_run_on;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
@@ -111,6 +112,8 @@ impl GrantState {
                             self.shared = idle;
                         }
                     }
+                    // Paced work of the same `Elastic` around this adapter hands pacing over.
+                    nesting::take_over(self.shared.root());
                     self.state = match self.shared.queue.admit(self.shared.slice) {
                         Admit::Granted(g) => State::Held(g),
                         Admit::Queued(t) => State::Waiting(t),
@@ -145,7 +148,7 @@ impl GrantState {
         let grant = match mem::replace(&mut self.state, State::Idle) {
             State::Held(grant) => grant,
             State::Running(stretch) => {
-                let (grant, used) = stretch.end();
+                let (grant, used, _) = stretch.end();
                 self.used += used;
                 self.shared.charged.add(used);
                 grant
@@ -215,7 +218,9 @@ impl GrantState {
     fn end_stretch(&mut self) {
         if let State::Running(_) = &self.state {
             if let State::Running(stretch) = mem::replace(&mut self.state, State::Idle) {
-                let (grant, used) = stretch.end();
+                let (grant, used, overrun) = stretch.end();
+                // An iteration that overran the stretch by quanta held its worker that long.
+                self.shared.note_run(overrun);
                 self.state = State::Held(grant);
                 self.charge(used);
             }
@@ -279,8 +284,9 @@ impl Stretch {
         true
     }
 
-    /// The grant and the running time the stretch used.
-    fn end(self) -> (Grant, Duration) {
+    /// The grant, the running time the stretch used, and how far it ran past its deadline.
+    fn end(self) -> (Grant, Duration, Duration) {
+        let deadline = self.handle.deadline();
         let (grant, wall) = self.handle.into_grant();
         let used = match self.cpu {
             Some((start, id)) if id == thread::current().id() => {
@@ -290,6 +296,6 @@ impl Stretch {
             // about ours, fall back to the wall clock.
             _ => wall,
         };
-        (grant, used)
+        (grant, used, wall.saturating_sub(deadline))
     }
 }

@@ -54,9 +54,11 @@ mod headroom;
 pub mod idle;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod nesting;
 mod overhead;
 mod paced;
 mod pacer;
+mod placement;
 mod quantum;
 mod readings;
 mod record;

@@ -109,6 +109,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Quantum yields at which elastic work also yielded its thread's CPU to the OS",
     ),
     (
+        "elastic_cpu_long_polls_total",
+        "count",
+        "Elastic polls on the runtime that ran past 4 quanta (a long call holds its worker whatever the share)",
+    ),
+    (
         "elastic_cpu_overhead_ratio",
         "ratio",
         "Elastic work's scheduler overhead over the running time charged; the rate is cut by it",
@@ -221,6 +226,7 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
     counter!("elastic_cpu_os_yields_total").absolute(s.os_yields);
+    counter!("elastic_cpu_long_polls_total").absolute(s.long_polls);
     counter!("elastic_cpu_throttled_periods_total").absolute(s.throttled_periods);
     if let Some(cpus) = s.quota_headroom {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);

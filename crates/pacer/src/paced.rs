@@ -10,6 +10,7 @@ use futures_core::Stream;
 use pin_project_lite::pin_project;
 
 use crate::grant::GrantState;
+use crate::nesting;
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::{Mark, LONG_RUN};
 use crate::shared::Shared;
@@ -29,6 +30,9 @@ pub(crate) struct Slot {
     /// The task yielded at the quantum: its next poll takes the yield's second step
     /// ([`requeue_behind_woken`]).
     requeue: bool,
+    /// Adapters of the same `Elastic` inside this one pace its work (see `nesting`): it holds
+    /// no grant and charges nothing, and only marks its polls as elastic.
+    handed_off: bool,
     /// Polls until the next poll time goes to the probe (fallback probe only).
     #[cfg(not(tokio_unstable))]
     sample_in: u8,
@@ -43,6 +47,7 @@ impl Slot {
             polling: None,
             long: false,
             requeue: false,
+            handed_off: false,
             #[cfg(not(tokio_unstable))]
             sample_in: 0,
         }
@@ -58,12 +63,24 @@ impl Slot {
     #[inline]
     fn run<R>(&mut self, poll: impl FnOnce() -> R) -> R {
         elastic_cpu_probe::mark_elastic_poll();
+        if self.handed_off {
+            return poll();
+        }
         let mark = self.grant.shared().running.mark(self.long);
         self.polling = Some(mark);
+        let outer = nesting::enter(self.grant.shared().root());
         let out = poll();
+        let inner_paces = nesting::leave(outer);
         self.polling = None;
         let (took, wall) = self.grant.shared().running.since(mark);
         self.long = wall >= LONG_RUN;
+        if inner_paces {
+            // Adapters inside charged their own work: settle for good and leave it to them.
+            self.handed_off = true;
+            self.grant.finish();
+            return out;
+        }
+        self.grant.shared().note_run(wall);
         self.account(took);
         out
     }

@@ -267,6 +267,44 @@ impl Brake {
     }
 }
 
+/// Where [`Elastic::spawn`](crate::Elastic::spawn) and
+/// [`Elastic::spawn_blocking`](crate::Elastic::spawn_blocking) run elastic work.
+///
+/// The two places protect the foreground differently. On the runtime, the token bucket bounds
+/// elastic work's total CPU and the poll quantum how long a foreground task waits behind one
+/// elastic poll, but a call that runs for milliseconds without returning (compression,
+/// hashing, a TLS handshake) holds its worker that long, whatever the share. On the idle pool,
+/// threads at the OS's idle priority (`SCHED_IDLE`), the kernel takes the core from elastic work
+/// the moment a foreground thread wants it, a long call included; but inside a CPU quota idle
+/// threads spend the quota like any other, and there the bucket's share is what holds.
+///
+/// **Priority inversion.** Work on the idle pool that holds a lock the foreground needs (a
+/// mutex, a page latch, a pool slot) gets no core while the foreground keeps the cores busy, so
+/// the foreground waits for the lock as long as it keeps them busy. Pin [`Runtime`](Self::Runtime)
+/// for elastic work that shares locks with the foreground, that must progress on a saturated
+/// machine (on the runtime it keeps at least the floor of the share), or where lowering a
+/// thread's priority is not allowed.
+///
+/// ```
+/// use elastic_cpu_pacer::settings::Placement;
+/// let elastic = elastic_cpu_pacer::Elastic::builder().placement(Placement::Runtime).build()?;
+/// # drop(elastic);
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Placement {
+    /// The idle pool on a host without a CPU quota where the OS grants idle priority
+    /// (`SCHED_IDLE`), else the runtime: decided at the first spawn, and said in
+    /// [`Snapshot::placement`](crate::Snapshot::placement).
+    #[default]
+    Auto,
+    /// The runtime `spawn` is called from.
+    Runtime,
+    /// The `Elastic`'s idle pool (feature `idle-pool`; without it, the runtime).
+    IdlePool,
+}
+
 /// The default brake threshold, in multiples of the controller's target.
 pub const BRAKE_FACTOR: u32 = 4;
 /// Quiet time (no foreground task over the threshold) after which the brake releases.

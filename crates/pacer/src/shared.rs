@@ -49,6 +49,9 @@ impl Clock for QueueClock {
 
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
+/// An elastic poll longer than this many quanta is a long poll: the quantum cannot cut it.
+pub(crate) const LONG_POLL_QUANTA: u32 = 4;
+
 /// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
 /// the last handle and adapter holding this is gone.
 pub(crate) struct Shared {
@@ -62,6 +65,9 @@ pub(crate) struct Shared {
     pub(crate) os_yield: bool,
     /// Those OS yields so far.
     pub(crate) os_yields: AtomicU64,
+    /// Elastic polls (or `Pacer` stretches) that ran past [`LONG_POLL_QUANTA`] quanta: one
+    /// poll holds a worker that long whatever the share.
+    pub(crate) long_polls: AtomicU64,
     /// How running time is measured.
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
@@ -106,6 +112,7 @@ impl Shared {
             quantum: enforcement.quantum,
             os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
+            long_polls: AtomicU64::new(0),
             running,
             probe,
             charged: Charged::default(),
@@ -128,6 +135,7 @@ impl Shared {
             // At idle priority the kernel hands the core to any other thread at once.
             os_yield: false,
             os_yields: AtomicU64::new(0),
+            long_polls: AtomicU64::new(0),
             running: parent.running.clone(),
             probe: parent.probe.clone(),
             charged: Charged::default(),
@@ -138,6 +146,24 @@ impl Shared {
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
             parent: Some(parent.clone()),
+        }
+    }
+
+    /// The `Elastic` this class belongs to, as a number: the address of its own class (an idle
+    /// class's parent). Compared, never dereferenced.
+    #[inline]
+    pub(crate) fn root(&self) -> usize {
+        match &self.parent {
+            Some(parent) => Arc::as_ptr(parent) as usize,
+            None => self as *const Shared as usize,
+        }
+    }
+
+    /// Count a poll (or stretch) that ran `wall`, if it ran past [`LONG_POLL_QUANTA`] quanta.
+    #[inline]
+    pub(crate) fn note_run(&self, wall: Duration) {
+        if wall > self.quantum * LONG_POLL_QUANTA {
+            self.long_polls.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -7,8 +7,10 @@ pub use elastic_cpu_core::QueueSnapshot;
 pub use elastic_cpu_probe::{CgroupVersion, Split, Summary, Window};
 
 pub use crate::cpus::CpusSource;
+pub use crate::placement::PlacementReason;
 pub use crate::readings::Availability;
 use crate::record::{ClassKind, TickRecord};
+use crate::settings::Placement;
 pub use crate::signal::{SignalSource, IO_TARGET_FACTOR};
 
 /// What [`Elastic::snapshot`](crate::Elastic::snapshot) reports: always available, no exporter
@@ -146,6 +148,18 @@ pub struct Snapshot {
     pub idle_share: Option<f64>,
     /// The idle class's queue ledger (`None`: no pool made, or every pool and its work gone).
     pub idle_queue: Option<QueueSnapshot>,
+    /// Where [`Elastic::spawn`](crate::Elastic::spawn) runs elastic work:
+    /// [`Runtime`](Placement::Runtime) or [`IdlePool`](Placement::IdlePool), or
+    /// [`Auto`](Placement::Auto) before the first spawn decides.
+    pub placement: Placement,
+    /// Why it goes there.
+    pub placement_reason: PlacementReason,
+    /// Elastic polls (and `Pacer` iterations) on the runtime that ran past 4 quanta: a long
+    /// library call (compression, hashing, a TLS handshake) between two yields holds its worker
+    /// that long, whatever the share. Where they add up, run the work on the idle pool
+    /// ([`Elastic::spawn`](crate::Elastic::spawn) does so on a host without a CPU quota) or cut
+    /// the call into smaller pieces with a `Pacer::pace` between them.
+    pub long_polls: u64,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -160,6 +174,7 @@ impl Snapshot {
         idle_queue: Option<QueueSnapshot>,
         braked: bool,
         os_yields: u64,
+        long_polls: u64,
     ) -> Snapshot {
         let own = record.class(ClassKind::Elastic);
         let reading = &record.signal.reading;
@@ -208,6 +223,9 @@ impl Snapshot {
             overhead: record.overhead,
             idle_share: record.class(ClassKind::Idle).map(|c| c.share),
             idle_queue,
+            placement: Placement::Auto,
+            placement_reason: PlacementReason::Undecided,
+            long_polls,
             window,
             queue,
         }

@@ -489,6 +489,12 @@ impl Control {
         self.lock().clock.is_manual()
     }
 
+    /// Whether a runtime with a CPU quota was attached.
+    #[cfg(feature = "idle-pool")]
+    pub(crate) fn quota_seen(&self) -> bool {
+        self.lock().quota_seen
+    }
+
     /// Whether the I/O wake-up input is on.
     pub(crate) fn io_input(&self) -> bool {
         self.lock().sources.io.availability() != crate::readings::Availability::Off
@@ -571,6 +577,7 @@ impl Control {
             idle_queue,
             shared.braked(),
             shared.os_yields.load(Ordering::Relaxed),
+            shared.long_polls.load(Ordering::Relaxed),
         )
     }
 

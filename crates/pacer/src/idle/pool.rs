@@ -267,6 +267,12 @@ impl IdleRuntime {
     pub fn shutdown_timeout(self, timeout: Duration) {
         self.rt.shutdown_timeout(timeout);
     }
+
+    /// Shut the pool down without waiting (as [`Runtime::shutdown_background`]): callable
+    /// inside a runtime, where dropping one panics.
+    pub fn shutdown_background(self) {
+        self.rt.shutdown_background();
+    }
 }
 
 impl fmt::Debug for IdleRuntime {

@@ -35,8 +35,8 @@ impl Stream for TimedItems {
 
 /// Counts the `Pending`s of the future it wraps: the task's yields.
 pub struct CountPending<F> {
-    inner: Pin<Box<F>>,
-    pending: Arc<AtomicUsize>,
+    pub inner: Pin<Box<F>>,
+    pub pending: Arc<AtomicUsize>,
 }
 
 impl<F: Future> Future for CountPending<F> {

@@ -1,0 +1,118 @@
+//! Where `Elastic::spawn` and `spawn_blocking` run elastic work: pinned by the setting, or by
+//! default on the idle pool without a CPU quota and on the runtime inside one (the quota
+//! scripted, the rest real), the pool's work in the idle class at idle priority, and the pool
+//! shut down with the `Elastic`.
+
+mod common;
+
+use std::time::Duration;
+
+use elastic_cpu_pacer::settings::Placement;
+use elastic_cpu_pacer::snapshot::PlacementReason;
+use elastic_cpu_pacer::testing::{ManualClock, Script};
+use elastic_cpu_pacer::{Elastic, ElasticBuilder};
+
+/// The scheduling policy of the calling thread (field 41 of `/proc/thread-self/stat`; 5 is
+/// `SCHED_IDLE`).
+#[cfg(target_os = "linux")]
+fn this_thread_policy() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace()
+        .nth(41 - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A manual clock, 2 CPUs, the environment scripted (no quota unless `quota`).
+fn builder(script: &Script, quota: Option<f64>) -> ElasticBuilder {
+    if let Some(cpus) = quota {
+        script.quota(cpus);
+    }
+    Elastic::builder()
+        .manual(ManualClock::new())
+        .script(script.clone())
+        .cpus(2.0)
+}
+
+fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
+    elastic
+        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+        .build()
+        .unwrap()
+}
+
+/// Runs a task through `spawn` and says whether its thread was at idle priority.
+fn spawned_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
+    let _in_rt = rt.enter();
+    let task = elastic
+        .spawn(async {
+            #[cfg(target_os = "linux")]
+            return this_thread_policy() == 5;
+            #[cfg(not(target_os = "linux"))]
+            false
+        })
+        .unwrap();
+    rt.block_on(task).unwrap()
+}
+
+#[test]
+fn pinned_to_the_runtime_it_needs_one() {
+    let script = Script::new();
+    let elastic = builder(&script, None)
+        .placement(Placement::Runtime)
+        .build()
+        .unwrap();
+    assert_eq!(
+        elastic.snapshot().placement_reason,
+        PlacementReason::Undecided
+    );
+    assert!(
+        elastic.spawn(async {}).is_err(),
+        "no runtime on this thread"
+    );
+    let rt = runtime(&elastic);
+    assert!(!spawned_at_idle(&elastic, &rt));
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.placement, s.placement_reason),
+        (Placement::Runtime, PlacementReason::Setting)
+    );
+    assert!(s.used > Duration::ZERO || s.grants > 0, "paced: {s:#?}");
+}
+
+#[test]
+fn inside_a_quota_the_default_is_the_runtime() {
+    let script = Script::new();
+    let elastic = builder(&script, Some(1.5)).build().unwrap();
+    let rt = runtime(&elastic);
+    assert!(!spawned_at_idle(&elastic, &rt));
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.placement, s.placement_reason),
+        (Placement::Runtime, PlacementReason::Quota)
+    );
+    assert_eq!(s.idle_share, None, "no pool made");
+}
+
+#[test]
+fn pinned_to_the_pool_even_inside_a_quota() {
+    let script = Script::new();
+    let elastic = builder(&script, Some(1.5))
+        .placement(Placement::IdlePool)
+        .build()
+        .unwrap();
+    let rt = runtime(&elastic);
+    // No runtime needed: the pool is its own.
+    let task = elastic.spawn(async { 6 * 7 }).unwrap();
+    assert_eq!(rt.block_on(task).unwrap(), 42);
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.placement, s.placement_reason),
+        (Placement::IdlePool, PlacementReason::Setting)
+    );
+    // Shut down: the pool's work is cancelled, later spawns fail or run unpaced, never hang.
+    elastic.shutdown();
+    assert!(elastic.snapshot().queue.closed);
+}
