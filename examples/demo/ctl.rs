@@ -59,7 +59,8 @@ pub struct Snap {
     pub signal: SignalSnap,
 }
 
-/// What the governor stepped on, and each component of it (issue 16).
+/// What the governor stepped on, and each component of it (which one held the elastic work
+/// back).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SignalSnap {
     /// The largest component: what the controller compared with its target.

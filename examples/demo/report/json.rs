@@ -1,5 +1,5 @@
-//! The JSON report (serde): the schema of issue 5 (`machine`, `phases`, `timeline`), and the
-//! extras kept beside it rather than in its objects.
+//! The JSON report (serde): its core (`machine`, `phases`, `timeline`), whose objects keep
+//! their keys from run to run, and the extras kept beside it rather than in its objects.
 
 use super::settle::Settle;
 use super::{Bar, PhaseResult, Point, Report};
@@ -91,7 +91,8 @@ struct Phase<'a> {
 struct Throttled {
     periods: u64,
     ms: Num,
-    /// Enforcement periods in the window (not in the issue's object: the denominator).
+    /// Enforcement periods in the window (beside the core's `periods` and `ms`: their
+    /// denominator).
     of_periods: u64,
 }
 
@@ -153,7 +154,7 @@ struct SchedSplit {
     sched_elastic_p99_us: Option<Num>,
 }
 
-/// Every phase (skipped ones too), all rounds merged: what the issue's phase object leaves out.
+/// Every phase (skipped ones too), all rounds merged: what the core's phase object leaves out.
 #[derive(Serialize)]
 struct PhaseExtras<'a> {
     name: &'a str,

@@ -1,5 +1,5 @@
 //! The report's model: the run's settings, each phase of each round, the rounds merged per
-//! phase, the timeline, and the verdicts against the bars.
+//! phase, the timeline, and the verdicts against the experiment's done-when bars.
 
 use crate::args::{Env, Kind};
 use crate::util::{new_hist, q_us};
@@ -37,7 +37,7 @@ pub struct Point {
     /// The quota headroom cap as a share of the bucket's CPUs (written in `timeline_signal`).
     pub headroom_share: Option<f64>,
     pub sched_p99_us: Option<f64>,
-    /// Not in the timeline schema: written as `timeline_sched_split`.
+    /// Not in the report's core timeline schema: written as `timeline_sched_split`.
     pub sched_fg_p99_us: Option<f64>,
     pub sched_elastic_p99_us: Option<f64>,
     pub fg_p99_us: Option<f64>,
@@ -377,7 +377,7 @@ pub struct Report {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Verdicts against the bars.
+// Verdicts against the done-when bars.
 
 /// One "done when" bar.
 pub struct Bar {
@@ -404,7 +404,7 @@ impl Report {
         v
     }
 
-    /// The bars, on the merged rounds (`median == false`) or on the median of the
+    /// The done-when bars, on the merged rounds (`median == false`) or on the median of the
     /// rounds' fg p99 (`median == true`; throughput and CPU are always over all rounds), for
     /// every environment that ran.
     pub fn bars_on(&self, median: bool) -> Vec<Bar> {

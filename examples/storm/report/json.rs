@@ -1,6 +1,6 @@
-//! The JSON report (serde): the schema (`capacity`, `phases` with `established` and
-//! `setups`), and the extras beside it (`machine`, per-phase `extra`, `rounds`, `timeline`,
-//! `bars`).
+//! The JSON report (serde): its core (`capacity`, `phases` with `established` and `setups`),
+//! whose objects keep their keys from run to run, and the extras beside it (`machine`,
+//! per-phase `extra`, `rounds`, `timeline`, `bars`).
 
 use super::{Phase, Report, Segment};
 use serde::{Serialize, Serializer};
@@ -48,7 +48,7 @@ struct PhaseJ<'a> {
     name: &'a str,
     established: Established,
     setups: Setups,
-    /// Beyond the schema.
+    /// Beyond the core.
     extra: Extra,
 }
 

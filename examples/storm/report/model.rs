@@ -1,5 +1,5 @@
 //! What the run measured: each phase's rounds (segments), the phases with their rounds merged,
-//! the timeline, and the issue's "done when" bars.
+//! the timeline, and the experiment's "done when" bars.
 
 use crate::args::Kind;
 use crate::setup::Totals;
@@ -173,7 +173,7 @@ pub struct Machine {
     pub command: String,
 }
 
-/// A "done when" bar of the issue.
+/// A "done when" bar of the experiment.
 pub struct Bar {
     pub what: String,
     pub value: String,
@@ -314,7 +314,7 @@ impl Report {
         self.phases.iter().find(|p| p.name == name)
     }
 
-    /// The issue's bars on the merged phases.
+    /// The done-when bars on the merged phases.
     pub fn bars(&self) -> Vec<Bar> {
         let calm = self.find("calm").and_then(|p| p.p99_us);
         let cap = self.capacity;
