@@ -1,8 +1,11 @@
 //! Command-line flags of the demo (clap, derive API).
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{ArgAction, CommandFactory, Parser};
-use std::path::PathBuf;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use elastic_cpu_examples::cli::{
+    at_least_1, non_negative, number, parse_or_exit, positive, share, ForegroundArgs,
+};
+use elastic_cpu_examples::report::ReportArgs;
 use std::time::Duration;
 
 /// What a phase does with the elastic scan.
@@ -202,18 +205,7 @@ Phases (run in the order given):
 /// value that their parser turns into an option or a list; a plain `Option` is a flag that may
 /// be absent.
 #[derive(Clone, Debug, Parser)]
-#[command(
-    name = "demo",
-    override_usage = "cargo run --release --example demo -- [FLAGS]",
-    about = ABOUT,
-    before_help = PHASES_HELP,
-    after_help = "Ctrl-C ends the run early and still writes the (partial) report.",
-    help_template = "{usage-heading} {usage}\n\n{about}\n\n{before-help}{all-args}{after-help}",
-    next_help_heading = "Flags",
-    args_override_self = true,
-    disable_help_flag = true,
-    disable_version_flag = true
-)]
+#[command(name = "demo", about = ABOUT, before_help = PHASES_HELP)]
 pub struct Args {
     /// comma-separated phases
     #[arg(long = "phases", value_name = "LIST", default_value = DEFAULT_PHASES, value_parser = phase_list)]
@@ -265,21 +257,11 @@ pub struct Args {
     /// (this machine's noise comes in bursts of seconds)
     #[arg(long, value_name = "N", default_value = "3", value_parser = at_least_1)]
     pub rounds: usize,
-    /// worker threads of the runtime under test [default: one per core]
-    #[arg(long, value_name = "N", default_value_t = cores(), hide_default_value = true, value_parser = at_least_1)]
-    pub workers: usize,
-    /// foreground requests per second [default: sized to --fg-load]
-    #[arg(long, value_name = "R", value_parser = positive)]
-    pub rate: Option<f64>,
+    #[command(flatten)]
+    pub fg: ForegroundArgs,
     /// foreground share of the machine's CPU when --rate is not given
     #[arg(long, value_name = "F", default_value = "0.4", value_parser = share)]
     pub fg_load: f64,
-    /// CPU work per request in microseconds
-    #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
-    pub work_us: f64,
-    /// load-generator connections
-    #[arg(long, value_name = "N", default_value = "4", value_parser = at_least_1)]
-    pub conns: usize,
     /// concurrent scan tasks
     #[arg(long, value_name = "N", default_value = "8", value_parser = at_least_1)]
     pub elastic_tasks: usize,
@@ -316,12 +298,8 @@ pub struct Args {
     /// timeline resolution
     #[arg(long = "sample-ms", value_name = "N", default_value = "250", value_parser = sample_ms)]
     pub sample: Duration,
-    /// write the JSON report here [default: target/demo/report.json]
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
-    /// write the HTML report here [default: target/demo/report.html]
-    #[arg(long, value_name = "PATH")]
-    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub reports: ReportArgs,
     /// RNG seed
     #[arg(long, value_name = "N", default_value = "1")]
     pub seed: u64,
@@ -339,9 +317,6 @@ pub struct Args {
     /// slowest 1 %
     #[arg(long)]
     pub hops: bool,
-    /// this text
-    #[arg(short = 'h', long = "help", action = ArgAction::Help)]
-    _help: Option<bool>,
 }
 
 /// `--client-priority`.
@@ -367,48 +342,6 @@ fn client_priority(v: &str) -> Result<ClientPriority, String> {
         "realtime" => Ok(ClientPriority::Realtime),
         "normal" => Ok(ClientPriority::Normal),
         _ => Err("expected normal or realtime".into()),
-    }
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn number<T: std::str::FromStr<Err: std::fmt::Display>>(v: &str) -> Result<T, String> {
-    v.parse::<T>().map_err(|e| e.to_string())
-}
-
-fn positive(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x > 0.0 {
-        Ok(x)
-    } else {
-        Err("must be a positive number".into())
-    }
-}
-
-fn non_negative(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x >= 0.0 {
-        Ok(x)
-    } else {
-        Err("must be >= 0".into())
-    }
-}
-
-fn at_least_1(v: &str) -> Result<usize, String> {
-    match number(v)? {
-        0 => Err("must be at least 1".into()),
-        x => Ok(x),
-    }
-}
-
-fn share(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x > 0.0 && x <= 1.0 {
-        Ok(x)
-    } else {
-        Err("must be in (0, 1]".into())
     }
 }
 
@@ -467,24 +400,9 @@ fn profile_list(v: &str) -> Result<Vec<ProfileSpec>, String> {
 }
 
 impl Args {
-    /// Parse the process's flags; on an error, print it with the usage line and exit with 2
-    /// (`-h` / `--help`: print the help and exit with 0).
+    /// Parse the process's flags, or exit (see [`parse_or_exit`]).
     pub fn from_env() -> Args {
-        Args::try_parse()
-            .and_then(Args::finish)
-            .unwrap_or_else(|mut e| {
-                if e.use_stderr() {
-                    let usage = Args::command().render_usage();
-                    e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-                }
-                e.exit()
-            })
-    }
-
-    /// Parse these flags (the first item is the program name).
-    #[cfg(test)]
-    fn parse_strs<I: IntoIterator<Item = &'static str>>(it: I) -> Result<Args, clap::Error> {
-        Args::try_parse_from(it)?.finish()
+        parse_or_exit(Args::finish)
     }
 
     /// The checks across flags, and the phase list.
@@ -525,14 +443,15 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use elastic_cpu_examples::cli::{command, parse_from};
 
     fn p(s: &'static str) -> Result<Args, clap::Error> {
-        Args::parse_strs(std::iter::once("demo").chain(s.split_whitespace()))
+        parse_from::<Args, _, _>(std::iter::once("demo").chain(s.split_whitespace()))?.finish()
     }
 
     #[test]
     fn defaults_and_errors() {
-        Args::command().debug_assert();
+        command::<Args>().debug_assert();
         let a = p("").unwrap();
         assert_eq!(a.phases.len(), 8);
         assert_eq!(a.quota_phases.len(), 5);

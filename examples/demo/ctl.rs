@@ -4,6 +4,7 @@
 
 use elastic_cpu::prelude::*;
 use elastic_cpu::{Elastic, Profile};
+use elastic_cpu_examples::fg;
 use futures_util::stream::Stream;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -59,7 +60,8 @@ pub struct Snap {
     pub signal: SignalSnap,
 }
 
-/// What the governor stepped on, and each component of it (issue 16).
+/// What the governor stepped on, and each component of it (which one held the elastic work
+/// back).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SignalSnap {
     /// The largest component: what the controller compared with its target.
@@ -132,13 +134,7 @@ impl Control {
             .run_queue_signal(tune.run_queue_signal)
             .os_yield(tune.os_yield);
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
-        let rt = elastic
-            .runtime(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(workers)
-                    .enable_all(),
-            )
-            .build()
+        let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
             .map_err(|e| format!("runtime: {e}"))?;
         Ok(Control {
             rt,

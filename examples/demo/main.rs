@@ -12,71 +12,32 @@
 //! line a second, a summary table, and writes a JSON and an HTML report.
 
 mod args;
-// Shared by the `demo` and `storm` examples (each uses only part of them).
 mod ctl;
-#[allow(dead_code)]
-#[path = "../common/fg.rs"]
-mod fg;
 mod mix;
 mod neighbour;
-#[allow(dead_code)]
-#[path = "../common/pauses.rs"]
-mod pauses;
 mod phase;
 mod quota;
 mod report;
 mod scan;
-#[allow(dead_code)]
-#[path = "../common/util.rs"]
-mod util;
 
 use args::{Args, Env, Kind, PhaseSpec};
 use ctl::{Control, Mode, Tuning};
-use fg::{FgStats, LoadGen, Rate};
+use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::pauses::Pauses;
+use elastic_cpu_examples::stats::{mean, median};
+use elastic_cpu_examples::{fg, spin};
 use phase::{rest_key, run_phase};
 use quota::QuotaCgroup;
 use report::Report;
 use scan::Table;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use util::fmt_us;
+use std::time::Instant;
 
 /// `--target-us auto`: the baseline's median window p99 of scheduling latency plus one poll
 /// quantum: at the p99, a foreground task may wait behind about one elastic poll.
 fn auto_target_us(baseline_sched_p99_us: f64, quantum_us: u64) -> u64 {
     (baseline_sched_p99_us + quantum_us as f64).clamp(100.0, 5000.0) as u64
-}
-
-/// Set by Ctrl-C: end the run, write what we have.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-fn stopped() -> bool {
-    STOP.load(Ordering::Relaxed)
-}
-
-/// Ctrl-C handler on a side thread (a tiny current-thread runtime of its own).
-fn install_ctrl_c() {
-    let _ = std::thread::Builder::new()
-        .name("demo-ctrl-c".into())
-        .spawn(|| {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    eprintln!("\ninterrupted: finishing the current phase early and writing the partial report (Ctrl-C again to quit now)");
-                    STOP.store(true, Ordering::SeqCst);
-                }
-                if tokio::signal::ctrl_c().await.is_ok() {
-                    quota::cleanup_active();
-                    std::process::exit(130);
-                }
-            });
-        });
 }
 
 /// Everything the phases share.
@@ -96,7 +57,7 @@ struct Ctx {
     /// Where each paced phase (by name) ended (the start of its next round).
     rest_by_name: std::collections::HashMap<String, f64>,
     /// Machine pauses (the whole VM descheduled), to leave out of the latency figures.
-    pauses: pauses::Pauses,
+    pauses: Pauses,
     /// Where the phases run now.
     env: Env,
     /// The machine's cores, read at the start (on the host).
@@ -107,22 +68,15 @@ struct Ctx {
 
 fn main() {
     // The noisy neighbour is this binary again, in burn mode (see `neighbour`).
-    if let Some(share) = neighbour::burn_mode() {
-        neighbour::burn(share);
-    }
+    neighbour::burn_if_neighbour();
     let args = Args::from_env();
     fg::set_client_realtime(args.client_priority == args::ClientPriority::Realtime);
-    install_ctrl_c();
+    install_ctrl_c("demo-ctrl-c", quota::cleanup_active);
 
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(args.workers) as f64;
-    let machine_cpus = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let machine_cpus = elastic_cpu_examples::cli::cores();
+    let cpus = machine_cpus.min(args.fg.workers) as f64;
 
-    let spin_per_us = util::calibrate_spin();
+    let spin_per_us = spin::calibrate_spin();
     eprintln!(
         "calibrated: {:.0} spin iterations per us of CPU; building a {}-row table...",
         spin_per_us, args.rows
@@ -146,7 +100,7 @@ fn main() {
         target_us: None,
         target_source: String::new(),
         rest_by_name: Default::default(),
-        pauses: pauses::Pauses::start(),
+        pauses: Pauses::start(),
         env: Env::Host,
         machine_cpus,
         quota: None,
@@ -159,9 +113,6 @@ fn main() {
             std::process::exit(2);
         }
     }
-    if !ctx.pauses.realtime {
-        eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
-    }
     // Started after calibration, so the spin and scan rates are measured on a quiet machine;
     // it runs through every phase and stops when this guard drops.
     let _neighbour = ctx.args.neighbour.map(|share| {
@@ -172,26 +123,19 @@ fn main() {
         eprintln!("neighbour: a separate process burning {share} of a core in 10 ms periods");
         n
     });
-    let mut per_request_cpu_us = None;
-    ctx.rate = match ctx.args.rate {
-        Some(r) => r,
-        None => match calibrate_rate(&ctx) {
-            Ok((r, c)) => {
-                per_request_cpu_us = Some(c);
-                r
-            }
-            Err(e) => {
-                eprintln!("error: calibrating the foreground rate: {e}");
-                std::process::exit(1);
-            }
-        },
-    };
+    let (rate, per_request_cpu_us) = fg::rate_or_calibrate(ctx.args.fg.rate, || {
+        let ctl = Control::new(ctx.args.fg.workers, Mode::Unpaced, tuning(&ctx))?;
+        let calibrated = fg::calibrate_rate(&ctl.rt, &ctx.args.fg, ctx.args.fg_load, ctx.args.seed);
+        ctl.shutdown();
+        calibrated
+    });
+    ctx.rate = rate;
     eprintln!(
         "foreground: {:.0} requests/s, {} us of work each, {} connections, {} workers, client at {} priority{}",
         ctx.rate,
-        ctx.args.work_us,
-        ctx.args.conns,
-        ctx.args.workers,
+        ctx.args.fg.work_us,
+        ctx.args.fg.conns,
+        ctx.args.fg.workers,
         ctx.args.client_priority.name(),
         if ctx.args.elastic_mix {
             "; elastic work: pace_blocking scan + Pacer loops + paced streams"
@@ -203,15 +147,15 @@ fn main() {
     let mut rep = Report {
         machine: report::Machine {
             cpus: machine_cpus,
-            workers: ctx.args.workers,
+            workers: ctx.args.fg.workers,
             cpus_used: cpus,
             os: std::env::consts::OS.into(),
             arch: std::env::consts::ARCH.into(),
             tokio_unstable: cfg!(tokio_unstable),
             rate: ctx.rate,
-            work_us: ctx.args.work_us,
+            work_us: ctx.args.fg.work_us,
             per_request_cpu_us,
-            conns: ctx.args.conns,
+            conns: ctx.args.fg.conns,
             elastic_tasks: ctx.args.elastic_tasks,
             rows: ctx.args.rows,
             chunk_rows: ctx.args.chunk_rows,
@@ -316,25 +260,9 @@ fn main() {
 
     println!();
     print!("{}", rep.summary_text());
-    let json = ctx
-        .args
-        .json
-        .clone()
-        .unwrap_or_else(|| report::default_path("report.json"));
-    let html = ctx
-        .args
-        .html
-        .clone()
-        .unwrap_or_else(|| report::default_path("report.html"));
-    for (path, body) in [(&json, rep.to_json()), (&html, rep.to_html())] {
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::write(path, body) {
-            Ok(()) => println!("wrote {}", path.display()),
-            Err(e) => eprintln!("error: writing {}: {e}", path.display()),
-        }
-    }
+    ctx.args
+        .reports
+        .write(&report::default_dir(), &rep.to_json(), &rep.to_html());
     for n in &rep.notes {
         println!("{n}");
     }
@@ -358,14 +286,14 @@ fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u6
         let mut r = run_phase(ctx, &spec, &mut rep.timeline);
         r.round = round;
         if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
-            let t = match report::median(&r.scheds) {
+            let t = match median(&r.scheds) {
                 Some(m) => auto_target_us(m, quantum_us(ctx)),
                 None => lib_target,
             };
             ctx.target_us = Some(t);
             ctx.target_source = format!(
                 "auto: the baseline's median window p99 ({}) + the quantum ({})",
-                fmt_us(report::median(&r.scheds)),
+                fmt_us(median(&r.scheds)),
                 fmt_us(Some(quantum_us(ctx) as f64))
             );
             eprintln!(
@@ -384,7 +312,7 @@ fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u6
                 .filter_map(|p| p.limit)
                 .collect();
             let n = lim.len().div_ceil(4);
-            let rest = report::mean(&lim[lim.len() - n..]);
+            let rest = mean(&lim[lim.len() - n..]);
             if spec.kind == Kind::Paced {
                 ctx.rest_level = rest;
             }
@@ -394,49 +322,6 @@ fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u6
         }
         rep.segments.push(r);
     }
-}
-
-/// Run the service alone at a trial rate and measure the CPU the whole process spends per
-/// request (server, client and kernel), to size the default rate to `--fg-load` of the machine.
-fn calibrate_rate(ctx: &Ctx) -> Result<(f64, f64), String> {
-    let a = &ctx.args;
-    let machine = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1) as f64;
-    let trial = (0.5 * a.fg_load * machine / (a.work_us * 1e-6)).max(100.0);
-    let ctl = Control::new(a.workers, Mode::Unpaced, tuning(ctx))?;
-    let addr = fg::start_server(&ctl.rt, a.work_us)?;
-    let stats = FgStats::new();
-    let lg = LoadGen::start(
-        addr,
-        Rate::new(trial),
-        a.conns,
-        stats.clone(),
-        a.seed ^ 0xCA1,
-    )
-    .map_err(|e| format!("load generator: {e}"))?;
-    std::thread::sleep(Duration::from_millis(500));
-    let c0 = util::process_cpu().ok_or("no /proc/self/stat")?;
-    let r0 = stats.received.load(Ordering::SeqCst);
-    let t0 = Instant::now();
-    std::thread::sleep(Duration::from_millis(2500));
-    let c1 = util::process_cpu().ok_or("no /proc/self/stat")?;
-    let r1 = stats.received.load(Ordering::SeqCst);
-    let secs = t0.elapsed().as_secs_f64();
-    lg.stop_and_drain(Duration::from_secs(2), &STOP);
-    ctl.shutdown();
-    if r1 <= r0 {
-        return Err("no replies during calibration".into());
-    }
-    let per_req = (c1 - c0).as_secs_f64() / (r1 - r0) as f64;
-    let rate = a.fg_load * machine / per_req;
-    eprintln!(
-        "calibrated: {:.0} req/s used {:.0}% of the machine, {:.0} us of process CPU per request",
-        (r1 - r0) as f64 / secs,
-        100.0 * (c1 - c0).as_secs_f64() / secs / machine,
-        per_req * 1e6
-    );
-    Ok((rate, per_req * 1e6))
 }
 
 fn quantum_us(ctx: &Ctx) -> u64 {

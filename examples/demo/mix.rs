@@ -1,6 +1,7 @@
 //! `--elastic-mix`: the elastic work as a user mixing the library's adapters would write it:
-//! `Pacer` loops, paced streams, and one scan on a blocking thread paced by `pace_blocking`
-//! (issue 16's scenario). Unpaced phases run the same three shapes without pacing.
+//! `Pacer` loops, paced streams, and one scan on a blocking thread paced by `pace_blocking` (a
+//! thread the runtime's scheduling latency does not see: it competes with the workers in the
+//! OS run queue). Unpaced phases run the same three shapes without pacing.
 
 use crate::args::Args;
 use crate::ctl::Control;

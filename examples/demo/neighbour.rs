@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 const VAR: &str = "ELASTIC_CPU_DEMO_BURN";
 const PERIOD: Duration = Duration::from_millis(10);
 
-/// The share to burn, when this process is the neighbour.
-pub fn burn_mode() -> Option<f64> {
-    std::env::var(VAR).ok()?.parse().ok()
+/// When this process is the neighbour: burn the share of one core it was started with until
+/// killed (or until the parent is gone).
+pub fn burn_if_neighbour() {
+    if let Some(share) = std::env::var(VAR).ok().and_then(|v| v.parse().ok()) {
+        burn(share);
+    }
 }
 
-/// Burn `share` of one core until killed (or until the parent is gone).
-pub fn burn(share: f64) -> ! {
+fn burn(share: f64) -> ! {
     let parent = std::os::unix::process::parent_id();
     let busy = PERIOD.mul_f64(share.clamp(0.0, 1.0));
     loop {

@@ -3,11 +3,15 @@
 
 use crate::args::{Kind, PhaseSpec, ProfileSpec};
 use crate::ctl::{Control, Mode};
-use crate::fg::{self, FgStats, LoadGen, Rate};
 use crate::report::{self, PhaseResult, Point};
 use crate::scan::{self, Consume, Counters, ScanStream};
-use crate::util::{self, fmt_us, q_us};
-use crate::{stopped, tuning, Ctx, STOP};
+use crate::{tuning, Ctx};
+use elastic_cpu_examples::cpu_time::{machine_busy, process_cpu};
+use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
+use elastic_cpu_examples::interrupt::{sleep_until, stopped};
+use elastic_cpu_examples::latency::{fmt_us, q_us, Latency};
+use elastic_cpu_examples::priority::lowest_priority;
+use elastic_cpu_examples::stats::mean;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,8 +96,8 @@ fn run_phase_inner(
     res: &mut PhaseResult,
 ) -> Result<(), String> {
     let a = &ctx.args;
-    let ctl = Control::new(a.workers, mode, tuning(ctx))?;
-    let addr = fg::start_server(&ctl.rt, a.work_us)?;
+    let ctl = Control::new(a.fg.workers, mode, tuning(ctx))?;
+    let addr = fg::start_server(&ctl.rt, a.fg.work_us)?;
 
     // The elastic scan.
     let stop_scan = Arc::new(AtomicBool::new(false));
@@ -124,7 +128,7 @@ fn run_phase_inner(
                     .worker_threads(cores)
                     .thread_name("idle-runtime")
                     .on_thread_start(move || {
-                        let p = util::lowest_priority();
+                        let p = lowest_priority();
                         seen.lock().unwrap().push(p);
                     })
                     .enable_all()
@@ -179,14 +183,8 @@ fn run_phase_inner(
 
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();
-    let lg = LoadGen::start(
-        addr,
-        rate.clone(),
-        a.conns,
-        stats.clone(),
-        a.seed.wrapping_add(res.start_ms),
-    )
-    .map_err(|e| format!("load generator: {e}"))?;
+    let seed = a.seed.wrapping_add(res.start_ms);
+    let lg = LoadGen::start(addr, rate.clone(), a.fg.conns, stats.clone(), seed)?;
 
     let t0 = Instant::now();
     let phase = Duration::from_secs_f64(a.phase_secs);
@@ -202,9 +200,7 @@ fn run_phase_inner(
     let mut stepped = 0;
     loop {
         next += a.sample;
-        while Instant::now() < next && !stopped() {
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
-        }
+        sleep_until(next);
         let now = Instant::now();
         let el = now - t0;
         if measuring.is_none() && el >= warmup {
@@ -212,8 +208,8 @@ fn run_phase_inner(
             measuring = Some(Mark {
                 at: now,
                 rows: counters.rows.load(Ordering::Relaxed),
-                cpu: util::process_cpu(),
-                busy: util::machine_busy(),
+                cpu: process_cpu(),
+                busy: machine_busy(),
                 used_ns: ctl.used().as_nanos() as u64,
                 brakes: ctl.full_snapshot().brakes,
                 throttling: ctx.quota.as_ref().and_then(|q| q.throttling()),
@@ -284,13 +280,13 @@ fn run_phase_inner(
     stats.measure_until_now();
     let end = Instant::now();
     let rows_end = counters.rows.load(Ordering::Relaxed);
-    let cpu_end = util::process_cpu();
-    let busy_end = util::machine_busy();
+    let cpu_end = process_cpu();
+    let busy_end = machine_busy();
     let used_end = ctl.used().as_nanos() as u64;
     let brakes_end = ctl.full_snapshot().brakes;
     let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());
     res.interrupted = stopped();
-    res.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
+    res.unanswered = lg.stop_and_drain(Duration::from_secs(3));
     stop_scan.store(true, Ordering::SeqCst);
     ctl.shutdown();
     if let Some(rt) = dedicated {
@@ -311,43 +307,32 @@ fn run_phase_inner(
     }) = measuring
     {
         let secs = (end - m0).as_secs_f64().max(1e-9);
-        let raw = stats.phase_hist();
-        let pz = ctx.pauses.between(m0, Instant::now());
-        res.pauses = pz.len();
-        res.paused_ms = pz
-            .iter()
+        let w = stats.window(&ctx.pauses, m0);
+        res.pauses = w.pauses.len();
+        res.paused_ms = (w.pauses.iter())
             .map(|&(a, b)| (b - a).as_secs_f64() * 1e3)
             .sum::<f64>()
             + 0.0; // an empty f64 sum is -0.0
-        let h = if ctx.pauses.realtime {
-            let (clean, left_out) = stats.phase_hist_without(&pz);
-            res.left_out = left_out;
-            clean
-        } else {
-            raw.clone()
-        };
+        res.left_out = w.left_out;
         if a.hops {
-            eprintln!("[{name}] hops: {}", stats.hop_report(&pz));
+            eprintln!("[{name}] hops: {}", stats.hop_report(&w.pauses));
         }
-        res.raw_p99_us = q_us(&raw, 0.99);
-        res.raw_hist = Some(raw);
+        let h = w.hist;
+        res.raw_p99_us = q_us(&w.raw, 0.99);
+        res.raw_hist = Some(w.raw);
         res.rows = rows_end - rows0;
         res.brakes = brakes_end - brakes0;
         res.limits = limits.clone();
         res.scheds = scheds.clone();
         res.measured_secs = secs;
-        res.requests = h.len();
-        res.p50_us = q_us(&h, 0.50);
-        res.p99_us = q_us(&h, 0.99);
-        res.p999_us = q_us(&h, 0.999);
-        res.max_us = q_us(&h, 1.0);
-        res.sched_p99_us = report::mean(&scheds);
+        res.fg = Latency::of(&h);
+        res.sched_p99_us = mean(&scheds);
         res.rows_per_sec = (rows_end - rows0) as f64 / secs;
         res.cpu_share = res.rows_per_sec / (ctx.rows_per_cpu_sec * ctx.cpus);
         if !matches!(mode, Mode::Unpaced) {
             res.used_share = Some((used_end - used0) as f64 / 1e9 / secs / ctx.cpus);
         }
-        res.limit_mean = report::mean(&limits);
+        res.limit_mean = mean(&limits);
         res.limit_min = limits.iter().copied().reduce(f64::min);
         res.limit_max = limits.iter().copied().reduce(f64::max);
         res.hist = Some(h);

@@ -1,8 +1,11 @@
 //! Command-line flags of the storm example (clap, derive API).
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{ArgAction, CommandFactory, Parser};
-use std::path::PathBuf;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use elastic_cpu_examples::cli::{
+    at_least_1, non_negative, number, parse_or_exit, positive, share, ForegroundArgs,
+};
+use elastic_cpu_examples::report::ReportArgs;
 
 /// What a phase does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,17 +76,7 @@ Phases (run in the order given, the list repeated --rounds times):
 
 /// Parsed flags.
 #[derive(Clone, Debug, Parser)]
-#[command(
-    name = "storm",
-    override_usage = "cargo run --release --example storm -- [FLAGS]",
-    about = ABOUT,
-    before_help = PHASES_HELP,
-    help_template = "{usage-heading} {usage}\n\n{about}\n\n{before-help}{all-args}{after-help}",
-    next_help_heading = "Flags",
-    args_override_self = true,
-    disable_help_flag = true,
-    disable_version_flag = true
-)]
+#[command(name = "storm", about = ABOUT, before_help = PHASES_HELP)]
 pub struct Args {
     /// comma-separated phases
     #[arg(long, value_name = "LIST", default_value = "calm,capacity,open,static,gated", value_parser = phase_list)]
@@ -104,21 +97,11 @@ pub struct Args {
     /// start of the calm and capacity phases left out of their summary
     #[arg(long, value_name = "N", default_value = "2", value_parser = non_negative)]
     pub warmup_secs: f64,
-    /// worker threads of the service's runtime [default: one per core]
-    #[arg(long, value_name = "N", default_value_t = cores(), hide_default_value = true, value_parser = at_least_1)]
-    pub workers: usize,
-    /// foreground requests per second at calm [default: sized to --fg-load]
-    #[arg(long, value_name = "R", value_parser = positive)]
-    pub rate: Option<f64>,
+    #[command(flatten)]
+    pub fg: ForegroundArgs,
     /// foreground share of the machine's CPU at calm when --rate is not given
     #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
     pub fg_load: f64,
-    /// CPU work per request in microseconds (established and set-up connections alike)
-    #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
-    pub work_us: f64,
-    /// established (foreground) connections
-    #[arg(long, value_name = "N", default_value = "4", value_parser = at_least_1)]
-    pub conns: usize,
     /// server CPU per connection setup in microseconds
     #[arg(long, value_name = "N", default_value = "1000", value_parser = positive)]
     pub setup_us: f64,
@@ -131,7 +114,7 @@ pub struct Args {
     /// a client's mean pause between sessions in milliseconds
     #[arg(long, value_name = "N", default_value = "1000", value_parser = at_least_1_u64)]
     pub think_ms: u64,
-    /// requests per session on a new connection
+    /// requests per session on a new connection (each --work-us of CPU, as the foreground's)
     #[arg(long, value_name = "N", default_value = "3")]
     pub requests: u32,
     /// the storm's peak: connection demand as a multiple of the measured capacity
@@ -158,66 +141,17 @@ pub struct Args {
     /// phase's rule) [default: the gate's hint alone]
     #[arg(long)]
     pub gate_crowd_hint: bool,
-    /// write the JSON report here [default: target/storm/report.json]
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
-    /// write the HTML report here [default: target/storm/report.html]
-    #[arg(long, value_name = "PATH")]
-    pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub reports: ReportArgs,
     /// RNG seed
     #[arg(long, value_name = "N", default_value = "1")]
     pub seed: u64,
-    /// this text
-    #[arg(short = 'h', long = "help", action = ArgAction::Help)]
-    _help: Option<bool>,
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn number<T: std::str::FromStr<Err: std::fmt::Display>>(v: &str) -> Result<T, String> {
-    v.parse::<T>().map_err(|e| e.to_string())
-}
-
-fn positive(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x > 0.0 {
-        Ok(x)
-    } else {
-        Err("must be a positive number".into())
-    }
-}
-
-fn non_negative(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x >= 0.0 {
-        Ok(x)
-    } else {
-        Err("must be >= 0".into())
-    }
-}
-
-fn at_least_1(v: &str) -> Result<usize, String> {
-    match number(v)? {
-        0 => Err("must be at least 1".into()),
-        x => Ok(x),
-    }
 }
 
 fn at_least_1_u64(v: &str) -> Result<u64, String> {
     match number(v)? {
         0 => Err("must be at least 1".into()),
         x => Ok(x),
-    }
-}
-
-fn share(v: &str) -> Result<f64, String> {
-    let x: f64 = number(v)?;
-    if x.is_finite() && x > 0.0 && x <= 1.0 {
-        Ok(x)
-    } else {
-        Err("must be in (0, 1]".into())
     }
 }
 
@@ -238,17 +172,9 @@ impl Args {
         })
     }
 
-    /// Parse the process's flags; on an error, print it with the usage line and exit with 2.
+    /// Parse the process's flags, or exit (see [`parse_or_exit`]).
     pub fn from_env() -> Args {
-        Args::try_parse()
-            .and_then(Args::finish)
-            .unwrap_or_else(|mut e| {
-                if e.use_stderr() {
-                    let usage = Args::command().render_usage();
-                    e.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-                }
-                e.exit()
-            })
+        parse_or_exit(Args::finish)
     }
 
     fn finish(self) -> Result<Args, clap::Error> {

@@ -18,7 +18,8 @@
 
 use crate::server::{ANSWER, HELLO, REQ};
 use crate::setup::wall_ns;
-use crate::util::exp;
+use elastic_cpu_examples::cpu_time::cpu_of;
+use elastic_cpu_examples::fg::exp;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -120,7 +121,7 @@ impl Clients {
 
     /// CPU time the client process has used.
     pub fn cpu(&self) -> Option<Duration> {
-        crate::util::cpu_of(&self.child.id().to_string())
+        cpu_of(&self.child.id().to_string())
     }
 
     pub fn set_population(&mut self, n: usize) {

@@ -4,13 +4,16 @@
 
 use crate::args::Kind;
 use crate::clients::{Clients, Params};
-use crate::fg::{self, FgStats, LoadGen, Rate};
 use crate::report::{Point, Report, Segment};
 use crate::server::{self, Admission, Crowd, Service};
 use crate::setup::{Ledger, Totals};
-use crate::util::{fmt_us, q_us};
-use crate::{stopped, Ctx, STOP};
+use crate::Ctx;
 use elastic_cpu::{Elastic, GateSettings};
+use elastic_cpu_examples::cpu_time::process_cpu;
+use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
+use elastic_cpu_examples::interrupt::{sleep_until, stopped};
+use elastic_cpu_examples::latency::{fmt_us, q_us};
+use elastic_cpu_examples::stats::mean;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,13 +31,7 @@ pub fn service_runtime(
         builder = builder.target_p99(t);
     }
     let elastic = builder.build().map_err(|e| format!("elastic: {e}"))?;
-    let rt = elastic
-        .runtime(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(workers)
-                .enable_all(),
-        )
-        .build()
+    let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
         .map_err(|e| format!("runtime: {e}"))?;
     Ok((elastic, rt))
 }
@@ -150,18 +147,12 @@ fn client_totals(c: &Option<Clients>) -> [u64; 4] {
 fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Result<(), String> {
     let a = &ctx.args;
     let name = kind.name();
-    let (elastic, rt) = service_runtime(a.workers, a.target_us.map(Duration::from_micros))?;
-    let fg_addr = fg::start_server(&rt, a.work_us)?;
+    let (elastic, rt) = service_runtime(a.fg.workers, a.target_us.map(Duration::from_micros))?;
+    let fg_addr = fg::start_server(&rt, a.fg.work_us)?;
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();
-    let lg = LoadGen::start(
-        fg_addr,
-        rate.clone(),
-        a.conns,
-        stats.clone(),
-        a.seed.wrapping_add(seg.start_ms),
-    )
-    .map_err(|e| format!("load generator: {e}"))?;
+    let seed = a.seed.wrapping_add(seg.start_ms);
+    let lg = LoadGen::start(fg_addr, rate.clone(), a.fg.conns, stats.clone(), seed)?;
 
     let (svc, mut clients) = if kind == Kind::Calm {
         (None, None)
@@ -169,7 +160,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         let svc = Arc::new(Service {
             admission: admission(ctx, kind, &elastic, seg)?,
             cost: ctx.cost,
-            work_us: a.work_us,
+            work_us: a.fg.work_us,
             ledger: Ledger::default(),
             client_timeout: Duration::from_millis(a.timeout_ms),
         });
@@ -207,7 +198,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
     let mut last = (t0, Totals::default(), client_totals(&clients));
     let cpus = |c: &Option<Clients>| {
         (
-            crate::util::process_cpu().unwrap_or_default(),
+            process_cpu().unwrap_or_default(),
             c.as_ref().and_then(Clients::cpu).unwrap_or_default(),
         )
     };
@@ -233,9 +224,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             }
         }
         next += sample;
-        while Instant::now() < next && !stopped() {
-            std::thread::sleep((next - Instant::now()).min(Duration::from_millis(20)));
-        }
+        sleep_until(next);
         let now = Instant::now();
         let el = (now - t0).as_secs_f64();
         let led = svc
@@ -348,25 +337,18 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         }
     }
     seg.interrupted = stopped();
-    seg.unanswered = lg.stop_and_drain(Duration::from_secs(3), &STOP);
+    seg.unanswered = lg.stop_and_drain(Duration::from_secs(3));
     drop(clients);
     rt.shutdown_timeout(Duration::from_secs(3));
     drop(elastic);
 
     if let Some(m) = mark {
-        let raw = stats.phase_hist();
-        let pz = ctx.pauses.between(m.at, Instant::now());
-        seg.pauses = pz.len();
-        let h = if ctx.pauses.realtime {
-            let (clean, left_out) = stats.phase_hist_without(&pz);
-            seg.left_out = left_out;
-            clean
-        } else {
-            raw.clone()
-        };
-        seg.raw_p99_us = q_us(&raw, 0.99);
-        seg.share_mean = crate::report::mean(&shares);
-        seg.hist = Some(h);
+        let w = stats.window(&ctx.pauses, m.at);
+        seg.pauses = w.pauses.len();
+        seg.left_out = w.left_out;
+        seg.raw_p99_us = q_us(&w.raw, 0.99);
+        seg.share_mean = mean(&shares);
+        seg.hist = Some(w.hist);
     }
     Ok(())
 }

@@ -9,8 +9,8 @@
 //! decision reads it (a real server does not know its clients' timeouts).
 
 use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
-use crate::util::spin_us;
 use elastic_cpu::{ConnectionGate, RejectReason, Rejected, SetupPermit};
+use elastic_cpu_examples::spin::spin_us;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use std::future::Future;
 use std::net::SocketAddr;

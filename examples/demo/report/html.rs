@@ -1,10 +1,11 @@
 //! The HTML report: the run's settings, the bars, the summary table, the plots over time and the
 //! controller speed table.
 
-use super::svg::{esc, Axis, Line};
-use super::{Bar, Point, Report};
+use super::Report;
 use crate::args::{Env, Kind};
-use crate::util::fmt_us;
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::report::html::{self, esc};
+use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
 use std::fmt::Write as _;
 
 impl Report {
@@ -21,65 +22,33 @@ impl Report {
 
     pub fn to_html(&self) -> String {
         let m = &self.machine;
-        let t_max = self
-            .timeline
-            .last()
-            .map(|p| p.t_ms as f64 / 1e3)
-            .unwrap_or(1.0)
-            .max(1.0);
-        let lat_max = self
-            .timeline
-            .iter()
-            .flat_map(|p| [p.fg_p99_us, p.sched_p99_us])
-            .flatten()
-            .fold(1000.0f64, f64::max);
-        let lat_axis = Axis {
-            t_max,
-            y_min: 10.0,
-            y_max: 10f64.powf(lat_max.log10().ceil()),
-            log: true,
-        };
+        let lat_axis = Axis::latency(
+            (self.timeline.iter())
+                .flat_map(|p| [p.fg_p99_us, p.sched_p99_us])
+                .flatten(),
+        );
         let rows_max = self
             .timeline
             .iter()
             .map(|p| p.elastic_rows_per_sec)
             .fold(1.0f64, f64::max);
         let baseline = self.find(Env::Host, "baseline");
-        let b99 = baseline.and_then(|b| b.p99_us);
-        let mut fg_refs = Vec::new();
-        let (l1, l2);
-        if let Some(b) = b99 {
-            l1 = format!("baseline p99 {}", fmt_us(Some(b)));
-            l2 = format!("1.5x baseline {}", fmt_us(Some(b * 1.5)));
-            fg_refs.push((b, "#2a7", l1.as_str()));
-            fg_refs.push((b * 1.5, "#c60", l2.as_str()));
-        }
-        let mut sched_refs = Vec::new();
-        let lt;
-        if let Some(t) = m.target_us {
-            lt = format!("target {}", fmt_us(Some(t as f64)));
-            sched_refs.push((t as f64, "#c33", lt.as_str()));
-        }
+        let b99 = baseline.and_then(|b| b.fg.p99_us);
+        let fg_refs = RefLine::p99_and_multiple("baseline", b99, 1.5);
+        let sched_refs: Vec<RefLine> = (m.target_us.iter())
+            .map(|&t| {
+                RefLine::new(
+                    t as f64,
+                    "#c33",
+                    format!("target {}", fmt_us(Some(t as f64))),
+                )
+            })
+            .collect();
 
-        let mut h = String::new();
-        h.push_str("<!doctype html><html><head><meta charset=\"utf-8\"><title>elastic-cpu isolation experiment</title><style>\
-            body{font-family:sans-serif;margin:24px;color:#222;max-width:1320px}\
-            table{border-collapse:collapse;margin:10px 0 18px 0;font-size:13px}\
-            th,td{border:1px solid #ccd;padding:4px 9px;text-align:right}\
-            th{background:#f0f2f6}td:first-child,th:first-child{text-align:left}\
-            .pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}.na{color:#888}\
-            .good{background:#e6f4ea}.bad{background:#fdecea}\
-            .note{color:#555;font-size:12px;max-width:1200px}\
-            h1{font-size:22px;margin-bottom:4px}h2{font-size:16px;margin:22px 0 6px 0}\
-            </style></head><body>");
-        let _ = write!(
-            h,
-            "<h1>elastic-cpu: foreground latency next to elastic CPU work{}</h1>",
-            if self.interrupted {
-                " <span class=\"fail\">(partial: interrupted)</span>"
-            } else {
-                ""
-            }
+        let mut h = html::head(
+            "elastic-cpu isolation experiment",
+            "elastic-cpu: foreground latency next to elastic CPU work",
+            self.interrupted,
         );
         let _ = write!(
             h,
@@ -99,42 +68,22 @@ impl Report {
 
         // Bars.
         let rounds = self.rounds();
-        let variants: Vec<(bool, String)> = if rounds > 1 {
+        let judgements = if rounds > 1 {
             vec![
-                (false, format!("{rounds} rounds merged")),
-                (true, "median of the rounds' fg p99".to_string()),
+                (format!("{rounds} rounds merged"), self.bars_on(false)),
+                (
+                    "median of the rounds' fg p99".to_string(),
+                    self.bars_on(true),
+                ),
             ]
         } else {
-            vec![(false, "value".to_string())]
+            vec![("value".to_string(), self.bars_on(false))]
         };
-        h.push_str("<h2>Done-when bars</h2><table><tr><th>bar</th>");
-        for (_, label) in &variants {
-            let _ = write!(h, "<th>{}</th><th>result</th>", esc(label));
-        }
-        h.push_str("</tr>");
-        let sets: Vec<Vec<Bar>> = variants.iter().map(|(m, _)| self.bars_on(*m)).collect();
-        for (k, b0) in sets[0].iter().enumerate() {
-            let _ = write!(h, "<tr><td>{}</td>", esc(&b0.what));
-            for set in &sets {
-                let b = &set[k];
-                let (cls, txt) = match b.pass {
-                    Some(true) => ("pass", "PASS"),
-                    Some(false) => ("fail", "FAIL"),
-                    None => ("na", "not measured"),
-                };
-                let _ = write!(
-                    h,
-                    "<td>{}</td><td class=\"{cls}\">{txt}</td>",
-                    esc(&b.value)
-                );
-            }
-            h.push_str("</tr>");
-        }
-        h.push_str("</table>");
+        h.push_str(&html::bars_table(&judgements));
 
         // Summary table.
         for env in self.envs() {
-            let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
+            let b99 = self.find(env, "baseline").and_then(|b| b.fg.p99_us);
             let _ = write!(
                 h,
                 "<h2>Summary per phase: {}</h2>",
@@ -153,7 +102,7 @@ impl Report {
                 );
                     continue;
                 }
-                let rel = match (p.p99_us, b99) {
+                let rel = match (p.fg.p99_us, b99) {
                     (Some(x), Some(b)) if b > 0.0 => {
                         let r = x / b;
                         let cls = if r <= 1.5 {
@@ -197,11 +146,11 @@ impl Report {
                 "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&p.name),
                 if p.interrupted { " (interrupted)" } else { "" },
-                p.requests,
-                fmt_us(p.p50_us),
-                fmt_us(p.p99_us),
-                fmt_us(p.p999_us),
-                fmt_us(p.max_us),
+                p.fg.requests,
+                fmt_us(p.fg.p50_us),
+                fmt_us(p.fg.p99_us),
+                fmt_us(p.fg.p999_us),
+                fmt_us(p.fg.max_us),
                 fmt_us(p.sched_p99_us),
                 p.rows_per_sec / 1e6,
                 p.cpu_share * 100.0,
@@ -232,83 +181,41 @@ impl Report {
 
         // Plots.
         h.push_str("<h2>Over time</h2>");
-        let pts_fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.fg_p99_us;
-        let pts_sched: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_p99_us;
-        let pts_sched_fg: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_fg_p99_us;
-        let pts_sched_el: &dyn Fn(&Point) -> Option<f64> = &|p| p.sched_elastic_p99_us;
-        let pts_limit: &dyn Fn(&Point) -> Option<f64> = &|p| p.limit;
-        let pts_cap: &dyn Fn(&Point) -> Option<f64> = &|p| p.headroom_share;
-        let pts_rows: &dyn Fn(&Point) -> Option<f64> = &|p| Some(p.elastic_rows_per_sec);
-        h.push_str(&self.plot(
+        let timeline = self.timeline();
+        h.push_str(&timeline.chart(
             "Foreground p99 latency (per sample, log scale)",
             &lat_axis,
-            &[Line {
-                color: "#1f5fbf",
-                label: "fg p99",
-                get: pts_fg,
-            }],
+            &[Line::new("#1f5fbf", "fg p99", |p| p.fg_p99_us)],
             &fg_refs,
         ));
         h.push_str("<br>");
-        h.push_str(&self.plot(
+        h.push_str(&timeline.chart(
             "Scheduling latency p99 (library probe, window p99 of all tasks, log scale)",
             &lat_axis,
             &[
-                Line {
-                    color: "#bbbbbb",
-                    label: "elastic tasks",
-                    get: pts_sched_el,
-                },
-                Line {
-                    color: "#8e3fbf",
-                    label: "all tasks (steers)",
-                    get: pts_sched,
-                },
-                Line {
-                    color: "#1f5fbf",
-                    label: "foreground tasks",
-                    get: pts_sched_fg,
-                },
+                Line::new("#bbbbbb", "elastic tasks", |p| p.sched_elastic_p99_us),
+                Line::new("#8e3fbf", "all tasks (steers)", |p| p.sched_p99_us),
+                Line::new("#1f5fbf", "foreground tasks", |p| p.sched_fg_p99_us),
             ],
             &sched_refs,
         ));
         h.push_str("<br>");
-        h.push_str(&self.plot(
+        h.push_str(&timeline.chart(
             "Elastic CPU limit, and inside a quota the headroom cap (share of the runtime's CPUs)",
-            &Axis {
-                t_max,
-                y_min: 0.0,
-                y_max: 1.0,
-                log: false,
-            },
+            &Axis::linear(1.0),
             &[
-                Line {
-                    color: "#c25a00",
-                    label: "limit",
-                    get: pts_limit,
-                },
-                Line {
-                    color: "#7a7a7a",
-                    label: "quota headroom cap",
-                    get: pts_cap,
-                },
+                Line::new("#c25a00", "limit", |p| p.limit),
+                Line::new("#7a7a7a", "quota headroom cap", |p| p.headroom_share),
             ],
             &[],
         ));
         h.push_str("<br>");
-        h.push_str(&self.plot(
+        h.push_str(&timeline.chart(
             "Elastic throughput (rows/s)",
-            &Axis {
-                t_max,
-                y_min: 0.0,
-                y_max: rows_max * 1.05,
-                log: false,
-            },
-            &[Line {
-                color: "#2e7d32",
-                label: "rows/s",
-                get: pts_rows,
-            }],
+            &Axis::linear(rows_max * 1.05),
+            &[Line::new("#2e7d32", "rows/s", |p| {
+                Some(p.elastic_rows_per_sec)
+            })],
             &[],
         ));
 
@@ -369,11 +276,7 @@ impl Report {
                 controller dithers around its resting level by design: tail peak-to-peak says how much. tail: over the second half of the phase (or \
                 last segment).</div>");
         }
-        let _ = writeln!(
-            h,
-            "<h2>Run</h2><div class=\"note\"><code>{}</code></div></body></html>",
-            esc(&m.command)
-        );
+        h.push_str(&html::foot(&m.command));
         h
     }
 }

@@ -1,32 +1,12 @@
-//! The JSON report (serde): the schema of issue 5 (`machine`, `phases`, `timeline`), and the
-//! extras kept beside it rather than in its objects.
+//! The JSON report (serde): its core (`machine`, `phases`, `timeline`), whose objects keep
+//! their keys from run to run, and the extras kept beside it rather than in its objects.
 
 use super::settle::Settle;
-use super::{Bar, PhaseResult, Point, Report};
-use serde::{Serialize, Serializer};
-
-/// A number as the report writes it: rounded to 3 decimals, a whole number without a fraction,
-/// null when not finite.
-#[derive(Clone, Copy)]
-struct Num(f64);
-
-impl Serialize for Num {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if !self.0.is_finite() {
-            return s.serialize_none();
-        }
-        let r = (self.0 * 1000.0).round() / 1000.0;
-        if r == r.trunc() && r.abs() < 1e15 {
-            s.serialize_i64(r as i64)
-        } else {
-            s.serialize_f64(r)
-        }
-    }
-}
-
-fn opt(x: Option<f64>) -> Option<Num> {
-    x.map(Num)
-}
+use super::{PhaseResult, Point, Report};
+use elastic_cpu_examples::latency::Latency;
+use elastic_cpu_examples::report::json::{self, opt, Num};
+use elastic_cpu_examples::report::Bar;
+use serde::Serialize;
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -76,7 +56,7 @@ struct Machine<'a> {
 #[derive(Serialize)]
 struct Phase<'a> {
     name: &'a str,
-    fg: Fg,
+    fg: Latency,
     sched: Sched,
     elastic: Elastic,
     limit: Limit,
@@ -91,17 +71,9 @@ struct Phase<'a> {
 struct Throttled {
     periods: u64,
     ms: Num,
-    /// Enforcement periods in the window (not in the issue's object: the denominator).
+    /// Enforcement periods in the window (beside the core's `periods` and `ms`: their
+    /// denominator).
     of_periods: u64,
-}
-
-#[derive(Serialize)]
-struct Fg {
-    requests: u64,
-    p50_us: Option<Num>,
-    p99_us: Option<Num>,
-    p999_us: Option<Num>,
-    max_us: Option<Num>,
 }
 
 #[derive(Serialize)]
@@ -153,7 +125,7 @@ struct SchedSplit {
     sched_elastic_p99_us: Option<Num>,
 }
 
-/// Every phase (skipped ones too), all rounds merged: what the issue's phase object leaves out.
+/// Every phase (skipped ones too), all rounds merged: what the core's phase object leaves out.
 #[derive(Serialize)]
 struct PhaseExtras<'a> {
     name: &'a str,
@@ -262,13 +234,7 @@ impl<'a> Phase<'a> {
     fn of(p: &'a PhaseResult) -> Self {
         Phase {
             name: &p.name,
-            fg: Fg {
-                requests: p.requests,
-                p50_us: opt(p.p50_us),
-                p99_us: opt(p.p99_us),
-                p999_us: opt(p.p999_us),
-                max_us: opt(p.max_us),
-            },
+            fg: p.fg,
             sched: Sched {
                 p99_us: opt(p.sched_p99_us),
             },
@@ -345,9 +311,9 @@ impl<'a> Segment<'a> {
             end_ms: p.end_ms,
             step_ms: &p.step_ms,
             measured_secs: Num(p.measured_secs),
-            requests: p.requests,
-            fg_p50_us: opt(p.p50_us),
-            fg_p99_us: opt(p.p99_us),
+            requests: p.fg.requests,
+            fg_p50_us: opt(p.fg.p50_us),
+            fg_p99_us: opt(p.fg.p99_us),
             sched_p99_us: opt(p.sched_p99_us),
             rows_per_sec: Num(p.rows_per_sec),
             limit_mean: opt(p.limit_mean),
@@ -426,8 +392,6 @@ impl Report {
             bars_median_of_rounds: bars_median.iter().map(BarJ::of).collect(),
             interrupted: self.interrupted,
         };
-        let mut s = serde_json::to_string_pretty(&doc).expect("the report serializes");
-        s.push('\n');
-        s
+        json::to_string(&doc)
     }
 }

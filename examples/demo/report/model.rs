@@ -1,8 +1,11 @@
 //! The report's model: the run's settings, each phase of each round, the rounds merged per
-//! phase, the timeline, and the verdicts against the bars.
+//! phase, the timeline, and the verdicts against the experiment's done-when bars.
 
 use crate::args::{Env, Kind};
-use crate::util::{new_hist, q_us};
+use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, Latency};
+use elastic_cpu_examples::report::svg::Sample;
+use elastic_cpu_examples::report::Bar;
+use elastic_cpu_examples::stats::{mean, median};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 
@@ -13,19 +16,11 @@ pub const HIGH_START: f64 = 0.75;
 /// Foreground rate multiplier in the middle third of a `step` phase.
 pub const STEP_FACTOR: f64 = 1.5;
 
-pub fn default_path(file: &str) -> PathBuf {
+/// Where the reports go by default: `target/demo/` of the repository.
+pub fn default_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("demo")
-        .join(file)
-}
-
-pub fn mean(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        None
-    } else {
-        Some(v.iter().sum::<f64>() / v.len() as f64)
-    }
 }
 
 /// One timeline sample.
@@ -37,13 +32,22 @@ pub struct Point {
     /// The quota headroom cap as a share of the bucket's CPUs (written in `timeline_signal`).
     pub headroom_share: Option<f64>,
     pub sched_p99_us: Option<f64>,
-    /// Not in the timeline schema: written as `timeline_sched_split`.
+    /// Not in the report's core timeline schema: written as `timeline_sched_split`.
     pub sched_fg_p99_us: Option<f64>,
     pub sched_elastic_p99_us: Option<f64>,
     pub fg_p99_us: Option<f64>,
     pub elastic_rows_per_sec: f64,
     /// The governor's signal and its components (written as `timeline_signal`).
     pub signal: crate::ctl::SignalSnap,
+}
+
+impl Sample for Point {
+    fn t_ms(&self) -> u64 {
+        self.t_ms
+    }
+    fn phase(&self) -> &str {
+        &self.phase
+    }
 }
 
 /// Run configuration and machine facts.
@@ -100,11 +104,8 @@ pub struct PhaseResult {
     pub end_ms: u64,
     pub step_ms: Vec<u64>,
     pub measured_secs: f64,
-    pub requests: u64,
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub p999_us: Option<f64>,
-    pub max_us: Option<f64>,
+    /// Foreground requests over the measurement window (machine pauses left out).
+    pub fg: Latency,
     pub sched_p99_us: Option<f64>,
     pub rows_per_sec: f64,
     pub cpu_share: f64,
@@ -160,11 +161,7 @@ impl PhaseResult {
             end_ms: 0,
             step_ms: Vec::new(),
             measured_secs: 0.0,
-            requests: 0,
-            p50_us: None,
-            p99_us: None,
-            p999_us: None,
-            max_us: None,
+            fg: Latency::default(),
             sched_p99_us: None,
             rows_per_sec: 0.0,
             cpu_share: 0.0,
@@ -193,7 +190,7 @@ impl PhaseResult {
     }
 
     pub(super) fn ran(&self) -> bool {
-        self.skipped.is_none() && self.requests > 0
+        self.skipped.is_none() && self.fg.requests > 0
     }
 
     /// The phase's name with its environment where that is not the host: `paced`,
@@ -252,11 +249,7 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             };
             r.interrupted = all.iter().any(|s| s.interrupted);
             r.measured_secs = secs;
-            r.requests = h.len();
-            r.p50_us = q_us(&h, 0.50);
-            r.p99_us = q_us(&h, 0.99);
-            r.p999_us = q_us(&h, 0.999);
-            r.max_us = q_us(&h, 1.0);
+            r.fg = Latency::of(&h);
             r.rows = group.iter().map(|g| g.rows).sum();
             r.rows_per_sec = r.rows as f64 / secs;
             r.cpu_share = wmean(&|g| Some(g.cpu_share)).unwrap_or(0.0);
@@ -283,7 +276,7 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             r.periods = sum(&|g| g.periods);
             r.throttled_periods = sum(&|g| g.throttled_periods);
             r.throttled_ms = group.iter().map(|g| g.throttled_ms).sum();
-            r.p99_rounds = group.iter().filter_map(|g| g.p99_us).collect();
+            r.p99_rounds = group.iter().filter_map(|g| g.fg.p99_us).collect();
             r.p99_median = median(&r.p99_rounds);
             r.hist = Some(h);
             r.pauses = group.iter().map(|g| g.pauses).sum();
@@ -349,20 +342,6 @@ fn fmt_x(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into())
 }
 
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// The whole report.
 pub struct Report {
     pub machine: Machine,
@@ -377,14 +356,7 @@ pub struct Report {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Verdicts against the bars.
-
-/// One "done when" bar.
-pub struct Bar {
-    pub what: String,
-    pub value: String,
-    pub pass: Option<bool>,
-}
+// Verdicts against the done-when bars.
 
 impl Report {
     pub(super) fn find(&self, env: Env, name: &str) -> Option<&PhaseResult> {
@@ -404,7 +376,7 @@ impl Report {
         v
     }
 
-    /// The bars, on the merged rounds (`median == false`) or on the median of the
+    /// The done-when bars, on the merged rounds (`median == false`) or on the median of the
     /// rounds' fg p99 (`median == true`; throughput and CPU are always over all rounds), for
     /// every environment that ran.
     pub fn bars_on(&self, median: bool) -> Vec<Bar> {
@@ -419,7 +391,7 @@ impl Report {
     }
 
     fn p99_of(p: Option<&PhaseResult>, median: bool) -> Option<f64> {
-        p.and_then(|p| if median { p.p99_median } else { p.p99_us })
+        p.and_then(|p| if median { p.p99_median } else { p.fg.p99_us })
     }
 
     fn host_bars(&self, median: bool, out: &mut Vec<Bar>) {
@@ -469,8 +441,8 @@ impl Report {
                 Some((
                     format!(
                         "p99 {} vs {}, rows/s {:.2}M vs {:.2}M",
-                        crate::util::fmt_us(Some(pl)),
-                        crate::util::fmt_us(Some(sl)),
+                        fmt_us(Some(pl)),
+                        fmt_us(Some(sl)),
                         p.rows_per_sec / 1e6,
                         s.rows_per_sec / 1e6
                     ),

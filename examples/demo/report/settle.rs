@@ -1,7 +1,9 @@
 //! The controller settle-time analysis of the low / high / step phases.
 
-use super::{mean, PhaseResult, Report, HIGH_START, LOW_START};
+use super::{PhaseResult, Report, HIGH_START, LOW_START};
 use crate::args::Kind;
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::stats::mean;
 
 /// Settle analysis of one controlled phase.
 pub struct Settle {
@@ -109,7 +111,7 @@ impl Settle {
                 m(self.move_s.get(1).unwrap_or(&None)),
                 s(self.settle_s.first().unwrap_or(&None)),
                 s(self.settle_s.get(1).unwrap_or(&None)),
-                crate::util::fmt_us(self.fg_p99_after_step_us),
+                fmt_us(self.fg_p99_after_step_us),
                 self.tail_p2p,
                 self.reversals
             ),

@@ -1,31 +1,28 @@
-//! The SVG plots of the HTML report, written by hand: the timeline panels (phases shaded, one
-//! polyline per phase and series, reference lines) and the at-a-glance bar panels.
+//! The demo's SVG: how its timeline charts look (phase colours, style), and the at-a-glance bar
+//! panels.
 
 use super::{PhaseResult, Point, Report};
 use crate::args::{Env, Kind};
-use crate::util::fmt_us;
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::report::html::esc;
+use elastic_cpu_examples::report::svg::{Span, Style, Timeline};
 use std::fmt::Write as _;
 
-pub(super) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-const W: f64 = 1280.0;
-const H: f64 = 190.0;
-const ML: f64 = 70.0;
-const MR: f64 = 20.0;
-const MT: f64 = 26.0;
-const MB: f64 = 22.0;
+const STYLE: Style = Style {
+    height: 190.0,
+    step_stroke: "#555",
+    legend_slot: 140.0,
+    log_thirds: true,
+    short_run_tick_secs: 10.0,
+};
 
 const PHASE_COLORS: [&str; 9] = [
     "#e8eef7", "#fbe9e7", "#fff4d6", "#eef6e8", "#f1e8f7", "#e4f4f4", "#f7efe4", "#eceff1",
     "#fce4ec",
 ];
 
-fn phase_color(kind: Kind) -> &'static str {
+/// The shading of a phase of this kind.
+fn fill(kind: Kind) -> &'static str {
     match kind {
         Kind::Baseline => PHASE_COLORS[0],
         Kind::Unthrottled => PHASE_COLORS[1],
@@ -40,231 +37,12 @@ fn phase_color(kind: Kind) -> &'static str {
     }
 }
 
-pub(super) struct Axis {
-    pub t_max: f64,
-    pub y_min: f64,
-    pub y_max: f64,
-    pub log: bool,
-}
-
-impl Axis {
-    fn x(&self, t_s: f64) -> f64 {
-        ML + (W - ML - MR) * (t_s / self.t_max.max(1e-9))
-    }
-    fn y(&self, v: f64) -> f64 {
-        let (a, b, v) = if self.log {
-            (self.y_min.ln(), self.y_max.ln(), v.max(self.y_min).ln())
-        } else {
-            (self.y_min, self.y_max, v)
-        };
-        let f = ((v - a) / (b - a)).clamp(0.0, 1.02);
-        H - MB - (H - MT - MB) * f
-    }
-}
-
-fn nice_ticks(a: &Axis) -> Vec<(f64, String)> {
-    if a.log {
-        let decades = (a.y_max / a.y_min).log10();
-        let mults: &[f64] = if decades > 3.5 { &[1.0] } else { &[1.0, 3.0] };
-        let mut out = Vec::new();
-        let mut v = 1.0;
-        while v <= a.y_max * 1.0001 {
-            for m in mults {
-                let x = v * m;
-                if x >= a.y_min * 0.9999 && x <= a.y_max * 1.0001 {
-                    out.push((x, fmt_us(Some(x))));
-                }
-            }
-            v *= 10.0;
-        }
-        out
-    } else {
-        let span = a.y_max - a.y_min;
-        let raw = span / 4.0;
-        let mag = 10f64.powf(raw.log10().floor());
-        let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-            .iter()
-            .map(|m| m * mag)
-            .find(|s| *s >= raw)
-            .unwrap_or(raw);
-        let mut out = Vec::new();
-        let mut v = (a.y_min / step).ceil() * step;
-        while v <= a.y_max + 1e-9 {
-            let label = if a.y_max >= 1e6 {
-                format!("{:.1}M", v / 1e6)
-            } else if a.y_max <= 1.0 {
-                format!("{v:.2}")
-            } else {
-                format!("{v:.0}")
-            };
-            out.push((v, label));
-            v += step;
-        }
-        out
-    }
-}
-
-pub(super) struct Line<'a> {
-    pub color: &'a str,
-    pub label: &'a str,
-    pub get: &'a dyn Fn(&Point) -> Option<f64>,
-}
-
 impl Report {
-    pub(super) fn plot(
-        &self,
-        title: &str,
-        axis: &Axis,
-        lines: &[Line],
-        refs: &[(f64, &str, &str)],
-    ) -> String {
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            "<svg width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" xmlns=\"http://www.w3.org/2000/svg\" font-family=\"sans-serif\" font-size=\"11\">"
-        );
-        // Phase shading.
-        for p in &self.segments {
-            if p.skipped.is_some() {
-                continue;
-            }
-            let x0 = axis.x(p.start_ms as f64 / 1e3);
-            let x1 = axis.x(p.end_ms as f64 / 1e3);
-            let _ = write!(
-                s,
-                "<rect x=\"{x0:.1}\" y=\"{MT}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"/>",
-                (x1 - x0).max(0.0),
-                H - MT - MB,
-                phase_color(p.kind)
-            );
-            let _ = write!(
-                s,
-                "<line x1=\"{x0:.1}\" x2=\"{x0:.1}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#9aa\" stroke-width=\"0.6\"/>",
-                H - MB
-            );
-            for &st in &p.step_ms {
-                let xs = axis.x(st as f64 / 1e3);
-                let _ = write!(
-                    s,
-                    "<line x1=\"{xs:.1}\" x2=\"{xs:.1}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#555\" stroke-dasharray=\"2,3\"/>",
-                    H - MB
-                );
-            }
-            let _ = write!(
-                s,
-                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#445\" font-size=\"10\">{}</text>",
-                x0 + 3.0,
-                MT + 11.0,
-                esc(&p.label())
-            );
-        }
-        // Grid and ticks.
-        for (v, label) in nice_ticks(axis) {
-            let y = axis.y(v);
-            let _ = write!(
-                s,
-                "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#ccd\" stroke-width=\"0.5\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#333\">{}</text>",
-                W - MR,
-                ML - 4.0,
-                y + 4.0,
-                esc(&label)
-            );
-        }
-        let step = if axis.t_max > 300.0 {
-            60.0
-        } else if axis.t_max > 100.0 {
-            20.0
-        } else {
-            10.0
-        };
-        let mut t = 0.0;
-        while t <= axis.t_max {
-            let x = axis.x(t);
-            let _ = write!(
-                s,
-                "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#555\">{t:.0}s</text>",
-                H - 6.0
-            );
-            t += step;
-        }
-        // Reference lines.
-        for (i, &(v, color, label)) in refs.iter().enumerate() {
-            let y = axis.y(v);
-            let (lx, anchor, dy) = if i % 2 == 0 {
-                (W - MR - 2.0, "end", -3.0)
-            } else {
-                (W - MR - 2.0, "end", 11.0)
-            };
-            let _ = write!(
-                s,
-                "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-dasharray=\"6,4\" stroke-width=\"1.2\"/><text x=\"{lx:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" fill=\"{color}\" font-size=\"10\">{}</text>",
-                W - MR,
-                y + dy,
-                esc(label)
-            );
-        }
-        // Data: one polyline per phase and per run of present values.
-        for line in lines {
-            let mut cur: Vec<String> = Vec::new();
-            let mut last_phase: Option<&str> = None;
-            let flush = |cur: &mut Vec<String>, s: &mut String| {
-                if cur.len() > 1 {
-                    let _ = write!(
-                        s,
-                        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>",
-                        line.color,
-                        cur.join(" ")
-                    );
-                } else if cur.len() == 1 {
-                    let xy: Vec<&str> = cur[0].split(',').collect();
-                    let _ = write!(
-                        s,
-                        "<circle cx=\"{}\" cy=\"{}\" r=\"1.5\" fill=\"{}\"/>",
-                        xy[0], xy[1], line.color
-                    );
-                }
-                cur.clear();
-            };
-            for p in &self.timeline {
-                if last_phase != Some(p.phase.as_str()) {
-                    flush(&mut cur, &mut s);
-                    last_phase = Some(p.phase.as_str());
-                }
-                match (line.get)(p) {
-                    Some(v) if v.is_finite() => cur.push(format!(
-                        "{:.1},{:.1}",
-                        axis.x(p.t_ms as f64 / 1e3),
-                        axis.y(v)
-                    )),
-                    _ => flush(&mut cur, &mut s),
-                }
-            }
-            flush(&mut cur, &mut s);
-        }
-        // Title and legend.
-        let _ = write!(
-            s,
-            "<text x=\"{ML}\" y=\"16\" font-size=\"13\" font-weight=\"bold\" fill=\"#222\">{}</text>",
-            esc(title)
-        );
-        let mut lx = W - MR - 140.0 * lines.len() as f64;
-        for line in lines {
-            let _ = write!(
-                s,
-                "<rect x=\"{lx:.1}\" y=\"7\" width=\"14\" height=\"3\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\" fill=\"#333\">{}</text>",
-                line.color,
-                lx + 18.0,
-                esc(line.label)
-            );
-            lx += 30.0 + 6.5 * line.label.len() as f64;
-        }
-        let _ = write!(
-            s,
-            "<rect x=\"{ML}\" y=\"{MT}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"none\" stroke=\"#889\"/></svg>",
-            W - ML - MR,
-            H - MT - MB
-        );
-        s
+    /// The timeline to chart, every phase that ran shaded.
+    pub(super) fn timeline(&self) -> Timeline<'_, Point> {
+        let spans = (self.segments.iter().filter(|p| p.skipped.is_none()))
+            .map(|p| Span::new(p.start_ms..p.end_ms, &p.step_ms, fill(p.kind), p.label()));
+        Timeline::new(&STYLE, spans, &self.timeline)
     }
 
     /// Two bar panels, one row per phase: foreground p99 (log) and elastic rows/s.
@@ -284,18 +62,14 @@ impl Report {
         let gap = 60.0;
         let height = top + row_h * ran.len() as f64 + 26.0;
         let width = label_w + 2.0 * panel_w + gap + 150.0;
-        let lat_max = ran
+        let slowest = ran
             .iter()
-            .filter_map(|p| p.p99_us)
+            .filter_map(|p| p.fg.p99_us)
             .fold(1000.0f64, f64::max);
-        let lat = Axis {
-            t_max: 1.0,
-            y_min: 10.0,
-            y_max: 10f64.powf(lat_max.log10().ceil()),
-            log: true,
-        };
+        // A log scale from 10 us to the decade above the slowest phase.
+        let (lat_min, lat_max) = (10f64, 10f64.powf(slowest.log10().ceil()));
         let lx = |v: f64| -> f64 {
-            let f = ((v.max(lat.y_min).ln() - lat.y_min.ln()) / (lat.y_max.ln() - lat.y_min.ln()))
+            let f = ((v.max(lat_min).ln() - lat_min.ln()) / (lat_max.ln() - lat_min.ln()))
                 .clamp(0.0, 1.0);
             label_w + panel_w * f
         };
@@ -311,7 +85,7 @@ impl Report {
         );
         // Decade grid for latency.
         let mut v = 10.0;
-        while v <= lat.y_max * 1.0001 {
+        while v <= lat_max * 1.0001 {
             let x = lx(v);
             let _ = write!(
                 s,
@@ -322,7 +96,7 @@ impl Report {
             );
             v *= 10.0;
         }
-        let b99 = self.find(env, "baseline").and_then(|b| b.p99_us);
+        let b99 = self.find(env, "baseline").and_then(|b| b.fg.p99_us);
         for (i, p) in ran.iter().enumerate() {
             let y = top + row_h * i as f64;
             let _ = write!(
@@ -332,7 +106,7 @@ impl Report {
                 y + 15.0,
                 esc(&p.name)
             );
-            if let Some(v) = p.p99_us {
+            if let Some(v) = p.fg.p99_us {
                 let color = match b99 {
                     Some(b) if v <= 1.5 * b => "#4caf50",
                     Some(b) if v >= 3.0 * b => "#e53935",

@@ -1,63 +1,59 @@
 //! The terminal summary: the table, the pauses, each round's p99, the bars, the controller speed.
 
 use super::Report;
-use crate::util::fmt_us;
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::report::text::TextTable;
 use std::fmt::Write as _;
+
+/// The summary table's columns: header and width.
+const COLUMNS: [(&str, usize); 13] = [
+    ("phase", 16),
+    ("requests", 8),
+    ("fg p50", 8),
+    ("fg p99", 8),
+    ("fg p999", 8),
+    ("fg max", 8),
+    ("sched p99", 9),
+    ("rows/s", 9),
+    ("cpu", 6),
+    ("limit mean", 11),
+    ("proc cpu", 8),
+    ("cpus", 6),
+    ("throttled", 16),
+];
 
 impl Report {
     pub fn summary_text(&self) -> String {
         let mut s = String::new();
+        let table = TextTable::new(&COLUMNS);
         for env in self.envs() {
             let _ = writeln!(s, "== {} ==", self.env_title(env));
-            let _ = writeln!(
-                s,
-                "{:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6} {:>11} {:>8} {:>6} {:>16}",
-                "phase",
-                "requests",
-                "fg p50",
-                "fg p99",
-                "fg p999",
-                "fg max",
-                "sched p99",
-                "rows/s",
-                "cpu",
-                "limit mean",
-                "proc cpu",
-                "cpus",
-                "throttled"
-            );
+            let _ = writeln!(s, "{}", table.header());
             for p in self.phases.iter().filter(|p| p.env == env) {
                 if let Some(why) = &p.skipped {
                     let _ = writeln!(s, "{:<16} skipped: {why}", p.name);
                     continue;
                 }
-                let _ = writeln!(
-                    s,
-                    "{:<16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.2}M {:>5.0}% {:>11} {:>7} {:>6} {:>16}{}",
-                    p.name,
-                    p.requests,
-                    fmt_us(p.p50_us),
-                    fmt_us(p.p99_us),
-                    fmt_us(p.p999_us),
-                    fmt_us(p.max_us),
+                let row = table.row(&[
+                    p.name.clone(),
+                    p.fg.requests.to_string(),
+                    fmt_us(p.fg.p50_us),
+                    fmt_us(p.fg.p99_us),
+                    fmt_us(p.fg.p999_us),
+                    fmt_us(p.fg.max_us),
                     fmt_us(p.sched_p99_us),
-                    p.rows_per_sec / 1e6,
-                    p.cpu_share * 100.0,
-                    p.limit_mean
-                        .map(|l| format!("{l:.3}"))
-                        .unwrap_or_else(|| "-".into()),
-                    p.process_cpu_share
-                        .map(|c| format!("{:.0}%", c * 100.0))
-                        .unwrap_or_else(|| "-".into()),
-                    p.process_cpus
-                        .map(|c| format!("{c:.2}"))
-                        .unwrap_or_else(|| "-".into()),
+                    format!("{:.2}M", p.rows_per_sec / 1e6),
+                    format!("{:.0}%", p.cpu_share * 100.0),
+                    p.limit_mean.map_or("-".into(), |l| format!("{l:.3}")),
+                    (p.process_cpu_share).map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+                    p.process_cpus.map_or("-".into(), |c| format!("{c:.2}")),
                     match (p.throttled_periods, p.periods, p.throttled_ms) {
                         (Some(t), Some(n), Some(ms)) => format!("{t}/{n} {ms:.0}ms"),
                         _ => "-".into(),
                     },
-                    if p.interrupted { " (interrupted)" } else { "" }
-                );
+                ]);
+                let interrupted = if p.interrupted { " (interrupted)" } else { "" };
+                let _ = writeln!(s, "{row}{interrupted}");
             }
         }
         let _ = writeln!(

@@ -1,31 +1,10 @@
-//! The JSON report (serde): the schema (`capacity`, `phases` with `established` and
-//! `setups`), and the extras beside it (`machine`, per-phase `extra`, `rounds`, `timeline`,
-//! `bars`).
+//! The JSON report (serde): its core (`capacity`, `phases` with `established` and `setups`),
+//! whose objects keep their keys from run to run, and the extras beside it (`machine`,
+//! per-phase `extra`, `rounds`, `timeline`, `bars`).
 
 use super::{Phase, Report, Segment};
-use serde::{Serialize, Serializer};
-
-/// A number as the report writes it: rounded to 3 decimals, null when not finite.
-#[derive(Clone, Copy)]
-struct Num(f64);
-
-impl Serialize for Num {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if !self.0.is_finite() {
-            return s.serialize_none();
-        }
-        let r = (self.0 * 1000.0).round() / 1000.0;
-        if r == r.trunc() && r.abs() < 1e15 {
-            s.serialize_i64(r as i64)
-        } else {
-            s.serialize_f64(r)
-        }
-    }
-}
-
-fn opt(x: Option<f64>) -> Option<Num> {
-    x.map(Num)
-}
+use elastic_cpu_examples::report::json::{self, opt, Num};
+use serde::Serialize;
 
 #[derive(Serialize)]
 struct Doc<'a> {
@@ -48,7 +27,7 @@ struct PhaseJ<'a> {
     name: &'a str,
     established: Established,
     setups: Setups,
-    /// Beyond the schema.
+    /// Beyond the core.
     extra: Extra,
 }
 
@@ -169,9 +148,9 @@ fn phase_j(p: &Phase) -> PhaseJ<'_> {
     PhaseJ {
         name: &p.name,
         established: Established {
-            requests: p.requests,
-            p50_us: opt(p.p50_us),
-            p99_us: opt(p.p99_us),
+            requests: p.fg.requests,
+            p50_us: opt(p.fg.p50_us),
+            p99_us: opt(p.fg.p99_us),
         },
         setups: Setups {
             completed_per_sec: Num(p.completed_per_sec()),
@@ -182,7 +161,7 @@ fn phase_j(p: &Phase) -> PhaseJ<'_> {
         extra: Extra {
             rounds: p.rounds,
             measured_secs: Num(p.secs),
-            p999_us: opt(p.p999_us),
+            p999_us: opt(p.fg.p999_us),
             p99_us_per_round: p.p99_rounds.iter().map(|&x| Num(x)).collect(),
             accepted: s.accepted,
             client_gone_before_hello: s.gone,
@@ -292,6 +271,6 @@ impl Report {
                 .collect(),
             interrupted: self.interrupted,
         };
-        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        json::to_string(&doc)
     }
 }

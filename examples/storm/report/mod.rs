@@ -1,5 +1,5 @@
 //! The report: the model (what was measured, each phase's rounds merged, the bars), and one
-//! module per output: the terminal summary (`text`), `json`, and `html` with its SVG plots
+//! module per output: the terminal summary (`text`), `json`, and `html` with its charts' look
 //! (`svg`).
 
 mod html;

@@ -1,23 +1,23 @@
 //! What the run measured: each phase's rounds (segments), the phases with their rounds merged,
-//! the timeline, and the issue's "done when" bars.
+//! the timeline, and the experiment's "done when" bars.
 
 use crate::args::Kind;
 use crate::setup::Totals;
-use crate::util::{new_hist, q_us};
 use crate::Ctx;
+use elastic_cpu_examples::interrupt::stopped;
+use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, Latency};
+use elastic_cpu_examples::report::svg::Sample;
+use elastic_cpu_examples::report::Bar;
+use elastic_cpu_examples::stats::mean;
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 
 /// Where the reports go by default: `target/storm/` (next to the build).
-pub fn default_path(file: &str) -> PathBuf {
+pub fn default_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target"));
-    target.join("storm").join(file)
-}
-
-pub fn mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    target.join("storm")
 }
 
 /// One round of one phase.
@@ -103,15 +103,22 @@ pub struct Point {
     pub fg_factor: f64,
 }
 
+impl Sample for Point {
+    fn t_ms(&self) -> u64 {
+        self.t_ms
+    }
+    fn phase(&self) -> &str {
+        &self.phase
+    }
+}
+
 /// A phase with its rounds merged.
 pub struct Phase {
     pub name: String,
     pub kind: Kind,
     pub rounds: usize,
-    pub requests: u64,
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub p999_us: Option<f64>,
+    /// Established requests over the measurement windows (machine pauses left out).
+    pub fg: Latency,
     /// Each round's p99.
     pub p99_rounds: Vec<f64>,
     pub secs: f64,
@@ -173,14 +180,6 @@ pub struct Machine {
     pub command: String,
 }
 
-/// A "done when" bar of the issue.
-pub struct Bar {
-    pub what: String,
-    pub value: String,
-    /// None: not measured (a phase missing).
-    pub pass: Option<bool>,
-}
-
 pub struct Report {
     pub machine: Machine,
     pub capacity: Option<f64>,
@@ -196,12 +195,12 @@ impl Report {
         Report {
             machine: Machine {
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                workers: a.workers,
+                workers: a.fg.workers,
                 tokio_unstable: cfg!(tokio_unstable),
                 rate: ctx.rate,
-                work_us: a.work_us,
+                work_us: a.fg.work_us,
                 per_request_cpu_us,
-                conns: a.conns,
+                conns: a.fg.conns,
                 setup_us: ctx.cost.setup_ns() as f64 / 1e3,
                 chunk_us: ctx.cost.chunk_us,
                 chunks: ctx.cost.chunks,
@@ -234,7 +233,7 @@ impl Report {
     /// Merge each phase's rounds, in the order the phases first ran.
     pub fn finish(&mut self, ctx: &Ctx) {
         self.capacity = ctx.capacity;
-        self.interrupted = crate::stopped();
+        self.interrupted = stopped();
         let mut phases: Vec<Phase> = Vec::new();
         for s in &self.segments {
             if s.skipped.is_some() || s.measured_secs <= 0.0 {
@@ -247,10 +246,7 @@ impl Report {
                         name: s.kind.name().to_string(),
                         kind: s.kind,
                         rounds: 0,
-                        requests: 0,
-                        p50_us: None,
-                        p99_us: None,
-                        p999_us: None,
+                        fg: Latency::default(),
                         p99_rounds: Vec::new(),
                         secs: 0.0,
                         setups: Totals::default(),
@@ -298,10 +294,7 @@ impl Report {
                     let _ = h.add(x);
                 }
             }
-            p.requests = h.len();
-            p.p50_us = q_us(&h, 0.5);
-            p.p99_us = q_us(&h, 0.99);
-            p.p999_us = q_us(&h, 0.999);
+            p.fg = Latency::of(&h);
             let rates: Vec<f64> = segs.iter().filter_map(|s| s.static_rate).collect();
             p.static_rate = mean(&rates);
             let shares: Vec<f64> = segs.iter().filter_map(|s| s.share_mean).collect();
@@ -314,9 +307,9 @@ impl Report {
         self.phases.iter().find(|p| p.name == name)
     }
 
-    /// The issue's bars on the merged phases.
+    /// The done-when bars on the merged phases.
     pub fn bars(&self) -> Vec<Bar> {
-        let calm = self.find("calm").and_then(|p| p.p99_us);
+        let calm = self.find("calm").and_then(|p| p.fg.p99_us);
         let cap = self.capacity;
         let open = self.find("open");
         let stat = self.find("static");
@@ -327,7 +320,7 @@ impl Report {
         // open melts down.
         let (value, pass) = match (open, calm, cap) {
             (Some(o), Some(c), Some(cap)) => {
-                let r = o.p99_us.map_or(f64::INFINITY, |p| p / c);
+                let r = o.fg.p99_us.map_or(f64::INFINITY, |p| p / c);
                 let s = o.completed_per_sec() / cap;
                 let w = o.wasted_cpu_share().unwrap_or(0.0);
                 (
@@ -351,13 +344,9 @@ impl Report {
         // gated holds.
         let (value, pass) = match (gated, calm) {
             (Some(g), Some(c)) => {
-                let r = g.p99_us.map_or(f64::INFINITY, |p| p / c);
+                let r = g.fg.p99_us.map_or(f64::INFINITY, |p| p / c);
                 (
-                    format!(
-                        "{r:.2}x ({} vs {})",
-                        crate::util::fmt_us(g.p99_us),
-                        crate::util::fmt_us(Some(c))
-                    ),
+                    format!("{r:.2}x ({} vs {})", fmt_us(g.fg.p99_us), fmt_us(Some(c))),
                     Some(r <= 2.0),
                 )
             }
@@ -395,7 +384,7 @@ impl Report {
 
         // gated vs static.
         let (value, pass) = match (gated, stat) {
-            (Some(g), Some(s)) => match (g.p99_us, s.p99_us) {
+            (Some(g), Some(s)) => match (g.fg.p99_us, s.fg.p99_us) {
                 (Some(gp), Some(sp)) => {
                     let (gs, ss) = (g.completed_per_sec(), s.completed_per_sec());
                     // Lower p99 is better, more setups is better; "worse by" as a share of
@@ -409,8 +398,8 @@ impl Report {
                     (
                         format!(
                             "p99 {} vs {} ({:+.0}%); setups {:.0}/s vs {:.0}/s ({:+.0}%)",
-                            crate::util::fmt_us(Some(gp)),
-                            crate::util::fmt_us(Some(sp)),
+                            fmt_us(Some(gp)),
+                            fmt_us(Some(sp)),
                             p99_worse * 100.0,
                             gs,
                             ss,

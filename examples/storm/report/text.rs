@@ -1,8 +1,22 @@
 //! The terminal summary: one line per phase, then the bars.
 
 use super::Report;
-use crate::util::fmt_us;
+use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::report::text::TextTable;
 use std::fmt::Write as _;
+
+/// The summary table's columns: header and width.
+const COLUMNS: [(&str, usize); 9] = [
+    ("phase", 9),
+    ("requests", 8),
+    ("p50", 8),
+    ("p99", 8),
+    ("setups/s", 10),
+    ("rejects/s", 10),
+    ("expired/s", 10),
+    ("wasted", 8),
+    ("share", 7),
+];
 
 impl Report {
     pub fn summary_text(&self) -> String {
@@ -12,34 +26,21 @@ impl Report {
             "capacity: {} setups/s beside the calm foreground",
             self.capacity.map_or("-".into(), |c| format!("{c:.0}"))
         );
-        let _ = writeln!(
-            s,
-            "{:<9} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>8} {:>7}",
-            "phase",
-            "requests",
-            "p50",
-            "p99",
-            "setups/s",
-            "rejects/s",
-            "expired/s",
-            "wasted",
-            "share"
-        );
+        let table = TextTable::new(&COLUMNS);
+        let _ = writeln!(s, "{}", table.header());
         for p in &self.phases {
-            let _ = writeln!(
-                s,
-                "{:<9} {:>8} {:>8} {:>8} {:>10.0} {:>10.0} {:>10.0} {:>8} {:>7}",
-                p.name,
-                p.requests,
-                fmt_us(p.p50_us),
-                fmt_us(p.p99_us),
-                p.completed_per_sec(),
-                p.rejected_per_sec(),
-                p.expired_per_sec(),
-                p.wasted_cpu_share()
-                    .map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
-                p.share_mean.map_or("-".into(), |x| format!("{x:.2}"))
-            );
+            let row = table.row(&[
+                p.name.clone(),
+                p.fg.requests.to_string(),
+                fmt_us(p.fg.p50_us),
+                fmt_us(p.fg.p99_us),
+                format!("{:.0}", p.completed_per_sec()),
+                format!("{:.0}", p.rejected_per_sec()),
+                format!("{:.0}", p.expired_per_sec()),
+                (p.wasted_cpu_share()).map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
+                p.share_mean.map_or("-".into(), |x| format!("{x:.2}")),
+            ]);
+            let _ = writeln!(s, "{row}");
         }
         let _ = writeln!(s, "\ndone-when bars:");
         for b in self.bars() {

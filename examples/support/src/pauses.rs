@@ -25,7 +25,8 @@ pub struct Pauses {
 }
 
 impl Pauses {
-    /// Start the watchdog thread (it runs until the process exits).
+    /// Start the watchdog threads (they run until the process exits); without real-time
+    /// priority, say that machine pauses stay in the figures.
     pub fn start() -> Pauses {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -53,6 +54,9 @@ impl Pauses {
                 });
             realtime &= spawned.is_ok() && rx.recv().unwrap_or(false);
         }
+        if !realtime {
+            eprintln!("note: no real-time priority for the pause watchdog; machine pauses stay in the figures");
+        }
         Pauses { seen, realtime }
     }
 
@@ -66,23 +70,6 @@ impl Pauses {
             .filter(|&(a, b)| b >= from && a <= to)
             .collect()
     }
-}
-
-/// Give the calling thread real-time priority `prio` (1..=99); false where refused.
-#[cfg(target_os = "linux")]
-pub fn realtime(prio: i32) -> bool {
-    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
-    unsafe {
-        let param = libc::sched_param {
-            sched_priority: prio,
-        };
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-pub fn realtime(_prio: i32) -> bool {
-    false
 }
 
 /// Pin the calling thread to `cpu` and give it real-time priority.

@@ -11,7 +11,12 @@
 //! task (hand-off 1), the handler burns ~`work_us` of CPU and sends the reply over a channel to
 //! the connection's writer task (hand-off 2), which writes it back.
 
-use crate::util::{exp, new_hist, record, spin_us};
+use crate::cli::ForegroundArgs;
+use crate::cpu_time::process_cpu;
+use crate::interrupt::stopped;
+use crate::latency::{new_hist, record};
+use crate::pauses::Pauses;
+use crate::spin::spin_us;
 use hdrhistogram::Histogram;
 use std::io::{BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -21,12 +26,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
 const FRAME: usize = 56;
 
 /// Process-wide epoch for the per-hop stamps (client and server share the process).
-pub static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 fn stamp() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
@@ -40,8 +46,16 @@ fn get(f: &[u8; FRAME], i: usize) -> u64 {
     u64::from_le_bytes(f[i * 8..i * 8 + 8].try_into().unwrap())
 }
 
+/// A builder of the service's runtime: `workers` worker threads, I/O and timers on (the
+/// examples build it through the library, which installs its probe).
+pub fn runtime_builder(workers: usize) -> tokio::runtime::Builder {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    b.worker_threads(workers).enable_all();
+    b
+}
+
 /// Bind the service to a loopback port and run its accept loop on `rt`; returns the address.
-pub fn start_server(rt: &tokio::runtime::Runtime, work_us: f64) -> Result<SocketAddr, String> {
+pub fn start_server(rt: &Runtime, work_us: f64) -> Result<SocketAddr, String> {
     let listener = rt
         .block_on(TcpListener::bind("127.0.0.1:0"))
         .map_err(|e| format!("bind: {e}"))?;
@@ -106,8 +120,8 @@ pub struct FgStats {
     /// Requests whose intended send time is in `[from, to)` (ns since epoch) go into `phase`.
     from: AtomicU64,
     to: AtomicU64,
-    pub sent: AtomicU64,
-    pub received: AtomicU64,
+    sent: AtomicU64,
+    received: AtomicU64,
     hists: Mutex<Hists>,
 }
 
@@ -131,6 +145,7 @@ struct Sample {
 }
 
 impl FgStats {
+    /// Empty histograms, no measurement window yet.
     pub fn new() -> Arc<FgStats> {
         Arc::new(FgStats {
             epoch: *EPOCH.get_or_init(Instant::now),
@@ -207,10 +222,6 @@ impl FgStats {
         std::mem::replace(&mut h.second, new_hist())
     }
 
-    pub fn phase_hist(&self) -> Histogram<u64> {
-        self.hists.lock().unwrap().phase.clone()
-    }
-
     /// The window's requests that were not in flight during one of `pauses` (machine pauses,
     /// see `pauses.rs`), passed to `f` under the lock; returns how many were left out.
     fn samples_without(&self, pauses: &[(Instant, Instant)], mut f: impl FnMut(&Sample)) -> u64 {
@@ -256,13 +267,38 @@ impl FgStats {
         )
     }
 
-    /// The phase's latencies without the requests that were in flight during one of `pauses`,
-    /// and how many were left out.
-    pub fn phase_hist_without(&self, pauses: &[(Instant, Instant)]) -> (Histogram<u64>, u64) {
-        let mut clean = new_hist();
-        let left_out = self.samples_without(pauses, |x| record(&mut clean, x.latency));
-        (clean, left_out)
+    /// The measurement window's latencies, from `from` (its start) on, with and without the
+    /// requests in flight during a machine pause that `watchdog` saw (without them only when
+    /// the watchdog runs at real-time priority: otherwise it sees nothing).
+    pub fn window(&self, watchdog: &Pauses, from: Instant) -> Window {
+        let raw = self.hists.lock().unwrap().phase.clone();
+        let pauses = watchdog.between(from, Instant::now());
+        let (hist, left_out) = if watchdog.realtime {
+            let mut clean = new_hist();
+            let left_out = self.samples_without(&pauses, |x| record(&mut clean, x.latency));
+            (clean, left_out)
+        } else {
+            (raw.clone(), 0)
+        };
+        Window {
+            hist,
+            raw,
+            pauses,
+            left_out,
+        }
     }
+}
+
+/// A phase's measurement window, from [`FgStats::window`].
+pub struct Window {
+    /// The latencies without the requests in flight across a machine pause.
+    pub hist: Histogram<u64>,
+    /// Every request's latency, pauses included.
+    pub raw: Histogram<u64>,
+    /// The machine pauses in the window.
+    pub pauses: Vec<(Instant, Instant)>,
+    /// The requests left out of `hist`.
+    pub left_out: u64,
 }
 
 /// The load generator stands in for clients on other machines: at real-time priority (below
@@ -272,7 +308,7 @@ impl FgStats {
 /// would be (the demo's `--client-priority normal`).
 fn client_priority() {
     if CLIENT_REALTIME.load(Ordering::Relaxed) {
-        let _ = crate::pauses::realtime(10);
+        let _ = crate::priority::realtime(10);
     }
 }
 
@@ -289,13 +325,15 @@ pub fn set_client_realtime(on: bool) {
 pub struct Rate(Arc<AtomicU64>);
 
 impl Rate {
+    /// Start at `r`.
     pub fn new(r: f64) -> Rate {
         Rate(Arc::new(AtomicU64::new(r.to_bits())))
     }
+    /// Change the rate from now on.
     pub fn set(&self, r: f64) {
         self.0.store(r.to_bits(), Ordering::Relaxed);
     }
-    pub fn get(&self) -> f64 {
+    fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
 }
@@ -311,7 +349,18 @@ pub struct LoadGen {
 }
 
 impl LoadGen {
+    /// Connect `conns` connections to `addr` and send at `rate`, recording into `stats`.
     pub fn start(
+        addr: SocketAddr,
+        rate: Rate,
+        conns: usize,
+        stats: Arc<FgStats>,
+        seed: u64,
+    ) -> Result<LoadGen, String> {
+        Self::connect(addr, rate, conns, stats, seed).map_err(|e| format!("load generator: {e}"))
+    }
+
+    fn connect(
         addr: SocketAddr,
         rate: Rate,
         conns: usize,
@@ -379,9 +428,9 @@ impl LoadGen {
         })
     }
 
-    /// Stop sending, wait up to `timeout` for the replies still in flight, close.
-    /// Returns how many requests never got an answer.
-    pub fn stop_and_drain(mut self, timeout: Duration, abort: &AtomicBool) -> u64 {
+    /// Stop sending, wait up to `timeout` for the replies still in flight (less when the run is
+    /// interrupted), close. Returns how many requests never got an answer.
+    pub fn stop_and_drain(mut self, timeout: Duration) -> u64 {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(s) = self.sender.take() {
             let _ = s.join();
@@ -390,7 +439,7 @@ impl LoadGen {
         let sent = self.stats.sent.load(Ordering::SeqCst);
         while self.stats.received.load(Ordering::SeqCst) < sent
             && Instant::now() < deadline
-            && !abort.load(Ordering::Relaxed)
+            && !stopped()
         {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -401,5 +450,71 @@ impl LoadGen {
             let _ = r.join();
         }
         sent.saturating_sub(self.stats.received.load(Ordering::SeqCst))
+    }
+}
+
+/// Exponentially distributed with the given mean (inverse transform of a uniform in (0, 1]).
+pub fn exp(rng: &mut fastrand::Rng, mean: f64) -> f64 {
+    -(1.0 - rng.f64()).ln() * mean
+}
+
+/// Run the service alone on `rt` at a trial rate and measure the CPU the whole process spends
+/// per request (server, load generator and kernel), to size the foreground rate to `fg_load`
+/// of the machine's CPU. Returns that rate and the CPU per request in µs.
+pub fn calibrate_rate(
+    rt: &Runtime,
+    fg: &ForegroundArgs,
+    fg_load: f64,
+    seed: u64,
+) -> Result<(f64, f64), String> {
+    let machine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let trial = (0.5 * fg_load * machine / (fg.work_us * 1e-6)).max(100.0);
+    let addr = start_server(rt, fg.work_us)?;
+    let stats = FgStats::new();
+    let lg = LoadGen::start(
+        addr,
+        Rate::new(trial),
+        fg.conns,
+        stats.clone(),
+        seed ^ 0xCA1,
+    )?;
+    std::thread::sleep(Duration::from_millis(500));
+    let c0 = process_cpu().ok_or("no /proc/self/stat")?;
+    let r0 = stats.received.load(Ordering::SeqCst);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    let c1 = process_cpu().ok_or("no /proc/self/stat")?;
+    let r1 = stats.received.load(Ordering::SeqCst);
+    let secs = t0.elapsed().as_secs_f64();
+    lg.stop_and_drain(Duration::from_secs(2));
+    if r1 <= r0 {
+        return Err("no replies during calibration".into());
+    }
+    let per_req = (c1 - c0).as_secs_f64() / (r1 - r0) as f64;
+    let rate = fg_load * machine / per_req;
+    eprintln!(
+        "calibrated: {:.0} req/s used {:.0}% of the machine, {:.0} us of process CPU per request",
+        (r1 - r0) as f64 / secs,
+        100.0 * (c1 - c0).as_secs_f64() / secs / machine,
+        per_req * 1e6
+    );
+    Ok((rate, per_req * 1e6))
+}
+
+/// The foreground rate: `given`, or else the one `calibrate` measures (with the process CPU per
+/// request in µs it measured). A failed calibration ends the process with 1.
+pub fn rate_or_calibrate(
+    given: Option<f64>,
+    calibrate: impl FnOnce() -> Result<(f64, f64), String>,
+) -> (f64, Option<f64>) {
+    match given {
+        Some(r) => (r, None),
+        None => match calibrate() {
+            Ok((r, c)) => (r, Some(c)),
+            Err(e) => {
+                eprintln!("error: calibrating the foreground rate: {e}");
+                std::process::exit(1);
+            }
+        },
     }
 }
