@@ -45,13 +45,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use elastic_cpu::gate::GateSettings;
 use elastic_cpu::prelude::*;
 use elastic_cpu::settings::{Enforcement, Timing};
-use elastic_cpu::{
-    gate::GateSettings,
-    settings::{DEFAULT_QUANTUM, DEFAULT_SLICE},
-    Elastic,
-};
+use elastic_cpu::settings::{DEFAULT_QUANTUM, DEFAULT_SLICE};
+use elastic_cpu::Elastic;
 use elastic_cpu_core::{Clock, ThreadCpuClock};
 use tokio::runtime::{Builder, Runtime};
 

@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (limit, secs) = (args.limit, args.secs);
     let stretch = Duration::try_from_secs_f64(secs)?;
 
-    let elastic = Elastic::builder().fixed_limit(limit).build()?;
+    let elastic = Elastic::builder().fixed_share(limit).build()?;
     let rt = elastic
         .runtime(
             tokio::runtime::Builder::new_multi_thread()

@@ -3,6 +3,8 @@
 //! snapshot, pacing a stream.
 
 use elastic_cpu::prelude::*;
+use elastic_cpu::settings::{Brake, Enforcement, Inputs, Steps};
+use elastic_cpu::snapshot::SignalSource;
 use elastic_cpu::{Elastic, Profile};
 use elastic_cpu_examples::fg;
 use futures_util::stream::Stream;
@@ -78,8 +80,8 @@ pub struct SignalSnap {
     pub elastic_rq_wait: Option<f64>,
 }
 
-fn source_name(s: elastic_cpu::SignalSource) -> &'static str {
-    use elastic_cpu::SignalSource as S;
+fn source_name(s: SignalSource) -> &'static str {
+    use SignalSource as S;
     match s {
         S::Sched => "sched",
         S::Io => "io",
@@ -101,38 +103,45 @@ impl Control {
         let mut b = Elastic::builder();
         match mode {
             Mode::Unpaced => {}
-            Mode::Fixed(l) => b = b.fixed_limit(l),
+            Mode::Fixed(l) => b = b.fixed_share(l),
             Mode::Controlled { profile, initial } => {
-                b = match profile {
-                    ProfileSpec::Default => b.profile(Profile::Default),
-                    ProfileSpec::Cockroach => b.profile(Profile::Cockroach),
-                    ProfileSpec::Delta(d) => b.profile(Profile::Default).delta_per_sec(d),
-                };
+                b = b.profile(match profile {
+                    ProfileSpec::Default => Profile::Default,
+                    ProfileSpec::Cockroach => Profile::Cockroach,
+                    ProfileSpec::Delta(d) => Profile::Custom(Steps {
+                        delta_per_sec: d,
+                        ..Profile::Default.steps()
+                    }),
+                });
                 if let Some(i) = initial {
-                    b = b.initial_limit(i);
+                    b = b.initial_share(i);
                 }
             }
         }
         if let Some(t) = tune.target_us {
             b = b.target_p99(Duration::from_micros(t));
         }
-        if let Some(s) = tune.slice_ms {
-            b = b.slice(Duration::from_millis(s));
-        }
         match tune.brake_us {
-            Some(Some(us)) => b = b.brake_at(Duration::from_micros(us)),
-            Some(None) => b = b.no_brake(),
+            Some(Some(us)) => b = b.brake(Brake::At(Duration::from_micros(us))),
+            Some(None) => b = b.brake(Brake::Off),
             None => {}
         }
-        if let Some(q) = tune.quantum_us {
-            b = b.quantum(Duration::from_micros(q));
-        }
+        let defaults = Enforcement::default();
         b = b
-            .throttle_signal(tune.throttle_signal)
-            .quota_headroom(tune.quota_headroom)
-            .io_signal(tune.io_signal)
-            .run_queue_signal(tune.run_queue_signal)
-            .os_yield(tune.os_yield);
+            .enforcement(Enforcement {
+                slice: tune.slice_ms.map_or(defaults.slice, Duration::from_millis),
+                quantum: tune
+                    .quantum_us
+                    .map_or(defaults.quantum, Duration::from_micros),
+                os_yield: tune.os_yield,
+                ..defaults
+            })
+            .inputs(Inputs {
+                io_wakeup: tune.io_signal,
+                run_queue: tune.run_queue_signal,
+                throttling: tune.throttle_signal,
+                quota_headroom: tune.quota_headroom,
+            });
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
             .map_err(|e| format!("runtime: {e}"))?;
@@ -148,7 +157,7 @@ impl Control {
         let us = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e3);
         Snap {
             // With an idle pool the scan runs in its class: its limit is the one that paces it.
-            limit: self.paced.then_some(s.idle_limit.unwrap_or(s.limit)),
+            limit: self.paced.then_some(s.idle_share.unwrap_or(s.share)),
             sched_p99_us: us(s.sched_p99),
             sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
             sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
@@ -191,7 +200,7 @@ impl Control {
     }
 
     /// The library's idle-priority pool for this runtime's elastic handle.
-    pub fn idle_runtime(&self, workers: usize) -> Result<elastic_cpu::IdleRuntime, String> {
+    pub fn idle_runtime(&self, workers: usize) -> Result<elastic_cpu::idle::IdleRuntime, String> {
         self.elastic
             .idle_runtime(workers)
             .map_err(|e| format!("idle runtime: {e}"))

@@ -168,11 +168,11 @@ fn main() {
             slice_ms: ctx
                 .args
                 .slice_ms
-                .unwrap_or(elastic_cpu::DEFAULT_SLICE.as_millis() as u64),
+                .unwrap_or(elastic_cpu::settings::DEFAULT_SLICE.as_millis() as u64),
             quantum_us: ctx
                 .args
                 .quantum_us
-                .unwrap_or(elastic_cpu::DEFAULT_QUANTUM.as_micros() as u64),
+                .unwrap_or(elastic_cpu::settings::DEFAULT_QUANTUM.as_micros() as u64),
             static_limit: ctx.args.static_limit,
             neighbour: ctx.args.neighbour,
             command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -184,10 +184,7 @@ fn main() {
         notes: Vec::new(),
     };
 
-    let lib_target = elastic_cpu::Profile::Default
-        .controller()
-        .target_p99
-        .as_micros() as u64;
+    let lib_target = elastic_cpu::settings::DEFAULT_TARGET.as_micros() as u64;
     match ctx.args.target_us {
         Some(t) => {
             ctx.target_us = Some(t);
@@ -327,7 +324,7 @@ fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u6
 fn quantum_us(ctx: &Ctx) -> u64 {
     ctx.args
         .quantum_us
-        .unwrap_or(elastic_cpu::DEFAULT_QUANTUM.as_micros() as u64)
+        .unwrap_or(elastic_cpu::settings::DEFAULT_QUANTUM.as_micros() as u64)
 }
 
 fn tuning(ctx: &Ctx) -> Tuning {

@@ -84,7 +84,7 @@ struct Mark {
     busy: Option<(Duration, Duration)>,
     used_ns: u64,
     brakes: u64,
-    throttling: Option<elastic_cpu::CpuThrottling>,
+    throttling: Option<elastic_cpu_probe::CpuThrottling>,
 }
 
 fn run_phase_inner(

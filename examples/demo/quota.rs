@@ -5,7 +5,7 @@
 //! back and removes the cgroup, also after Ctrl-C (see `main`) and on an early return or a
 //! panic (the guard's `Drop`).
 
-use elastic_cpu::CpuThrottling;
+use elastic_cpu_probe::CpuThrottling;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 

@@ -9,7 +9,7 @@
 //! decision reads it (a real server does not know its clients' timeouts).
 
 use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
-use elastic_cpu::{ConnectionGate, RejectReason, Rejected, SetupPermit};
+use elastic_cpu::gate::{ConnectionGate, RejectReason, Rejected, SetupPermit};
 use elastic_cpu_examples::spin::spin_us;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use std::future::Future;
@@ -184,7 +184,7 @@ enum Admit {
     /// The gate admitted it at once.
     Permit(SetupPermit),
     /// Queued in the gate: the connection's task waits for it.
-    Waiting(elastic_cpu::Admission),
+    Waiting(elastic_cpu::gate::Admission),
 }
 
 /// The phase's admission, polled once: the gate answers a refusal at its first poll.

@@ -15,7 +15,7 @@ use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 use crate::governor::{self, Control, Governor, Plan};
 use crate::readings::Sources;
 use crate::running::RunningTime;
-use crate::settings::{Brake, Enforcement, Inputs, Placement, Profile, Timing};
+use crate::settings::{Brake, Enforcement, Inputs, Placement, Profile, Timing, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 
 /// Why [`ElasticBuilder::build`] failed.
@@ -230,11 +230,10 @@ impl ElasticBuilder {
         let (min, max) = self
             .share
             .unwrap_or((defaults.min_share, defaults.max_share));
-        let config = self.profile.steps().controller(
-            self.target_p99.unwrap_or(defaults.target_p99),
-            min,
-            max,
-        );
+        let config =
+            self.profile
+                .steps()
+                .controller(self.target_p99.unwrap_or(DEFAULT_TARGET), min, max);
         config.validate()?;
         Ok(config)
     }

@@ -313,6 +313,10 @@ pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
 /// so a sustained overload (the controller's job) cannot starve elastic work below its floor.
 pub const BRAKE_MAX: Duration = Duration::from_millis(100);
 
+/// The controller's target when the builder is given none
+/// ([`target_p99`](crate::ElasticBuilder::target_p99)): CockroachDB's default.
+pub const DEFAULT_TARGET: Duration = Duration::from_millis(1);
+
 /// Default CPU time a grant hands out.
 pub const DEFAULT_SLICE: Duration = Duration::from_millis(100);
 

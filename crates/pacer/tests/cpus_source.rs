@@ -1,7 +1,8 @@
 //! Where `Snapshot::cpus` comes from: the builder, or the least of the runtime's workers, the
 //! cgroup CPU quota and the affinity mask, read once at attach.
 
-use elastic_cpu_pacer::{snapshot::CpusSource, Elastic};
+use elastic_cpu_pacer::snapshot::CpusSource;
+use elastic_cpu_pacer::Elastic;
 use elastic_cpu_probe::{cpu_affinity, cpu_quota};
 
 fn two_workers(elastic: &Elastic) -> tokio::runtime::Runtime {

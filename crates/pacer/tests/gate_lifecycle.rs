@@ -10,12 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{
-    gate::{
-        Admission, ConnectionGate, GateSettings, GateSnapshot, RejectReason, Rejected, SetupPermit,
-    },
-    Elastic,
+use elastic_cpu_pacer::gate::{
+    Admission, ConnectionGate, GateSettings, GateSnapshot, RejectReason, Rejected, SetupPermit,
 };
+use elastic_cpu_pacer::Elastic;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(f).poll(cx)

@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{
-    gate::{ConnectionGate, GateSettings, RejectReason},
-    Elastic,
-};
+use elastic_cpu_pacer::gate::{ConnectionGate, GateSettings, RejectReason};
+use elastic_cpu_pacer::Elastic;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(f).poll(cx)

@@ -7,7 +7,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{gate::GateSettings, Elastic};
+use elastic_cpu_pacer::gate::GateSettings;
+use elastic_cpu_pacer::Elastic;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]

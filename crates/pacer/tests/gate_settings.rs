@@ -6,10 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use elastic_cpu_pacer::{
-    gate::{GateSettings, GatedListener, QueueOrder, RejectReason},
-    Elastic,
-};
+use elastic_cpu_pacer::gate::{GateSettings, GatedListener, QueueOrder, RejectReason};
+use elastic_cpu_pacer::Elastic;
 
 #[test]
 fn each_bad_setting_is_named() {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{FakeCgroup, MS};
 use elastic_cpu_pacer::settings::Brake;
-use elastic_cpu_pacer::{testing::ManualClock, Elastic, ElasticBuilder};
+use elastic_cpu_pacer::testing::ManualClock;
+use elastic_cpu_pacer::{Elastic, ElasticBuilder};
 
 /// Manual clock, 2 CPUs, target 1 ms (the idle class's: 4 ms), elastic limit 0.5.
 fn builder(clock: &ManualClock) -> ElasticBuilder {

@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_ledger_balanced, eventually, must_finish, spin};
-use elastic_cpu_pacer::{idle::IdlePriority, Elastic, PacedStreamExt};
+use elastic_cpu_pacer::idle::IdlePriority;
+use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_util::StreamExt;
 
 /// The scheduling policy of the calling thread, from `/proc/thread-self/stat` (field 41), read

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{metrics::METRICS, Elastic};
+use elastic_cpu_pacer::metrics::METRICS;
+use elastic_cpu_pacer::Elastic;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[test]

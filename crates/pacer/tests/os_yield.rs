@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::gate::GateSettings;
 use elastic_cpu_pacer::settings::Enforcement;
-use elastic_cpu_pacer::{gate::GateSettings, settings::DEFAULT_QUANTUM, Elastic, PacedStreamExt};
+use elastic_cpu_pacer::settings::DEFAULT_QUANTUM;
+use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_core::Stream;
 use tokio::runtime::{Builder, Runtime};
 

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::Brake;
-use elastic_cpu_pacer::{settings::DEFAULT_QUANTUM, Elastic, PacedStreamExt};
+use elastic_cpu_pacer::settings::DEFAULT_QUANTUM;
+use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_core::Stream;
 use tokio::runtime::{Builder, Handle, Runtime};
 

@@ -11,10 +11,8 @@ use std::time::Duration;
 
 use common::eventually;
 use elastic_cpu_pacer::settings::Inputs;
-use elastic_cpu_pacer::{
-    snapshot::{Availability, IO_TARGET_FACTOR},
-    Elastic,
-};
+use elastic_cpu_pacer::snapshot::{Availability, IO_TARGET_FACTOR};
+use elastic_cpu_pacer::Elastic;
 use elastic_cpu_probe::{IoProbeConfig, IoProbeError};
 
 const WITHIN: Duration = Duration::from_secs(30);

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::{FakeCgroup, MS};
 use elastic_cpu_pacer::settings::{Brake, Inputs};
-use elastic_cpu_pacer::{testing::ManualClock, Elastic};
+use elastic_cpu_pacer::testing::ManualClock;
+use elastic_cpu_pacer::Elastic;
 
 /// A controlled `Elastic` at 0.5 on the manual clock (1 s window of 100 ms ticks, 1 ms target).
 fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {

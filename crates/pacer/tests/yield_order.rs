@@ -16,7 +16,9 @@ use std::task::Poll;
 use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{gate::GateSettings, settings::DEFAULT_QUANTUM, PacedStreamExt};
+use elastic_cpu_pacer::gate::GateSettings;
+use elastic_cpu_pacer::settings::DEFAULT_QUANTUM;
+use elastic_cpu_pacer::PacedStreamExt;
 use futures_util::StreamExt;
 use tokio::runtime::{Builder, Runtime};
 
