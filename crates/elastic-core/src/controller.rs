@@ -181,4 +181,22 @@ impl StepController {
     pub fn config(&self) -> &ControllerConfig {
         &self.config
     }
+
+    /// Move the target (a caller that measures what the target should be, as the pacer's
+    /// automatic target does), clamped into its valid range (50 µs ..= 1 s). The share and the
+    /// slow-start state are kept.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ControllerConfig, StepController};
+    /// use std::time::Duration;
+    ///
+    /// let mut c = StepController::new(ControllerConfig::default()).unwrap();
+    /// c.set_target(Duration::from_micros(300));
+    /// assert_eq!(c.config().target_p99, Duration::from_micros(300));
+    /// c.set_target(Duration::ZERO);
+    /// assert_eq!(c.config().target_p99, Duration::from_micros(50));
+    /// ```
+    pub fn set_target(&mut self, target: Duration) {
+        self.config.target_p99 = target.clamp(Duration::from_micros(50), Duration::from_secs(1));
+    }
 }

@@ -334,6 +334,9 @@ impl ElasticBuilder {
             clock: clock.clone(),
             sources: self.sources(&threads),
             builder_cpus: self.cpus,
+            // A fixed share steps on nothing: its own class needs no target.
+            auto_target: self.target_p99.is_none() && self.fixed_share.is_none(),
+            quantum: self.enforcement.quantum,
             default_cpus: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),

@@ -28,6 +28,8 @@ pub(crate) trait ClassQueue: Send + Sync {
     /// Whether something steers by the signal through this class now (elastic work running or
     /// waiting; a gate or an idle pool whenever it exists).
     fn steering(&self) -> bool;
+    /// Whether work holds or waits for a grant now.
+    fn busy(&self) -> bool;
     /// Running time charged to the class so far.
     fn charged(&self) -> Duration;
     /// What the governor decided for the class this tick (a gate keeps it for its snapshot).
@@ -55,6 +57,12 @@ impl Limit {
         }
     }
 
+    fn set_target(&mut self, target: Duration) {
+        if let Limit::Controller(c) = self {
+            c.set_target(target);
+        }
+    }
+
     fn share(&self) -> f64 {
         match self {
             Limit::Controller(c) => c.share(),
@@ -63,14 +71,33 @@ impl Limit {
     }
 }
 
-/// When the backlog brake holds a class back.
+/// When the governor holds a class back (the backlog brake, a quiet reading).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BrakeWhen {
+pub(crate) enum HoldWhen {
     Always,
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     /// Only inside a CPU quota (the idle pool: on a bare host the kernel already hands the
     /// cores to the foreground the moment it wants them; a quota it does not).
     InQuota,
+    #[cfg_attr(not(feature = "gate"), allow(dead_code))]
+    Never,
+}
+
+impl HoldWhen {
+    fn applies(self, in_quota: bool) -> bool {
+        match self {
+            HoldWhen::Always => true,
+            HoldWhen::InQuota => in_quota,
+            HoldWhen::Never => false,
+        }
+    }
+}
+
+/// Why a class is held back; a class may be held for both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    Brake = 1,
+    Quiet = 2,
 }
 
 /// What the governor applies to a class besides its share.
@@ -83,7 +110,12 @@ pub(crate) struct Policy {
     /// The rate is divided by 1 + elastic work's measured scheduler overhead. Off for gates:
     /// the overhead is measured on elastic work's charged time, which setups are not part of.
     pub(crate) overhead: bool,
-    pub(crate) brake: BrakeWhen,
+    pub(crate) brake: HoldWhen,
+    /// Held for the quiet readings of an automatic target. Never a gate: its setups serve
+    /// clients who wait now; a tick with setups running is just not quiet.
+    pub(crate) quiet: HoldWhen,
+    /// The class's target as a multiple of the `Elastic`'s.
+    pub(crate) target_factor: u32,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
 }
@@ -110,7 +142,10 @@ pub(crate) struct Class {
     /// Running time charged, as read at the last tick, and CPUs it ran in that tick.
     charged: Duration,
     used_cpus: f64,
-    braked: bool,
+    /// Work waited for a grant in the last tick.
+    waited: bool,
+    /// Why it is held back now ([`Hold`] bits).
+    held: u8,
 }
 
 impl Class {
@@ -132,7 +167,8 @@ impl Class {
             waits: VecDeque::new(),
             charged,
             used_cpus: 0.0,
-            braked: false,
+            waited: false,
+            held: 0,
         }
     }
 
@@ -169,13 +205,38 @@ impl Class {
         ran
     }
 
-    /// Grant at the old rate, step the share on `signal`. Returns whether work waited and
-    /// whether the class steers, or `None` once its queue is gone.
-    pub(crate) fn step(&mut self, signal: Option<Duration>, period: Duration) -> Option<bool> {
+    /// Grant at the old rate, then step the share on `signal` unless `frozen` (a quiet reading
+    /// is under way). Returns whether work waited or the class steers, or `None` once its queue
+    /// is gone.
+    pub(crate) fn step(
+        &mut self,
+        signal: Option<Duration>,
+        period: Duration,
+        frozen: bool,
+    ) -> Option<bool> {
         let queue = self.queue()?;
-        let had_waiters = queue.tick();
-        self.limit.step(signal, period, had_waiters);
-        Some(had_waiters || queue.steering())
+        self.waited = queue.tick();
+        if !frozen {
+            self.limit.step(signal, period, self.waited);
+        }
+        Some(self.waited || queue.steering())
+    }
+
+    /// The target of the `Elastic`'s own class is `target` now: this class's is its multiple.
+    pub(crate) fn set_target(&mut self, target: Duration) {
+        self.limit
+            .set_target(target.saturating_mul(self.policy.target_factor));
+    }
+
+    /// Whether the class's work ran, waited or held a grant since the last tick (read after
+    /// [`measure`](Self::measure), before [`step`](Self::step)).
+    pub(crate) fn active(&self) -> bool {
+        self.used_cpus > 0.0 || self.waited || self.queue().is_some_and(|q| q.busy())
+    }
+
+    /// Whether quiet readings hold this class back (`in_quota`: a CPU quota was seen).
+    pub(crate) fn holdable(&self, in_quota: bool) -> bool {
+        self.policy.quiet.applies(in_quota)
     }
 
     /// Apply the share: the rate and holder cap for `rates`, held to `headroom_cpus` (what the
@@ -227,20 +288,22 @@ impl Class {
         }
     }
 
-    /// The backlog brake engages (`in_quota`: a CPU quota was seen) or releases.
-    pub(crate) fn brake(&mut self, on: bool, in_quota: bool) {
-        let applies = match self.policy.brake {
-            BrakeWhen::Always => true,
-            BrakeWhen::InQuota => in_quota,
+    /// Hold the class back for `why`, or release that hold (`in_quota`: a CPU quota was
+    /// seen). Its queue pauses while any hold applies, and resumes when none does.
+    pub(crate) fn hold(&mut self, why: Hold, on: bool, in_quota: bool) {
+        let when = match why {
+            Hold::Brake => self.policy.brake,
+            Hold::Quiet => self.policy.quiet,
         };
-        if on && applies && !self.braked {
-            self.braked = true;
+        let was = self.held;
+        if on && when.applies(in_quota) {
+            self.held |= why as u8;
+        } else if !on {
+            self.held &= !(why as u8);
+        }
+        if (was == 0) != (self.held == 0) {
             if let Some(q) = self.queue() {
-                q.set_braked(true);
-            }
-        } else if !on && std::mem::take(&mut self.braked) {
-            if let Some(q) = self.queue() {
-                q.set_braked(false);
+                q.set_braked(self.held != 0);
             }
         }
     }

@@ -60,6 +60,7 @@ mod paced;
 mod pacer;
 mod placement;
 mod quantum;
+mod quiet;
 mod readings;
 mod record;
 mod running;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::cpus::CpusSource;
+use crate::quiet::TargetSource;
 use crate::signal::Signal;
 
 /// Which class of paced CPU a record is about.
@@ -46,8 +47,16 @@ pub(crate) struct TickRecord {
     pub(crate) quota_headroom: Option<f64>,
     /// Elastic work's measured overhead, as a fraction of its charged running time.
     pub(crate) overhead: f64,
-    /// Time spent braked, brakes that ended.
+    /// Time spent braked, brakes that ended, and times the brake engaged.
     pub(crate) braked_time: Duration,
+    pub(crate) brakes: u64,
+    /// The target the `Elastic`'s own controller steps on, and where it comes from.
+    pub(crate) target: Duration,
+    pub(crate) target_source: TargetSource,
+    /// The scheduling p99 without elastic work (a measured target's baseline).
+    pub(crate) quiet_p99: Option<Duration>,
+    /// Elastic work is held back for a quiet reading now.
+    pub(crate) quiet_hold: bool,
     /// Every class, the `Elastic`'s own first.
     pub(crate) classes: Vec<ClassRecord>,
 }

@@ -232,6 +232,11 @@ impl ClassQueue for Shared {
         self.charged.total()
     }
 
+    fn busy(&self) -> bool {
+        let s = self.queue.snapshot();
+        s.holders > 0 || s.waiters > 0
+    }
+
     fn close(&self) {
         self.queue.close();
     }

@@ -176,6 +176,12 @@ impl SignalStage {
         }
     }
 
+    /// Mean run-queue wait per timeslice over the last `n` ticks (`None`: no timeslice).
+    pub(crate) fn recent_run_queue(&self, n: usize) -> Option<Duration> {
+        let skip = self.rq_window.len().saturating_sub(n);
+        window_delay(self.rq_window.iter().skip(skip))
+    }
+
     /// Throttled periods seen since the watch started.
     pub(crate) fn throttled_periods(&self) -> u64 {
         self.throttle
@@ -186,9 +192,9 @@ impl SignalStage {
 
 /// Mean run-queue wait per timeslice over the window: how long, on average, a runtime thread
 /// that became runnable waited for a CPU. `None` with no timeslice in the window.
-fn window_delay(window: &VecDeque<(Duration, u64)>) -> Option<Duration> {
+fn window_delay<'a>(window: impl IntoIterator<Item = &'a (Duration, u64)>) -> Option<Duration> {
     let (wait, slices) = window
-        .iter()
+        .into_iter()
         .fold((Duration::ZERO, 0u64), |(w, s), &(dw, ds)| (w + dw, s + ds));
     let slices = u32::try_from(slices).unwrap_or(u32::MAX);
     (slices > 0).then(|| wait / slices)

@@ -8,6 +8,7 @@ pub use elastic_cpu_probe::{CgroupVersion, Split, Summary, Window};
 
 pub use crate::cpus::CpusSource;
 pub use crate::placement::PlacementReason;
+pub use crate::quiet::TargetSource;
 pub use crate::readings::Availability;
 use crate::record::{ClassKind, TickRecord};
 use crate::settings::Placement;
@@ -46,13 +47,27 @@ pub struct Snapshot {
     pub cpus_source: CpusSource,
     /// Governor ticks so far.
     pub ticks: u64,
+    /// What the controller compares [`signal_p99`](Self::signal_p99) with: the builder's
+    /// target, or, measured (the default), the latency elastic work may add over the quiet
+    /// baseline.
+    pub target: Duration,
+    /// Where [`target`](Self::target) comes from, and so what the signal is.
+    pub target_source: TargetSource,
+    /// The scheduling p99 without elastic work, as the quiet readings measured it: the
+    /// median of the last few (`None`: none yet).
+    pub quiet_p99: Option<Duration>,
+    /// Elastic work is held back now for a quiet reading (a few ticks every few seconds while it
+    /// runs, with a measured target).
+    pub quiet_hold: bool,
     /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
     pub sched_p99: Option<Duration>,
-    /// What the controller stepped on at the last tick: the largest of
-    /// [`sched_p99`](Self::sched_p99), [`io_p99`](Self::io_p99) over
-    /// [`IO_TARGET_FACTOR`] and
-    /// [`run_queue_delay`](Self::run_queue_delay), against the one target (`Duration::MAX` in a
-    /// tick the cgroup was throttled; `None`: no component had data).
+    /// What the controller stepped on at the last tick, against [`target`](Self::target). With
+    /// a measured target: what elastic work adds over the quiet baseline, the largest of
+    /// [`sched_p99`](Self::sched_p99), [`io_p99`](Self::io_p99) and
+    /// [`run_queue_delay`](Self::run_queue_delay) over each one's own. With the builder's (or
+    /// before the first quiet reading): the largest of `sched_p99`, `io_p99` over
+    /// [`IO_TARGET_FACTOR`] and `run_queue_delay` themselves. `Duration::MAX` in a tick the
+    /// cgroup was throttled; `None`: no component had data.
     pub signal_p99: Option<Duration>,
     /// Which component [`signal_p99`](Self::signal_p99) was.
     pub signal_source: SignalSource,
@@ -189,6 +204,10 @@ impl Snapshot {
             cpus: record.cpus,
             cpus_source: record.cpus_source,
             ticks: record.ticks,
+            target: record.target,
+            target_source: record.target_source,
+            quiet_p99: record.quiet_p99,
+            quiet_hold: record.quiet_hold,
             sched_p99: window.queue_latency.all.p99,
             signal_p99: record.signal.value,
             signal_source: record.signal.source,
@@ -214,8 +233,7 @@ impl Snapshot {
             over_limit: Duration::from_nanos(queue.over_limit_nanos),
             used: Duration::from_nanos(queue.used_nanos),
             braked,
-            // Only the brake pauses the queue.
-            brakes: queue.pauses,
+            brakes: record.brakes,
             braked_time: record.braked_time,
             os_yields,
             throttled_periods: record.throttled_periods,

@@ -29,8 +29,9 @@ struct Loop {
     _rt: tokio::runtime::Runtime,
 }
 
-/// Every input on (the defaults), 2 CPUs, a 1.5-CPU quota, the share starting at 0.5 (target
-/// 1 ms, floor 0.05, ceiling 0.75).
+/// Every input on (the defaults), 2 CPUs, a 1.5-CPU quota, the share starting at 0.5 (floor
+/// 0.05, ceiling 0.75), and the target given, 1 ms: the signal is the latency itself (a
+/// measured target steps on what elastic work adds: `auto_target.rs`).
 fn control_loop() -> Loop {
     let (clock, script) = (ManualClock::new(), Script::new());
     script.quota(1.5);
@@ -40,6 +41,7 @@ fn control_loop() -> Loop {
         .script(script.clone())
         .cpus(2.0)
         .initial_share(0.5)
+        .target_p99(MS)
         .build()
         .unwrap();
     // Starts the (scripted) I/O probe and finds the quota.

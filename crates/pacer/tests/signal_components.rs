@@ -54,7 +54,12 @@ impl ElasticJob {
 
 #[test]
 fn both_components_are_in_the_snapshot() {
-    let elastic = Elastic::builder().build().unwrap();
+    // A target given: the signal is the latency itself (measured, it is what elastic work adds
+    // over the quiet baseline: `auto_target.rs`).
+    let elastic = Elastic::builder()
+        .target_p99(Duration::from_millis(1))
+        .build()
+        .unwrap();
     // No `enable_io()` here: `runtime(..)` enables the driver for the probe.
     let rt = runtime(&elastic);
     assert!(elastic.snapshot().io_probe.is_on());

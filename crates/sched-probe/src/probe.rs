@@ -273,6 +273,31 @@ impl Probe {
             .unwrap_or_else(PoisonError::into_inner)
             .window()
     }
+
+    /// The statistics of the last `n` intervals closed by [`Probe::rotate`] only: a shorter
+    /// window, for a reading over a known stretch of ticks (a governor holding elastic work for
+    /// a few ticks reads the foreground's latency without it). Allocates its sums.
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// probe.record_poll(Some(Duration::from_millis(5)), None, false);
+    /// probe.rotate();
+    /// probe.record_poll(Some(Duration::from_micros(50)), None, false);
+    /// probe.rotate();
+    /// assert_eq!(probe.window().queue_latency.all.count, 2);
+    /// let last = probe.recent(1);
+    /// assert_eq!((last.intervals, last.queue_latency.all.count), (1, 1));
+    /// assert!(last.queue_latency.all.p99.unwrap() < Duration::from_micros(60));
+    /// ```
+    pub fn recent(&self, n: usize) -> Window {
+        self.shared
+            .window
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .recent(n)
+    }
 }
 
 impl Probe {

@@ -166,6 +166,20 @@ impl WindowState {
             intervals: self.ring.len(),
         }
     }
+
+    /// The statistics of the last `n` intervals only (fewer if the ring holds fewer).
+    pub(crate) fn recent(&mut self, n: usize) -> Window {
+        let mut sum = Hists::new(&self.template);
+        let n = n.min(self.ring.len());
+        for iv in self.ring.iter().rev().take(n).flatten() {
+            sum.add(iv);
+        }
+        Window {
+            queue_latency: split(&sum.queue, &mut self.scratch),
+            poll_time: split(&sum.poll, &mut self.scratch),
+            intervals: n,
+        }
+    }
 }
 
 fn split(pair: &[Histogram<u64>; 2], scratch: &mut Histogram<u64>) -> Split {

@@ -10,7 +10,7 @@ use elastic_cpu_core::{
 
 use super::settings::GateSettings;
 use super::shared::GateShared;
-use crate::class::{BrakeWhen, Limit, Policy};
+use crate::class::{HoldWhen, Limit, Policy};
 use crate::running::RunningTime;
 use crate::shared::QueueClock;
 
@@ -73,7 +73,9 @@ pub(crate) fn create(
         headroom: false,
         // The overhead is measured on elastic work's charged time, which setups are not part of.
         overhead: false,
-        brake: BrakeWhen::Always,
+        brake: HoldWhen::Always,
+        quiet: HoldWhen::Never,
+        target_factor: 1,
         cap_holders: s.cap_concurrency,
     };
     Ok((

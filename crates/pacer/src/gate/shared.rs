@@ -102,6 +102,11 @@ impl ClassQueue for GateShared {
         true
     }
 
+    fn busy(&self) -> bool {
+        let s = self.queue.snapshot();
+        s.in_setup > 0 || s.queue_len > 0
+    }
+
     fn charged(&self) -> Duration {
         Duration::from_nanos(self.queue.snapshot().used_nanos)
     }

@@ -19,14 +19,16 @@ use tokio::runtime::Handle;
 
 pub(crate) use self::thread::spawn;
 use crate::brake::{Brake, Change};
-use crate::class::{BrakeWhen, Class, ClassQueue, Limit, Policy, Rates};
+use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Policy, Rates};
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
+use crate::quiet::{Baseline, Quiet, QuietStep, TargetSource};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
+use crate::settings::DEFAULT_TARGET;
 use crate::shared::{QueueClock, Shared};
-use crate::signal::{Signal, SignalStage};
+use crate::signal::{Signal, SignalSource, SignalStage, IO_MIN_CANARIES};
 use crate::snapshot::Snapshot;
 
 /// What the governor is built from.
@@ -45,6 +47,10 @@ pub(crate) struct Plan {
     pub(crate) sources: Sources,
     /// Set by the builder: attaching a runtime leaves it alone.
     pub(crate) builder_cpus: Option<f64>,
+    /// The builder gave no target: measure it.
+    pub(crate) auto_target: bool,
+    /// A poll quantum: the least latency elastic work may add with a measured target.
+    pub(crate) quantum: Duration,
     /// Until a runtime is attached.
     pub(crate) default_cpus: f64,
 }
@@ -85,14 +91,30 @@ pub(crate) struct Governor {
     /// A CPU quota was seen when a runtime was attached.
     quota_seen: bool,
     ticks: u64,
+    /// The builder gave no target: it is measured (`quiet.rs`), from a poll quantum up.
+    auto_target: bool,
+    quantum: Duration,
+    quiet: Quiet,
+    /// The target the `Elastic`'s own controller stepped on at the last tick, and its source.
+    target: Duration,
+    target_source: TargetSource,
+    /// Times the backlog brake engaged.
+    brakes: u64,
 }
 
-/// The policy of the `Elastic`'s own class and of its idle pool's.
-fn elastic_policy(cap_concurrency: bool, brake: BrakeWhen) -> Policy {
+/// Canaries a quiet interval needs for its I/O p99 to count (a 100 ms interval holds 50 at the
+/// busy period): fewer is a handful of wake-ups, not a percentile.
+const QUIET_IO_CANARIES: u64 = 20;
+
+/// The policy of the `Elastic`'s own class and of its idle pool's (`when`: when the brake and
+/// the quiet readings hold it back), whose target is `target_factor` times the `Elastic`'s.
+fn elastic_policy(cap_concurrency: bool, when: HoldWhen, target_factor: u32) -> Policy {
     Policy {
         headroom: true,
         overhead: true,
-        brake,
+        brake: when,
+        quiet: when,
+        target_factor,
         cap_holders: cap_concurrency,
     }
 }
@@ -112,9 +134,10 @@ impl Governor {
             ClassKind::Elastic,
             own,
             limit,
-            elastic_policy(plan.cap_concurrency, BrakeWhen::Always),
+            elastic_policy(plan.cap_concurrency, HoldWhen::Always, 1),
             plan.controller.min_share,
         );
+        let target = plan.controller.target_p99;
         let mut g = Governor {
             clock: plan.clock,
             probe: shared.probe.clone(),
@@ -141,6 +164,16 @@ impl Governor {
             idle: Weak::new(),
             quota_seen: false,
             ticks: 0,
+            auto_target: plan.auto_target,
+            quiet: Quiet::default(),
+            target,
+            quantum: plan.quantum,
+            target_source: if plan.auto_target {
+                TargetSource::Default
+            } else {
+                TargetSource::Builder
+            },
+            brakes: 0,
         };
         g.last_signal = g.idle_signal();
         g.apply();
@@ -176,14 +209,21 @@ impl Governor {
             .read(&mut self.sources, window.queue_latency.all.p99, intervals);
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period);
+        self.read_quiet();
+        let (value, source) = self.steer_by(&signal);
+        let mut signal = Signal {
+            value,
+            source,
+            ..signal
+        };
+        let frozen = self.quiet.holding();
         let mut steering = false;
         for class in &mut self.classes {
-            steering |= class.step(signal.value, period).unwrap_or(false);
+            steering |= class.step(signal.value, period, frozen).unwrap_or(false);
         }
         self.apply();
         // The I/O canaries matter only while something steers by the signal; otherwise each
         // one mostly wakes a parked worker, so they slow to the quiet period.
-        let mut signal = signal;
         SignalStage::set_io_quiet(&mut self.sources, !steering, &mut signal.reading);
         self.last_signal = signal;
         self.ticks += 1;
@@ -193,6 +233,70 @@ impl Governor {
             .map(|c| c.record(intervals))
             .collect();
         self.record_with(classes)
+    }
+
+    /// The quiet readings: hold elastic work back for one, or read the intervals it was held
+    /// for (or that had no elastic work in them) and release it.
+    fn read_quiet(&mut self) {
+        let in_quota = self.quota_seen;
+        // Only a measured target needs readings bought with held work; ticks without elastic
+        // work are read anyway.
+        let holdable = self.auto_target && self.classes.iter().any(|c| c.holdable(in_quota));
+        // A tick with setups or elastic work in it is not quiet, held or not.
+        let ran = self.classes.iter().any(Class::active);
+        match self.quiet.tick(ran, holdable) {
+            QuietStep::Run => {}
+            QuietStep::Hold => {
+                for class in &mut self.classes {
+                    class.hold(Hold::Quiet, true, in_quota);
+                }
+            }
+            QuietStep::Read(n) => {
+                let io = self.sources.io.recent(n);
+                self.quiet.record(Baseline {
+                    sched: self.probe.recent(n).queue_latency.all.p99,
+                    io: io
+                        .filter(|w| w.count >= QUIET_IO_CANARIES * n as u64)
+                        .and_then(|w| w.p99),
+                    run_queue: self.signal.recent_run_queue(n),
+                });
+                for class in &mut self.classes {
+                    class.hold(Hold::Quiet, false, in_quota);
+                }
+            }
+        }
+    }
+
+    /// The signal the controllers step on, and which component it is. With a measured
+    /// target: what elastic work adds over the quiet baseline, once there is one; the
+    /// controllers' targets follow the allowance.
+    fn steer_by(&mut self, signal: &Signal) -> (Option<Duration>, SignalSource) {
+        if !self.auto_target {
+            return (signal.value, signal.source);
+        }
+        let baseline = self.quiet.baseline();
+        let (value, source, target, from) = if baseline.is_known() {
+            let io_enough = signal.reading.io_count >= IO_MIN_CANARIES;
+            let (added, source) = baseline.added(&signal.reading, io_enough);
+            let target = baseline.allowance(self.quantum);
+            (added, source, target, TargetSource::Measured)
+        } else {
+            (
+                signal.value,
+                signal.source,
+                DEFAULT_TARGET,
+                TargetSource::Default,
+            )
+        };
+        self.target = target;
+        self.target_source = from;
+        for class in &mut self.classes {
+            class.set_target(target);
+        }
+        if signal.reading.throttled {
+            return (Some(Duration::MAX), SignalSource::Throttled);
+        }
+        (value, source)
     }
 
     /// What elastic work ran since the last tick and what the process spent: the overhead
@@ -250,6 +354,11 @@ impl Governor {
             quota_headroom: self.headroom.as_ref().and_then(Headroom::cap_cpus),
             overhead: self.overhead.overhead(),
             braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
+            brakes: self.brakes,
+            target: self.target,
+            target_source: self.target_source,
+            quiet_p99: self.quiet.baseline().sched,
+            quiet_hold: self.quiet.holding(),
             classes,
         }
     }
@@ -264,8 +373,9 @@ impl Governor {
         let change = brake.step(self.clock.now(), &self.probe);
         let on = brake.is_on();
         if change != Change::Keep {
+            self.brakes += u64::from(on);
             for class in &mut self.classes {
-                class.brake(on, self.quota_seen);
+                class.hold(Hold::Brake, on, self.quota_seen);
             }
         }
         on
@@ -279,7 +389,11 @@ impl Governor {
     /// Add a class at `at`, braked if the brake is on.
     #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
     fn add(&mut self, mut class: Class, at: usize) {
-        class.brake(self.braked(), self.quota_seen);
+        class.hold(Hold::Brake, self.braked(), self.quota_seen);
+        class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
+        if self.target_source != TargetSource::Builder {
+            class.set_target(self.target);
+        }
         let mut rest = std::mem::take(&mut self.classes);
         let tail = rest.split_off(at.min(rest.len()));
         rest.push(class);
@@ -329,7 +443,11 @@ impl Governor {
             ClassKind::Idle,
             queue,
             limit,
-            elastic_policy(self.cap_concurrency, BrakeWhen::InQuota),
+            elastic_policy(
+                self.cap_concurrency,
+                HoldWhen::InQuota,
+                crate::idle::IDLE_TARGET_FACTOR,
+            ),
             self.controller.min_share,
         );
         self.add(class, 1);

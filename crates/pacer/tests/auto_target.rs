@@ -1,0 +1,161 @@
+//! The measured target (no target given), on the manual clock: the governor reads the
+//! foreground's latency quiet (ticks without elastic work, or a few ticks it holds elastic work
+//! back for), and steps on what elastic work adds over that. Latency that is there without
+//! elastic work leaves the share up; latency that comes with elastic work brings it down.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use common::{Burn, MS};
+use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
+use elastic_cpu_pacer::testing::{ManualClock, Script};
+use elastic_cpu_pacer::{Elastic, PacedExt};
+
+const US: Duration = Duration::from_micros(1);
+
+struct Loop {
+    clock: ManualClock,
+    elastic: Elastic,
+    _rt: tokio::runtime::Runtime,
+}
+
+/// No target given; one CPU, the share starting at 0.5; every OS reading scripted and absent
+/// but the scheduling probe, which the test records into.
+fn measured() -> Loop {
+    let clock = ManualClock::new();
+    let elastic = Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .script(Script::new())
+        .cpus(1.0)
+        .initial_share(0.5)
+        .build()
+        .unwrap();
+    let rt = elastic
+        .runtime(tokio::runtime::Builder::new_current_thread())
+        .build()
+        .unwrap();
+    Loop {
+        clock,
+        elastic,
+        _rt: rt,
+    }
+}
+
+impl Loop {
+    /// One 100 ms tick in which 300 foreground tasks each waited `wait`.
+    fn tick(&self, wait: Duration) {
+        for _ in 0..300 {
+            self.elastic.probe().record_poll(Some(wait), None, false);
+        }
+        self.clock.advance(100 * MS);
+        self.elastic.tick();
+    }
+
+    /// Elastic work that always wants more: a paced future running 20 ms a poll.
+    fn work(&self) -> Pin<Box<impl Future<Output = ()>>> {
+        Box::pin(
+            Burn {
+                clock: self.clock.clone(),
+                per_poll: 20 * MS,
+                polls: usize::MAX,
+            }
+            .paced(&self.elastic),
+        )
+    }
+}
+
+fn poll<F: Future>(f: &mut Pin<Box<F>>) -> Poll<F::Output> {
+    f.as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+#[test]
+fn without_elastic_work_every_tick_is_a_quiet_reading() {
+    let l = measured();
+    let s = l.elastic.snapshot();
+    assert_eq!(s.target_source, TargetSource::Default);
+    assert_eq!(s.target, Duration::from_millis(1));
+    l.tick(2 * MS);
+    let s = l.elastic.snapshot();
+    assert_eq!(s.target_source, TargetSource::Measured);
+    let quiet = s.quiet_p99.unwrap();
+    assert!(quiet.abs_diff(2 * MS) <= 20 * US, "{quiet:?}");
+    // A quarter of the quiet scheduling p99 may be added.
+    assert!(s.target.abs_diff(quiet / 4) <= US, "{:?}", s.target);
+    assert!(!s.quiet_hold, "nothing was held");
+}
+
+#[test]
+fn latency_that_is_there_without_elastic_work_leaves_the_share_up() {
+    let l = measured();
+    // A busy host: the foreground waits 2 ms with or without elastic work.
+    for _ in 0..3 {
+        l.tick(2 * MS);
+    }
+    let mut work = l.work();
+    let mut held = 0;
+    for _ in 0..60 {
+        // 200 ms of work in 300 ms: more than the share pays for, so it waits, which lets the
+        // share climb.
+        for _ in 0..10 {
+            let _ = poll(&mut work);
+        }
+        l.tick(2 * MS);
+        held += usize::from(l.elastic.snapshot().quiet_hold);
+    }
+    let s = l.elastic.snapshot();
+    // Against the default target (1 ms) the 2 ms would have stepped the share down every tick;
+    // measured, elastic work adds nothing and waiting work steps it up.
+    assert!(s.share > 0.5, "{}", s.share);
+    assert!(s.signal_p99.unwrap() <= 20 * US, "{:?}", s.signal_p99);
+    // A reading was bought once in the 60 ticks (every 5 s of running work, 2 ticks each).
+    assert_eq!(held, 2, "held ticks");
+}
+
+#[test]
+fn latency_that_comes_with_elastic_work_brings_the_share_down() {
+    let l = measured();
+    // Quiet, the foreground waits 200 µs; behind elastic polls (long library calls, say) 2 ms.
+    let wait = |l: &Loop| {
+        if l.elastic.snapshot().quiet_hold {
+            200 * US
+        } else {
+            2200 * US
+        }
+    };
+    let mut work = l.work();
+    // The first tick with work holds it at once: there is no baseline yet.
+    let _ = poll(&mut work);
+    l.tick(200 * US);
+    let s = l.elastic.snapshot();
+    assert!(s.quiet_hold);
+    assert_eq!(s.target_source, TargetSource::Default);
+    // Held: the paced future gives its grant back and waits.
+    assert!(poll(&mut work).is_pending());
+    for _ in 0..2 {
+        l.tick(wait(&l));
+    }
+    let s = l.elastic.snapshot();
+    assert!(!s.quiet_hold, "released after the reading");
+    assert_eq!(s.target_source, TargetSource::Measured);
+    let before = s.share;
+    for _ in 0..20 {
+        let _ = poll(&mut work);
+        l.tick(wait(&l));
+    }
+    let s = l.elastic.snapshot();
+    assert_eq!(s.signal_source, SignalSource::Sched);
+    // What elastic work adds: the window's p99 over the 200 µs baseline.
+    assert!(s.signal_p99.unwrap() >= 1900 * US, "{:?}", s.signal_p99);
+    assert!(s.share < before - 0.1, "{before} → {}", s.share);
+    let quiet = s.quiet_p99.unwrap();
+    assert!(
+        quiet.abs_diff(200 * US) <= 5 * US,
+        "the baseline stays quiet: {quiet:?}"
+    );
+}
