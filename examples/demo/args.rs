@@ -33,10 +33,13 @@ pub enum Kind {
     Step,
     /// Scan `.paced()` with the controller on, on the library's idle-priority pool.
     PacedIdle,
+    /// The scan as the README's quick start writes it: `elastic.spawn(stream.paced(..)..)`,
+    /// every library setting at its default.
+    Default,
 }
 
 /// Every kind, in the order of the help text.
-const ALL_KINDS: [Kind; 11] = [
+const ALL_KINDS: [Kind; 12] = [
     Kind::Baseline,
     Kind::Unthrottled,
     Kind::Static,
@@ -45,6 +48,7 @@ const ALL_KINDS: [Kind; 11] = [
     Kind::IdleRuntime,
     Kind::Paced,
     Kind::PacedIdle,
+    Kind::Default,
     Kind::Low,
     Kind::High,
     Kind::Step,
@@ -61,6 +65,7 @@ impl Kind {
             Kind::IdleRuntime => "idle-runtime",
             Kind::Paced => "paced",
             Kind::PacedIdle => "paced-idle",
+            Kind::Default => "default",
             Kind::Low => "low",
             Kind::High => "high",
             Kind::Step => "step",
@@ -155,11 +160,11 @@ impl PhaseSpec {
 }
 
 pub const DEFAULT_PHASES: &str =
-    "baseline,unthrottled,static,yield,dedicated,idle-runtime,paced,paced-idle";
+    "baseline,unthrottled,static,yield,dedicated,idle-runtime,paced,paced-idle,default";
 
 /// The phases of the quota environment: what the quota comparison needs (the others show
 /// nothing new there and would push the default run past 10 minutes).
-pub const DEFAULT_QUOTA_PHASES: &str = "baseline,static,idle-runtime,paced,paced-idle";
+pub const DEFAULT_QUOTA_PHASES: &str = "baseline,static,idle-runtime,paced,paced-idle,default";
 
 /// Where the phases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -195,6 +200,8 @@ Phases (run in the order given):
                (elsewhere than Linux: the lowest priority the OS offers)
   paced        + the scan .paced() with the controller (ours)
   paced-idle   + the scan .paced() on the library's idle-priority pool (ours)
+  default      + the scan as the README's quick start writes it, elastic.spawn(..), every
+               library setting at its default (ours)
   low, high    paced starting from the minimum / maximum limit (controller settle time)
   step         paced from where the last paced phase ended, foreground load x1.5 from 1/3
                to 2/3 of the phase (settle time after a step in load)
@@ -271,12 +278,13 @@ pub struct Args {
     /// rows per encoded chunk
     #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
     pub chunk_rows: usize,
-    /// scheduling-latency p99 target of the controller; auto = the median window p99 the
-    /// baseline phase measured + the poll quantum (100..5000 us; the library's default when no
-    /// baseline runs first)
-    // None: auto.
-    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = target_us)]
-    pub target_us: std::option::Option<u64>,
+    /// the controller's target in the paced phases: library = the library's own, measured
+    /// (what elastic work adds over the foreground's quiet latency, against a quarter of it);
+    /// auto = the median window p99 the baseline phase measured + the poll quantum; or a fixed
+    /// p99 of scheduling latency in µs (50..1000000). The default phase always uses the
+    /// library's
+    #[arg(long, value_name = "N|auto|library", default_value = "library", value_parser = target_us)]
+    pub target_us: TargetArg,
     /// foreground run-queue wait at which the paced phases' backlog brake stops elastic work
     /// [default: the library's, 4 x the target]
     // None: the library's default; Some(None): off.
@@ -358,10 +366,22 @@ fn in_range(v: &str, range: std::ops::RangeInclusive<u64>, or: &str) -> Result<u
     }
 }
 
-fn target_us(v: &str) -> Result<Option<u64>, String> {
+/// Where the paced phases' controller target comes from (`--target-us`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetArg {
+    /// The library's own, measured.
+    Library,
+    /// The baseline phase's median window p99 + the poll quantum.
+    Auto,
+    /// This many µs.
+    Us(u64),
+}
+
+fn target_us(v: &str) -> Result<TargetArg, String> {
     match v {
-        "auto" => Ok(None),
-        _ => in_range(v, 50..=1_000_000, " or auto").map(Some),
+        "library" => Ok(TargetArg::Library),
+        "auto" => Ok(TargetArg::Auto),
+        _ => in_range(v, 50..=1_000_000, ", auto or library").map(TargetArg::Us),
     }
 }
 
@@ -453,8 +473,8 @@ mod tests {
     fn defaults_and_errors() {
         command::<Args>().debug_assert();
         let a = p("").unwrap();
-        assert_eq!(a.phases.len(), 8);
-        assert_eq!(a.quota_phases.len(), 5);
+        assert_eq!(a.phases.len(), 9);
+        assert_eq!(a.quota_phases.len(), 6);
         assert_eq!(a.cpu_quota, None);
         assert_eq!(p("--cpu-quota off").unwrap().cpu_quota, Some(None));
         assert_eq!(p("--cpu-quota 1.5").unwrap().cpu_quota, Some(Some(1.5)));
@@ -467,7 +487,8 @@ mod tests {
         );
         assert!(p("--phases idle-runtime@0.05").is_err());
         assert_eq!(a.sample, Duration::from_millis(250));
-        assert_eq!((a.target_us, a.brake_us), (None, None));
+        assert_eq!((a.target_us, a.brake_us), (TargetArg::Library, None));
+        assert_eq!(p("--target-us auto").unwrap().target_us, TargetArg::Auto);
         assert!(p("--bogus").is_err());
         assert!(p("--phase-secs").is_err());
         assert!(p("--phase-secs x").is_err());
@@ -487,7 +508,7 @@ mod tests {
         let a = p("--target-us 300 --brake-us off --seed 2 --seed 3").unwrap();
         assert_eq!(
             (a.target_us, a.brake_us, a.seed),
-            (Some(300), Some(None), 3)
+            (TargetArg::Us(300), Some(None), 3)
         );
     }
 }

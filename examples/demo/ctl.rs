@@ -5,7 +5,7 @@
 use elastic_cpu::prelude::*;
 use elastic_cpu::settings::{Brake, Enforcement, Inputs, Steps};
 use elastic_cpu::snapshot::SignalSource;
-use elastic_cpu::{Elastic, Profile};
+use elastic_cpu::{Elastic, ElasticBuilder, Profile};
 use elastic_cpu_examples::fg;
 use futures_util::stream::Stream;
 use std::time::Duration;
@@ -25,6 +25,8 @@ pub enum Mode {
         profile: ProfileSpec,
         initial: Option<f64>,
     },
+    /// Every library setting at its default, as the README's quick start builds it.
+    Library,
 }
 
 /// Library settings the flags can override (None: the library's default).
@@ -101,8 +103,11 @@ pub struct Control {
 impl Control {
     pub fn new(workers: usize, mode: Mode, tune: Tuning) -> Result<Control, String> {
         let mut b = Elastic::builder();
+        if let Mode::Library = mode {
+            return Control::with(workers, b, true);
+        }
         match mode {
-            Mode::Unpaced => {}
+            Mode::Unpaced | Mode::Library => {}
             Mode::Fixed(l) => b = b.fixed_share(l),
             Mode::Controlled { profile, initial } => {
                 b = b.profile(match profile {
@@ -142,14 +147,30 @@ impl Control {
                 throttling: tune.throttle_signal,
                 quota_headroom: tune.quota_headroom,
             });
+        Control::with(workers, b, !matches!(mode, Mode::Unpaced))
+    }
+
+    fn with(workers: usize, b: ElasticBuilder, paced: bool) -> Result<Control, String> {
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
             .map_err(|e| format!("runtime: {e}"))?;
-        Ok(Control {
-            rt,
-            elastic,
-            paced: !matches!(mode, Mode::Unpaced),
-        })
+        Ok(Control { rt, elastic, paced })
+    }
+
+    /// Spawn elastic work as the README's quick start does: `elastic.spawn`, which places it.
+    pub fn spawn<F>(&self, fut: F) -> Result<(), String>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let _in_rt = self.rt.enter();
+        self.elastic.spawn(fut).map(drop).map_err(|e| e.to_string())
+    }
+
+    /// Blocking elastic work where `spawn` puts elastic work.
+    pub fn spawn_blocking(&self, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+        let _in_rt = self.rt.enter();
+        (self.elastic.spawn_blocking(f).map(drop)).map_err(|e| e.to_string())
     }
 
     pub fn snapshot(&self) -> Snap {

@@ -20,7 +20,7 @@ mod quota;
 mod report;
 mod scan;
 
-use args::{Args, Env, Kind, PhaseSpec};
+use args::{Args, Env, Kind, PhaseSpec, TargetArg};
 use ctl::{Control, Mode, Tuning};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
 use elastic_cpu_examples::latency::fmt_us;
@@ -186,14 +186,19 @@ fn main() {
 
     let lib_target = elastic_cpu::settings::DEFAULT_TARGET.as_micros() as u64;
     match ctx.args.target_us {
-        Some(t) => {
+        TargetArg::Us(t) => {
             ctx.target_us = Some(t);
             ctx.target_source = "--target-us".into();
         }
-        None if ctx.args.phases.first().map(|p| p.kind) == Some(Kind::Baseline) => {
+        TargetArg::Library => {
+            ctx.target_source = "the library's own, measured: what elastic work adds over the \
+                foreground's quiet latency, against a quarter of it (per phase, in the report)"
+                .into();
+        }
+        TargetArg::Auto if ctx.args.phases.first().map(|p| p.kind) == Some(Kind::Baseline) => {
             ctx.target_source = "auto (set after the first baseline phase)".into();
         }
-        None => {
+        TargetArg::Auto => {
             ctx.target_us = Some(lib_target);
             ctx.target_source = "the library's default (auto needs baseline first)".into();
         }
@@ -238,7 +243,7 @@ fn main() {
             }
             host_target = ctx.target_us;
             // The auto target comes from this environment's own baseline.
-            if ctx.args.target_us.is_none()
+            if ctx.args.target_us == TargetArg::Auto
                 && phases.first().map(|p| p.kind) == Some(Kind::Baseline)
             {
                 ctx.target_us = None;
@@ -249,7 +254,7 @@ fn main() {
         // Leave the quota cgroup (back to where the process came from) and remove it.
         ctx.quota = None;
     }
-    rep.machine.target_us = host_target.or(ctx.target_us).or(Some(lib_target));
+    rep.machine.target_us = host_target.or(ctx.target_us);
     rep.machine.target_source = ctx.target_source.clone();
     rep.phases = report::aggregate(&rep.segments);
     report::attribute_cpu(&mut rep.phases, &mut rep.segments);
@@ -282,7 +287,10 @@ fn run_env(ctx: &mut Ctx, phases: &[PhaseSpec], rep: &mut Report, lib_target: u6
         }
         let mut r = run_phase(ctx, &spec, &mut rep.timeline);
         r.round = round;
-        if ctx.args.target_us.is_none() && ctx.target_us.is_none() && spec.kind == Kind::Baseline {
+        if ctx.args.target_us == TargetArg::Auto
+            && ctx.target_us.is_none()
+            && spec.kind == Kind::Baseline
+        {
             let t = match median(&r.scheds) {
                 Some(m) => auto_target_us(m, quantum_us(ctx)),
                 None => lib_target,

@@ -5,11 +5,11 @@
 
 use crate::args::Args;
 use crate::ctl::Control;
+use crate::phase::Spawner;
 use crate::scan::{self, Consume, Counters, ScanStream, Table};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::runtime::Handle;
 
 /// How the mix's tasks are split: the first range is the blocking scan, then this many
 /// `Pacer` loops, the rest paced streams.
@@ -18,16 +18,16 @@ fn split(tasks: usize) -> (usize, usize) {
     (loops, tasks.saturating_sub(1 + loops))
 }
 
-/// Spawn the mix over `table` on `handle` (paced through `ctl` when `paced`).
+/// Spawn the mix over `table` through `spawner` (paced through `ctl` when `paced`).
 pub fn spawn(
-    handle: &Handle,
+    spawner: &Spawner<'_>,
     ctl: &Control,
     paced: bool,
     table: &Arc<Table>,
     args: &Args,
     stop: &Arc<AtomicBool>,
     counters: &Arc<Counters>,
-) {
+) -> Result<(), String> {
     let (tasks, chunk_rows) = (args.elastic_tasks.max(1), args.chunk_rows);
     let ranges = scan::ranges(table.rows.len(), tasks);
     let (loops, _streams) = split(tasks);
@@ -39,7 +39,7 @@ pub fn spawn(
             // workers for the cores.
             let mut pacer = paced.then(|| ctl.pacer());
             let stop = stop.clone();
-            handle.spawn_blocking(move || {
+            spawner.spawn_blocking(move || {
                 let mut s = s;
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(p) = pacer.as_mut() {
@@ -47,11 +47,11 @@ pub fn spawn(
                     }
                     count(&counters, &s.next_chunk());
                 }
-            });
+            })?;
         } else if i <= loops {
             let mut pacer = paced.then(|| ctl.pacer());
             let stop = stop.clone();
-            handle.spawn(async move {
+            spawner.spawn(async move {
                 let mut s = s;
                 let mut out = tokio::io::sink();
                 while !stop.load(Ordering::Relaxed) {
@@ -66,13 +66,14 @@ pub fn spawn(
                     }
                     count(&counters, &c);
                 }
-            });
+            })?;
         } else if paced {
-            handle.spawn(scan::drive(ctl.paced(s), counters, Consume::Plain));
+            spawner.spawn(scan::drive(ctl.paced(s), counters, Consume::Plain))?;
         } else {
-            handle.spawn(scan::drive(s, counters, Consume::Plain));
+            spawner.spawn(scan::drive(s, counters, Consume::Plain))?;
         }
     }
+    Ok(())
 }
 
 fn count(counters: &Counters, c: &scan::Chunk) {

@@ -32,6 +32,7 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
                 .get(&rest_key(ctx, spec))
                 .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
         },
+        Kind::Default => Mode::Library,
         Kind::Step => Mode::Controlled {
             profile,
             initial: ctx
@@ -74,6 +75,39 @@ pub fn run_phase(ctx: &Ctx, spec: &PhaseSpec, timeline: &mut Vec<Point>) -> Phas
     }
     res.end_ms = ctx.run_start.elapsed().as_millis() as u64;
     res
+}
+
+/// Where a phase spawns its elastic work: a runtime's handle, or `Elastic::spawn` (the quick
+/// start's way, which places it).
+pub enum Spawner<'a> {
+    Runtime(&'a tokio::runtime::Handle),
+    Elastic(&'a Control),
+}
+
+impl Spawner<'_> {
+    pub fn spawn<F>(&self, fut: F) -> Result<(), String>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self {
+            Spawner::Runtime(h) => {
+                h.spawn(fut);
+                Ok(())
+            }
+            Spawner::Elastic(ctl) => ctl.spawn(fut),
+        }
+    }
+
+    pub fn spawn_blocking(&self, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+        match self {
+            Spawner::Runtime(h) => {
+                h.spawn_blocking(f);
+                Ok(())
+            }
+            Spawner::Elastic(ctl) => ctl.spawn_blocking(f),
+        }
+    }
 }
 
 /// Counters at the start of a phase's measurement window.
@@ -163,8 +197,14 @@ fn run_phase_inner(
             Consume::Plain
         };
         let paced = !matches!(mode, Mode::Unpaced);
+        // The quick start's way: `elastic.spawn` places the work.
+        let spawner = if spec.kind == Kind::Default {
+            Spawner::Elastic(&ctl)
+        } else {
+            Spawner::Runtime(&handle)
+        };
         if a.elastic_mix {
-            crate::mix::spawn(&handle, &ctl, paced, &ctx.table, a, &stop_scan, &counters);
+            crate::mix::spawn(&spawner, &ctl, paced, &ctx.table, a, &stop_scan, &counters)?;
         }
         let stream_ranges = if a.elastic_mix {
             Vec::new()
@@ -174,10 +214,17 @@ fn run_phase_inner(
         for (from, to) in stream_ranges {
             let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
             if paced {
-                handle.spawn(scan::drive(ctl.paced(s), counters.clone(), consume));
+                spawner.spawn(scan::drive(ctl.paced(s), counters.clone(), consume))?;
             } else {
-                handle.spawn(scan::drive(s, counters.clone(), consume));
+                spawner.spawn(scan::drive(s, counters.clone(), consume))?;
             }
+        }
+        if spec.kind == Kind::Default {
+            let s = ctl.full_snapshot();
+            eprintln!(
+                "[{name}] scan spawned as the quick start does: on {:?} ({})",
+                s.placement, s.placement_reason
+            );
         }
     }
 
@@ -283,7 +330,12 @@ fn run_phase_inner(
     let cpu_end = process_cpu();
     let busy_end = machine_busy();
     let used_end = ctl.used().as_nanos() as u64;
-    let brakes_end = ctl.full_snapshot().brakes;
+    let end_snap = ctl.full_snapshot();
+    let brakes_end = end_snap.brakes;
+    // The library's own target, where it measured one: what elastic work may add.
+    if spec.kind == Kind::Default || (spec.kind.controlled() && ctx.target_us.is_none()) {
+        res.target_us = Some(end_snap.target.as_micros() as u64);
+    }
     let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3));

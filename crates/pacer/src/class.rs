@@ -116,6 +116,11 @@ pub(crate) struct Policy {
     pub(crate) quiet: HoldWhen,
     /// The class's target as a multiple of the `Elastic`'s.
     pub(crate) target_factor: u32,
+    /// With a measured target, the class steps on what elastic work adds over the quiet
+    /// baseline. Not a gate: it admits setups whose clients wait now, a trade the latency
+    /// itself against a target judges (an allowance over the quiet latency would refuse most
+    /// setups a storm brings).
+    pub(crate) measured: bool,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
 }
@@ -222,10 +227,13 @@ impl Class {
         Some(self.waited || queue.steering())
     }
 
-    /// The target of the `Elastic`'s own class is `target` now: this class's is its multiple.
+    /// The target of the `Elastic`'s own class is `target` now (measured): this class's is its
+    /// multiple, if the class steps on the measured signal.
     pub(crate) fn set_target(&mut self, target: Duration) {
-        self.limit
-            .set_target(target.saturating_mul(self.policy.target_factor));
+        if self.policy.measured {
+            self.limit
+                .set_target(target.saturating_mul(self.policy.target_factor));
+        }
     }
 
     /// Whether the class's work ran, waited or held a grant since the last tick (read after

@@ -159,3 +159,24 @@ fn latency_that_comes_with_elastic_work_brings_the_share_down() {
         "the baseline stays quiet: {quiet:?}"
     );
 }
+
+#[test]
+fn a_gate_steps_on_the_latency_itself() {
+    let l = measured();
+    let gate = l
+        .elastic
+        .connection_gate(elastic_cpu_pacer::gate::GateSettings::new())
+        .unwrap();
+    let start = gate.snapshot().share;
+    // 2 ms of wait, quiet or not: nothing for elastic work to answer for, but over the gate's
+    // target (the default 1 ms), so its setups get less of the CPU.
+    for _ in 0..10 {
+        l.tick(2 * MS);
+    }
+    assert_eq!(l.elastic.snapshot().target_source, TargetSource::Measured);
+    assert!(
+        gate.snapshot().share < start - 0.05,
+        "{}",
+        gate.snapshot().share
+    );
+}

@@ -16,9 +16,9 @@ const STYLE: Style = Style {
     short_run_tick_secs: 10.0,
 };
 
-const PHASE_COLORS: [&str; 9] = [
+const PHASE_COLORS: [&str; 10] = [
     "#e8eef7", "#fbe9e7", "#fff4d6", "#eef6e8", "#f1e8f7", "#e4f4f4", "#f7efe4", "#eceff1",
-    "#fce4ec",
+    "#fce4ec", "#dff2df",
 ];
 
 /// The shading of a phase of this kind.
@@ -31,6 +31,7 @@ fn fill(kind: Kind) -> &'static str {
         Kind::Dedicated => PHASE_COLORS[5],
         Kind::IdleRuntime => PHASE_COLORS[1],
         Kind::Paced | Kind::PacedIdle => PHASE_COLORS[3],
+        Kind::Default => PHASE_COLORS[9],
         Kind::Low => PHASE_COLORS[4],
         Kind::High => PHASE_COLORS[8],
         Kind::Step => PHASE_COLORS[7],

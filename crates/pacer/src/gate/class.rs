@@ -76,6 +76,7 @@ pub(crate) fn create(
         brake: HoldWhen::Always,
         quiet: HoldWhen::Never,
         target_factor: 1,
+        measured: false,
         cap_holders: s.cap_concurrency,
     };
     Ok((

@@ -115,6 +115,7 @@ fn elastic_policy(cap_concurrency: bool, when: HoldWhen, target_factor: u32) -> 
         brake: when,
         quiet: when,
         target_factor,
+        measured: true,
         cap_holders: cap_concurrency,
     }
 }
@@ -210,6 +211,7 @@ impl Governor {
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period);
         self.read_quiet();
+        let absolute = signal.value;
         let (value, source) = self.steer_by(&signal);
         let mut signal = Signal {
             value,
@@ -219,7 +221,13 @@ impl Governor {
         let frozen = self.quiet.holding();
         let mut steering = false;
         for class in &mut self.classes {
-            steering |= class.step(signal.value, period, frozen).unwrap_or(false);
+            // A gate steps on the latency itself, held quiet readings or not.
+            let (on, frozen) = if class.policy.measured {
+                (signal.value, frozen)
+            } else {
+                (absolute, false)
+            };
+            steering |= class.step(on, period, frozen).unwrap_or(false);
         }
         self.apply();
         // The I/O canaries matter only while something steers by the signal; otherwise each
