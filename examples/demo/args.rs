@@ -279,7 +279,7 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
     pub chunk_rows: usize,
     /// the controller's target in the paced phases: library = the library's own, measured
-    /// (what elastic work adds over the foreground's quiet latency, against a quarter of it);
+    /// (what elastic work adds over the foreground's quiet latency, against half of it);
     /// auto = the median window p99 the baseline phase measured + the poll quantum; or a fixed
     /// p99 of scheduling latency in µs (50..1000000). The default phase always uses the
     /// library's

@@ -3,7 +3,7 @@
 //! snapshot, pacing a stream.
 
 use elastic_cpu::prelude::*;
-use elastic_cpu::settings::{Brake, Enforcement, Inputs, Steps};
+use elastic_cpu::settings::{Brake, Enforcement, Inputs, Placement, Steps};
 use elastic_cpu::snapshot::SignalSource;
 use elastic_cpu::{Elastic, ElasticBuilder, Profile};
 use elastic_cpu_examples::fg;
@@ -62,6 +62,9 @@ pub struct Snap {
     pub headroom_share: Option<f64>,
     /// The governor's signal and its components.
     pub signal: SignalSnap,
+    /// What the controller compares the signal with (with a measured target, the latency
+    /// elastic work may add).
+    pub target_us: Option<f64>,
 }
 
 /// What the governor stepped on, and each component of it (which one held the elastic work
@@ -177,8 +180,13 @@ impl Control {
         let s = self.elastic.snapshot();
         let us = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e3);
         Snap {
-            // With an idle pool the scan runs in its class: its limit is the one that paces it.
-            limit: self.paced.then_some(s.idle_share.unwrap_or(s.share)),
+            // On the idle pool the scan runs in its class: its limit is the one that paces it.
+            limit: self.paced.then_some(match s.placement {
+                Placement::IdlePool => s.idle_share.unwrap_or(s.share),
+                Placement::Runtime => s.share,
+                // Not placed by `spawn`: the pool is the one the demo made, if any.
+                _ => s.idle_share.unwrap_or(s.share),
+            }),
             sched_p99_us: us(s.sched_p99),
             sched_fg_p99_us: us(s.window.queue_latency.foreground.p99),
             sched_elastic_p99_us: us(s.window.queue_latency.elastic.p99),
@@ -193,6 +201,7 @@ impl Control {
                 rq_wait: s.run_queue_wait,
                 elastic_rq_wait: s.elastic_run_queue_wait,
             },
+            target_us: self.paced.then(|| s.target.as_nanos() as f64 / 1e3),
         }
     }
 

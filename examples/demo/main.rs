@@ -192,7 +192,7 @@ fn main() {
         }
         TargetArg::Library => {
             ctx.target_source = "the library's own, measured: what elastic work adds over the \
-                foreground's quiet latency, against a quarter of it (per phase, in the report)"
+                foreground's quiet latency, against half of it (per phase, in the report)"
                 .into();
         }
         TargetArg::Auto if ctx.args.phases.first().map(|p| p.kind) == Some(Kind::Baseline) => {

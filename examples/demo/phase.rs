@@ -306,7 +306,7 @@ fn run_phase_inner(
             print_rows = rows;
             last_print = now;
             println!(
-                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | io p99 {:>7} | rq {:>7} | limit {} | elastic {:>6.2}M rows/s",
+                "[{:<14} {:>3.0}s] fg p99 {:>7} | sched p99 {:>7} (fg {:>7}) | io p99 {:>7} | rq {:>7} | limit {} | {:>9} {:>7} of {:>6} | elastic {:>6.2}M rows/s",
                 name,
                 el.as_secs_f64(),
                 fmt_us(q_us(&h, 0.99)),
@@ -317,6 +317,9 @@ fn run_phase_inner(
                 snap.limit
                     .map(|l| format!("{l:.3}"))
                     .unwrap_or_else(|| "  -  ".into()),
+                snap.signal.source,
+                fmt_us(snap.signal.signal_p99_us),
+                fmt_us(snap.target_us),
                 rps / 1e6
             );
         }

@@ -71,7 +71,7 @@ impl Limit {
     }
 }
 
-/// When the governor holds a class back (the backlog brake, a quiet reading).
+/// When the backlog brake holds a class back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HoldWhen {
     Always,
@@ -79,8 +79,6 @@ pub(crate) enum HoldWhen {
     /// Only inside a CPU quota (the idle pool: on a bare host the kernel already hands the
     /// cores to the foreground the moment it wants them; a quota it does not).
     InQuota,
-    #[cfg_attr(not(feature = "gate"), allow(dead_code))]
-    Never,
 }
 
 impl HoldWhen {
@@ -88,7 +86,6 @@ impl HoldWhen {
         match self {
             HoldWhen::Always => true,
             HoldWhen::InQuota => in_quota,
-            HoldWhen::Never => false,
         }
     }
 }
@@ -111,15 +108,13 @@ pub(crate) struct Policy {
     /// the overhead is measured on elastic work's charged time, which setups are not part of.
     pub(crate) overhead: bool,
     pub(crate) brake: HoldWhen,
-    /// Held for the quiet readings of an automatic target. Never a gate: its setups serve
-    /// clients who wait now; a tick with setups running is just not quiet.
-    pub(crate) quiet: HoldWhen,
-    /// The class's target as a multiple of the `Elastic`'s.
-    pub(crate) target_factor: u32,
     /// With a measured target, the class steps on what elastic work adds over the quiet
-    /// baseline. Not a gate: it admits setups whose clients wait now, a trade the latency
-    /// itself against a target judges (an allowance over the quiet latency would refuse most
-    /// setups a storm brings).
+    /// baseline, against the allowance, and the quiet readings hold it back to measure that
+    /// (the idle pool too: with the foreground's clients on the same cores the kernel's idle
+    /// priority does not keep its latency, and a baseline read with the pool running would
+    /// hide the pool's cost). Not a gate: it admits setups whose clients wait now, a trade the
+    /// latency itself against a target judges (an allowance over the quiet latency would
+    /// refuse most setups a storm brings), and a tick with setups running is just not quiet.
     pub(crate) measured: bool,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
@@ -227,12 +222,11 @@ impl Class {
         Some(self.waited || queue.steering())
     }
 
-    /// The target of the `Elastic`'s own class is `target` now (measured): this class's is its
-    /// multiple, if the class steps on the measured signal.
+    /// The measured target is `target` now: this class's too, if it steps on the measured
+    /// signal.
     pub(crate) fn set_target(&mut self, target: Duration) {
         if self.policy.measured {
-            self.limit
-                .set_target(target.saturating_mul(self.policy.target_factor));
+            self.limit.set_target(target);
         }
     }
 
@@ -242,9 +236,10 @@ impl Class {
         self.used_cpus > 0.0 || self.waited || self.queue().is_some_and(|q| q.busy())
     }
 
-    /// Whether quiet readings hold this class back (`in_quota`: a CPU quota was seen).
-    pub(crate) fn holdable(&self, in_quota: bool) -> bool {
-        self.policy.quiet.applies(in_quota)
+    /// Whether quiet readings hold this class back: a class that steps on the measured signal
+    /// is held to measure it.
+    pub(crate) fn holdable(&self) -> bool {
+        self.policy.measured
     }
 
     /// Apply the share: the rate and holder cap for `rates`, held to `headroom_cpus` (what the
@@ -299,12 +294,12 @@ impl Class {
     /// Hold the class back for `why`, or release that hold (`in_quota`: a CPU quota was
     /// seen). Its queue pauses while any hold applies, and resumes when none does.
     pub(crate) fn hold(&mut self, why: Hold, on: bool, in_quota: bool) {
-        let when = match why {
-            Hold::Brake => self.policy.brake,
-            Hold::Quiet => self.policy.quiet,
+        let applies = match why {
+            Hold::Brake => self.policy.brake.applies(in_quota),
+            Hold::Quiet => self.policy.measured,
         };
         let was = self.held;
-        if on && when.applies(in_quota) {
+        if on && applies {
             self.held |= why as u8;
         } else if !on {
             self.held &= !(why as u8);

@@ -25,8 +25,10 @@ use crate::idle::IdleRuntime;
 use crate::paced::Paced;
 use crate::pacer::Pacer;
 #[cfg(feature = "idle-pool")]
-use crate::placement::Environment;
+use crate::placed::{OwnAbort, Placed};
 use crate::placement::Placer;
+#[cfg(feature = "idle-pool")]
+use crate::placement::{Environment, Route};
 use crate::record::ClassKind;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
@@ -85,6 +87,17 @@ pub struct Elastic {
     placer: Arc<Placer>,
 }
 
+/// Where [`Elastic::route`] sends one spawn.
+#[cfg(feature = "idle-pool")]
+enum Routed<W, T> {
+    /// On the pool.
+    Spawned(T),
+    /// To the runtime.
+    Runtime(W),
+    /// To the runtime for now, to the pool once elastic work runs long.
+    Watch(W),
+}
+
 /// How long [`Elastic::shutdown`] waits for the idle pool's threads.
 const POOL_SHUTDOWN: Duration = Duration::from_secs(5);
 
@@ -92,10 +105,11 @@ impl ElasticBuilder {
     /// Validate every setting and start the governor.
     pub fn build(self) -> Result<Elastic, BuildError> {
         let (shared, control, placement) = self.start()?;
+        let placer = Arc::new(Placer::new(placement, shared.long_polls.clone()));
         Ok(Elastic {
             shared,
             control,
-            placer: Arc::new(Placer::new(placement)),
+            placer,
         })
     }
 }
@@ -249,9 +263,22 @@ impl Elastic {
         F::Output: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let future = match self.on_pool(|pool, future| pool.spawn(future), future) {
-            Ok(task) => return Ok(task),
-            Err(future) => future,
+        let future = match self.route(|pool, future| pool.spawn(future), future) {
+            Routed::Spawned(task) => return Ok(task),
+            Routed::Runtime(future) => future,
+            Routed::Watch(future) => {
+                let handle = Handle::try_current().map_err(SpawnError)?;
+                let own = OwnAbort::default();
+                let placed = Placed::new(
+                    future,
+                    self.shared.clone(),
+                    Arc::downgrade(&self.placer),
+                    own.clone(),
+                );
+                let task = handle.spawn(placed);
+                let _ = own.set(task.abort_handle());
+                return Ok(task);
+            }
         };
         let handle = Handle::try_current().map_err(SpawnError)?;
         Ok(self.spawn_on(&handle, future))
@@ -283,18 +310,19 @@ impl Elastic {
         R: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let f = match self.on_pool(|pool, f| pool.handle().spawn_blocking(f), f) {
-            Ok(task) => return Ok(task),
-            Err(f) => f,
+        let f = match self.route(|pool, f| pool.handle().spawn_blocking(f), f) {
+            Routed::Spawned(task) => return Ok(task),
+            // Blocking work cannot move: it goes where elastic work runs now.
+            Routed::Runtime(f) | Routed::Watch(f) => f,
         };
         let handle = Handle::try_current().map_err(SpawnError)?;
         Ok(handle.spawn_blocking(f))
     }
 
     /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
-    /// `work` back.
+    /// `work` back with where it goes.
     #[cfg(feature = "idle-pool")]
-    fn on_pool<W, T>(&self, spawn: impl FnOnce(&IdleRuntime, W) -> T, work: W) -> Result<T, W> {
+    fn route<W, T>(&self, spawn: impl FnOnce(&IdleRuntime, W) -> T, work: W) -> Routed<W, T> {
         let environment = || {
             let record = self.control.record();
             Environment {
@@ -304,9 +332,10 @@ impl Elastic {
             }
         };
         let make_pool = |workers| self.idle_runtime(workers);
-        let spawn = |pool: Option<&IdleRuntime>| match pool {
-            Some(pool) => Ok(spawn(pool, work)),
-            None => Err(work),
+        let spawn = |route: Route<'_>| match route {
+            Route::Pool(pool) => Routed::Spawned(spawn(pool, work)),
+            Route::Runtime => Routed::Runtime(work),
+            Route::Watch => Routed::Watch(work),
         };
         self.placer.with(environment, make_pool, spawn)
     }

@@ -52,12 +52,15 @@ mod grant;
 mod headroom;
 #[cfg(feature = "idle-pool")]
 pub mod idle;
+mod long_polls;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod nesting;
 mod overhead;
 mod paced;
 mod pacer;
+#[cfg(feature = "idle-pool")]
+mod placed;
 mod placement;
 mod quantum;
 mod quiet;

@@ -160,6 +160,12 @@ impl<F> Paced<F> {
             slot: Slot::new(shared),
         }
     }
+
+    /// The future, unpaced: the grant it held is settled.
+    #[cfg(feature = "idle-pool")]
+    pub(crate) fn into_inner(self) -> F {
+        self.inner
+    }
 }
 
 impl<F: Future> Future for Paced<F> {

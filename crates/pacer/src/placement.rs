@@ -1,14 +1,22 @@
 //! Where `Elastic::spawn` runs elastic work: on the runtime it is called from, or on the
-//! `Elastic`'s own idle pool, made at the first spawn that goes there and shut down with the last
-//! `Elastic` handle (the handles hold it, so its threads, which keep the `Elastic`'s pacing
+//! `Elastic`'s own idle pool, made at the first spawn that may go there and shut down with the
+//! last `Elastic` handle (the handles hold it, so its threads, which keep the `Elastic`'s pacing
 //! state alive, never keep the governor alive on their own).
+//!
+//! [`Placement::Auto`] on a host without a CPU quota, where the OS grants idle priority, starts
+//! elastic work on the runtime (short polls are cut by the quantum there, and the runtime's
+//! workers answer the foreground's clients first) and moves it to the pool once its time comes
+//! mostly in polls the quantum cannot cut (`long_polls.rs`): a future spawned before moves at
+//! its next poll, blocking work spawned after goes to the pool's blocking threads.
 
 use std::fmt;
+use std::sync::Arc;
 #[cfg(feature = "idle-pool")]
 use std::sync::{Mutex, MutexGuard};
 
 #[cfg(feature = "idle-pool")]
 use crate::idle::{IdlePriority, IdleRuntime};
+use crate::long_polls::LongPolls;
 use crate::settings::Placement;
 
 /// Why elastic work goes where it goes.
@@ -20,8 +28,12 @@ pub enum PlacementReason {
     Undecided,
     /// [`Placement`] pinned it.
     Setting,
-    /// No CPU quota, and the OS grants idle priority: the idle pool.
-    NoQuota,
+    /// No CPU quota and the OS grants idle priority, but elastic polls are short: the
+    /// runtime, where the poll quantum cuts them, until they run long.
+    ShortPolls,
+    /// No CPU quota, the OS grants idle priority, and elastic work's time came mostly in polls
+    /// over four quanta, which the quantum cannot cut: the idle pool, where the kernel does.
+    LongPolls,
     /// A CPU quota applies: the runtime, where the bucket holds the total.
     Quota,
     /// The OS did not lower the pool's threads to idle priority: the runtime.
@@ -37,7 +49,8 @@ impl fmt::Display for PlacementReason {
         f.write_str(match self {
             PlacementReason::Undecided => "nothing spawned yet",
             PlacementReason::Setting => "the placement setting",
-            PlacementReason::NoQuota => "no CPU quota, idle priority granted",
+            PlacementReason::ShortPolls => "no CPU quota, short elastic polls",
+            PlacementReason::LongPolls => "no CPU quota, long elastic polls",
             PlacementReason::Quota => "a CPU quota applies",
             PlacementReason::NoIdlePriority => "the OS refused idle priority",
             PlacementReason::PoolFailed => "the idle pool could not start",
@@ -50,6 +63,9 @@ impl fmt::Display for PlacementReason {
 pub(crate) struct Placer {
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     setting: Placement,
+    /// The `Elastic`'s own class's long polls: whether its work runs long.
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    long_polls: Arc<LongPolls>,
     #[cfg(feature = "idle-pool")]
     state: Mutex<Decided>,
 }
@@ -70,10 +86,20 @@ pub(crate) struct Environment {
     pub(crate) workers: usize,
 }
 
+/// Where one spawn goes.
+#[cfg(feature = "idle-pool")]
+pub(crate) enum Route<'a> {
+    Runtime,
+    Pool(&'a IdleRuntime),
+    /// The runtime for now, the pool once elastic work runs long.
+    Watch,
+}
+
 impl Placer {
-    pub(crate) fn new(setting: Placement) -> Placer {
+    pub(crate) fn new(setting: Placement, long_polls: Arc<LongPolls>) -> Placer {
         Placer {
             setting,
+            long_polls,
             #[cfg(feature = "idle-pool")]
             state: Mutex::new(Decided::default()),
         }
@@ -89,19 +115,23 @@ impl Placer {
         #[cfg(not(feature = "idle-pool"))]
         return (Placement::Runtime, PlacementReason::NoIdlePool);
         #[cfg(feature = "idle-pool")]
-        self.lock()
-            .placement
-            .unwrap_or((Placement::Auto, PlacementReason::Undecided))
+        match self.lock().placement {
+            Some((_, PlacementReason::ShortPolls)) if self.long_polls.mostly() => {
+                (Placement::IdlePool, PlacementReason::LongPolls)
+            }
+            Some(decided) => decided,
+            None => (Placement::Auto, PlacementReason::Undecided),
+        }
     }
 
-    /// Run `spawn` with the pool the next spawn goes to (`None`: the runtime), deciding (and
-    /// making the pool) the first time; `environment` and `make_pool` are called only then.
+    /// Run `spawn` with the route the next spawn takes, deciding (and making the pool) the
+    /// first time; `environment` and `make_pool` are called only then.
     #[cfg(feature = "idle-pool")]
     pub(crate) fn with<R>(
         &self,
         environment: impl FnOnce() -> Environment,
         make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
-        spawn: impl FnOnce(Option<&IdleRuntime>) -> R,
+        spawn: impl FnOnce(Route<'_>) -> R,
     ) -> R {
         let mut d = self.lock();
         if d.placement.is_none() {
@@ -109,7 +139,26 @@ impl Placer {
             d.pool = pool;
             d.placement = Some((placement, reason));
         }
-        spawn(d.pool.as_ref())
+        let watching = matches!(d.placement, Some((_, PlacementReason::ShortPolls)));
+        match &d.pool {
+            Some(_) if watching && !self.long_polls.mostly() => spawn(Route::Watch),
+            Some(pool) => spawn(Route::Pool(pool)),
+            None => spawn(Route::Runtime),
+        }
+    }
+
+    /// Run `spawn` on the pool, if there is one (`Err(work)` back if not: the `Elastic` was
+    /// shut down).
+    #[cfg(feature = "idle-pool")]
+    pub(crate) fn on_pool<W, T>(
+        &self,
+        spawn: impl FnOnce(&IdleRuntime, W) -> T,
+        work: W,
+    ) -> Result<T, W> {
+        match &self.lock().pool {
+            Some(pool) => Ok(spawn(pool, work)),
+            None => Err(work),
+        }
     }
 
     #[cfg(feature = "idle-pool")]
@@ -136,7 +185,7 @@ impl Placer {
             pool.shutdown_background();
             return runtime(PlacementReason::NoIdlePriority);
         }
-        (Placement::IdlePool, PlacementReason::NoQuota, Some(pool))
+        (Placement::Runtime, PlacementReason::ShortPolls, Some(pool))
     }
 
     /// Shut the pool down (`Elastic::shutdown`, or the last handle gone): waiting up to

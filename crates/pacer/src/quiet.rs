@@ -3,30 +3,40 @@
 //!
 //! A fixed target is wrong in most places: a p99 of 1 ms lets elastic work double the latency of
 //! a service whose requests wait 200 µs, and a tight one throttles elastic work for latency it
-//! did not cause (a busy host, a noisy neighbour, a foreground burst). So the governor measures
-//! each component of the signal *quiet*: over ticks in which no elastic work ran, or, while it
-//! runs, over [`HOLD_TICKS`] ticks every [`EVERY_TICKS`] for which it holds elastic work back (a
-//! perturbation: what changes is what elastic work costs). The baseline of a component is the
-//! median of its last [`READINGS`] quiet readings, robust to one reading a machine pause spoiled.
-//! The controller then steps on what elastic work adds over the baseline (the largest addition
-//! among the components), against an allowance of [`ALLOWANCE_SHARE`] of the scheduling
-//! latency's baseline, at least one poll quantum: a foreground task may wait behind about one
-//! elastic poll at the p99, and longer only where the service's own waits are long.
-//! Latency that is there without elastic work raises the baseline, not the signal.
+//! did not cause (a busy host, a noisy neighbour, a foreground burst). So the governor reads the
+//! signal *quiet*: over ticks in which no elastic work ran, or, while it runs, over
+//! [`HOLD_TICKS`] ticks at a time for which it holds elastic work back (a perturbation: what
+//! changes is what elastic work costs). The holds come at once, then [`FIRST_GAP_TICKS`] apart,
+//! the gap doubling up to [`EVERY_TICKS`]: the quiet window fills with readings taken beside the
+//! elastic work within seconds (rather than keeping, say, a service's start-up), then a reading
+//! every few seconds keeps it current at a small cost. Quiet ticks are pooled into a quiet
+//! window as long as the running one (the probe keeps it for the scheduling latency, this module
+//! for the run-queue delay), so the baseline's p99 is read from as many samples as the p99 it is
+//! compared with: a p99 of a few short readings runs low, and the difference would read as
+//! latency elastic work added. The controller steps on what elastic work adds over the baseline
+//! (the larger addition of the scheduling p99 and the run-queue delay), against an allowance of
+//! [`ALLOWANCE_SHARE`] of the scheduling latency's baseline, at least one poll quantum: a
+//! foreground task may wait behind about one elastic poll at the p99, and longer only where the
+//! service's own waits are long. Latency that is there without elastic work raises the
+//! baseline, not the signal.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::signal::{Reading, SignalSource};
+use crate::signal::{window_delay, Reading, SignalSource};
 
-/// Ticks between two quiet readings while elastic work runs (the first comes at once).
+/// Ticks between the first two holds while elastic work runs (the first comes at once); the
+/// gap doubles from hold to hold up to [`EVERY_TICKS`].
+pub(crate) const FIRST_GAP_TICKS: u32 = 5;
+/// Ticks between two holds at the most.
 pub(crate) const EVERY_TICKS: u32 = 50;
 /// Ticks elastic work is held back for one reading, and the intervals the reading covers.
 pub(crate) const HOLD_TICKS: u32 = 2;
-/// Quiet readings a baseline is the median of.
-pub(crate) const READINGS: usize = 5;
-/// The latency elastic work may add at the p99, as a share of the quiet baseline.
-pub(crate) const ALLOWANCE_SHARE: f64 = 0.25;
+/// The latency elastic work may add to a component, as a share of its quiet baseline.
+pub(crate) const ALLOWANCE_SHARE: f64 = 0.5;
+/// The least the run-queue delay's allowance is: below it the mean per wake-up moves with
+/// noise alone.
+pub(crate) const RUN_QUEUE_FLOOR: Duration = Duration::from_micros(5);
 
 /// Where the target the controllers step on comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -36,7 +46,7 @@ pub enum TargetSource {
     /// latency itself, against that target.
     Builder,
     /// Measured (the default): the signal is what elastic work adds over the quiet baseline,
-    /// against an allowance of a quarter of the baseline, at least one poll quantum.
+    /// against an allowance of half the baseline, at least one poll quantum.
     Measured,
     /// No quiet reading yet: the latency itself, against
     /// [`DEFAULT_TARGET`](crate::settings::DEFAULT_TARGET).
@@ -55,49 +65,46 @@ pub(crate) enum QuietStep {
     Read(usize),
 }
 
-/// One component's recent quiet readings, newest last.
-#[derive(Clone, Debug, Default)]
-struct Readings(VecDeque<Duration>);
-
-impl Readings {
-    fn push(&mut self, d: Option<Duration>) {
-        if let Some(d) = d {
-            self.0.push_back(d);
-            while self.0.len() > READINGS {
-                self.0.pop_front();
-            }
-        }
-    }
-
-    /// The median reading (the upper one of an even count).
-    fn median(&self) -> Option<Duration> {
-        let mut v: Vec<Duration> = self.0.iter().copied().collect();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied()
-    }
-}
-
 /// The quiet readings and their schedule.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Quiet {
     /// Ticks since the last reading.
     since: u32,
     /// Ticks held so far (`None`: not holding).
     held: Option<u32>,
-    sched: Readings,
-    io: Readings,
-    run_queue: Readings,
+    /// Holds so far.
+    holds: u32,
+    /// Readings so far.
+    readings: u64,
+    /// The scheduling p99 of the probe's quiet window at the last reading.
+    sched: Option<Duration>,
+    /// The quiet ticks' run-queue samples (wait, timeslices), newest last.
+    run_queue: VecDeque<(Duration, u64)>,
+    /// The window's length in ticks: the quiet samples kept.
+    intervals: usize,
 }
 
 /// The signal's components quiet: the baselines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Baseline {
     pub(crate) sched: Option<Duration>,
-    pub(crate) io: Option<Duration>,
     pub(crate) run_queue: Option<Duration>,
 }
 
 impl Quiet {
+    /// Quiet readings pooled over `intervals` ticks, the running window's length.
+    pub(crate) fn new(intervals: usize) -> Quiet {
+        Quiet {
+            since: 0,
+            held: None,
+            holds: 0,
+            readings: 0,
+            sched: None,
+            run_queue: VecDeque::new(),
+            intervals: intervals.max(1),
+        }
+    }
+
     /// One tick. `ran`: elastic work that holding would stop ran or waited in the tick just
     /// ended; `holdable`: some class can be held.
     pub(crate) fn tick(&mut self, ran: bool, holdable: bool) -> QuietStep {
@@ -115,12 +122,21 @@ impl Quiet {
             return QuietStep::Read(1);
         }
         self.since += 1;
-        let due = self.sched.0.is_empty() || self.since >= EVERY_TICKS;
+        let due = self.readings == 0 || self.since >= self.gap();
         if due && holdable {
             self.held = Some(0);
+            self.holds = self.holds.saturating_add(1);
             return QuietStep::Hold;
         }
         QuietStep::Run
+    }
+
+    /// Ticks from the last reading to the next hold.
+    fn gap(&self) -> u32 {
+        let doublings = self.holds.saturating_sub(1).min(u32::BITS - 1);
+        FIRST_GAP_TICKS
+            .saturating_mul(1 << doublings)
+            .min(EVERY_TICKS)
     }
 
     /// Whether elastic work is held back for a reading now.
@@ -128,19 +144,26 @@ impl Quiet {
         self.held.is_some()
     }
 
-    /// A quiet reading of the components.
-    pub(crate) fn record(&mut self, quiet: Baseline) {
-        self.sched.push(quiet.sched);
-        self.io.push(quiet.io);
-        self.run_queue.push(quiet.run_queue);
+    /// A quiet reading: the scheduling p99 of the probe's quiet window (the new ticks in it),
+    /// and the new ticks' run-queue samples.
+    pub(crate) fn record<'a>(
+        &mut self,
+        sched: Option<Duration>,
+        run_queue: impl IntoIterator<Item = &'a (Duration, u64)>,
+    ) {
+        self.readings += 1;
+        self.sched = sched;
+        self.run_queue.extend(run_queue);
+        while self.run_queue.len() > self.intervals {
+            self.run_queue.pop_front();
+        }
     }
 
-    /// Each component's baseline (`None` before its first quiet reading).
+    /// Each component's baseline (`None` before a quiet reading of it).
     pub(crate) fn baseline(&self) -> Baseline {
         Baseline {
-            sched: self.sched.median(),
-            io: self.io.median(),
-            run_queue: self.run_queue.median(),
+            sched: self.sched,
+            run_queue: window_delay(&self.run_queue),
         }
     }
 }
@@ -151,37 +174,61 @@ impl Baseline {
         self.sched.is_some() || self.run_queue.is_some()
     }
 
-    /// What elastic work adds: the largest of each component over its baseline (a component
-    /// without a baseline, or without a reading, is left out), and which component it was.
-    /// `io_p99` counts only with `io_enough` canaries behind it.
-    pub(crate) fn added(&self, r: &Reading, io_enough: bool) -> (Option<Duration>, SignalSource) {
-        let over = |now: Option<Duration>, base: Option<Duration>| Some(now?.saturating_sub(base?));
-        [
-            (over(r.sched_p99, self.sched), SignalSource::Sched),
+    /// What the controllers step on: what elastic work adds to each component over its
+    /// baseline, against that component's allowance ([`ALLOWANCE_SHARE`] of its baseline, at
+    /// least its floor: `quantum` for the scheduling p99, [`RUN_QUEUE_FLOOR`] for the run-queue
+    /// delay), as the component furthest over its allowance. Returned in units of the
+    /// scheduling allowance, which is the target returned beside it: `(value, source, target)`.
+    /// A component without a baseline, or without a reading, is left out.
+    ///
+    /// Each component has its own allowance because they differ in kind: the scheduling
+    /// latency is a p99 of tokio's queue, the run-queue delay a mean of the OS's per wake-up,
+    /// and a few microseconds more in that mean is a lot more at its tail (and for threads
+    /// beside the runtime's, the load generator's or a proxy's, that wait behind the same
+    /// cores).
+    ///
+    /// The I/O wake-up p99 does not steer here: its canaries come at a period that follows the
+    /// runtime's load, so a quiet window (the runtime less busy, the canaries sparser) and a
+    /// running one do not sample alike, and with long elastic polls inside a CPU quota it rose
+    /// where the foreground's own p99 did not (docs/results.md).
+    pub(crate) fn steer(
+        &self,
+        r: &Reading,
+        quantum: Duration,
+    ) -> (Option<Duration>, SignalSource, Duration) {
+        let target = Self::allowance(self.sched, quantum);
+        let components = [
+            (r.sched_p99, self.sched, quantum, SignalSource::Sched),
             (
-                over(r.io_p99.filter(|_| io_enough), self.io),
-                SignalSource::Io,
-            ),
-            (
-                over(r.run_queue_delay, self.run_queue),
+                r.run_queue_delay,
+                self.run_queue,
+                RUN_QUEUE_FLOOR,
                 SignalSource::RunQueue,
             ),
-        ]
-        .into_iter()
-        .filter_map(|(v, s)| v.map(|v| (v, s)))
-        .fold((None, SignalSource::None), |best, (v, s)| match best.0 {
-            Some(b) if b >= v => best,
-            _ => (Some(v), s),
-        })
+        ];
+        let mut best: (Option<Duration>, SignalSource) = (None, SignalSource::None);
+        for (now, base, floor, source) in components {
+            let (Some(now), Some(base)) = (now, base) else {
+                continue;
+            };
+            let added = now.saturating_sub(base);
+            let allowance = Self::allowance(Some(base), floor);
+            // In units of the scheduling allowance.
+            let scaled = added.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
+            if best.0.is_none_or(|b| scaled > b) {
+                best = (Some(scaled), source);
+            }
+        }
+        (best.0, best.1, target)
     }
 
-    /// The latency elastic work may add at the p99: [`ALLOWANCE_SHARE`] of the scheduling
-    /// latency's baseline (of the run-queue delay's without one), at least `quantum`. One
-    /// allowance for every component: each is a wait a request pays, and what elastic work adds
-    /// to any of them adds to the request.
-    pub(crate) fn allowance(&self, quantum: Duration) -> Duration {
-        let base = self.sched.or(self.run_queue).unwrap_or_default();
-        base.mul_f64(ALLOWANCE_SHARE).max(quantum)
+    /// The latency elastic work may add to a component whose baseline is `base`:
+    /// [`ALLOWANCE_SHARE`] of it, at least `floor` (never zero).
+    fn allowance(base: Option<Duration>, floor: Duration) -> Duration {
+        base.unwrap_or_default()
+            .mul_f64(ALLOWANCE_SHARE)
+            .max(floor)
+            .max(Duration::from_nanos(1))
     }
 }
 
@@ -195,7 +242,7 @@ mod tests {
 
     #[test]
     fn ticks_without_elastic_work_are_read_as_they_come() {
-        let mut q = Quiet::default();
+        let mut q = Quiet::new(10);
         assert_eq!(q.tick(false, true), QuietStep::Read(1));
         assert_eq!(q.tick(false, false), QuietStep::Read(1));
         assert!(!q.holding());
@@ -203,100 +250,116 @@ mod tests {
 
     #[test]
     fn while_elastic_work_runs_it_is_held_at_once_then_every_so_often() {
-        let mut q = Quiet::default();
-        // No baseline yet: hold at the first tick with work.
+        let mut q = Quiet::new(10);
+        // No reading yet: hold at the first tick with work.
         assert_eq!(q.tick(true, true), QuietStep::Hold);
         assert!(q.holding());
         assert_eq!(q.tick(true, true), QuietStep::Run);
         assert_eq!(q.tick(true, true), QuietStep::Read(HOLD_TICKS as usize));
         assert!(!q.holding());
-        q.record(Baseline {
-            sched: us(200),
-            ..Baseline::default()
-        });
-        for _ in 1..EVERY_TICKS {
+        q.record(us(200), &[]);
+        // Then ever further apart: 5, 10, 20, 40 ticks, then every 50.
+        for gap in [5, 10, 20, 40, 50, 50] {
+            for _ in 1..gap {
+                assert_eq!(q.tick(true, true), QuietStep::Run);
+            }
+            assert_eq!(q.tick(true, true), QuietStep::Hold, "after {gap} ticks");
             assert_eq!(q.tick(true, true), QuietStep::Run);
+            assert_eq!(q.tick(true, true), QuietStep::Read(HOLD_TICKS as usize));
+            q.record(us(200), &[]);
         }
-        assert_eq!(q.tick(true, true), QuietStep::Hold);
         // Nothing to hold (a gate alone): no hold, ever.
-        let mut q = Quiet::default();
+        let mut q = Quiet::new(10);
         for _ in 0..3 * EVERY_TICKS {
             assert_eq!(q.tick(true, false), QuietStep::Run);
         }
     }
 
     #[test]
-    fn the_baseline_is_the_median_of_the_last_readings() {
-        let mut q = Quiet::default();
+    fn the_run_queue_baseline_pools_the_quiet_ticks_of_one_window() {
+        let mut q = Quiet::new(4);
         assert!(!q.baseline().is_known());
-        // A machine pause spoiled one reading: the median ignores it.
-        for us_ in [200, 210, 9_000, 190, 205] {
-            q.record(Baseline {
-                sched: us(us_),
-                run_queue: None,
-                io: us(us_ * 2),
-            });
-        }
+        let ms = Duration::from_millis;
+        // Two readings of two ticks: 4 ms over 40 slices, then 12 ms over 40.
+        q.record(us(300), &[(ms(1), 20), (ms(3), 20)]);
+        assert_eq!(q.baseline().run_queue, us(100));
+        q.record(us(250), &[(ms(5), 20), (ms(7), 20)]);
         let b = q.baseline();
-        assert_eq!(b.sched, us(205));
-        assert_eq!(b.io, us(410));
-        assert_eq!(b.run_queue, None);
-        // Only the last READINGS count.
-        for _ in 0..READINGS {
-            q.record(Baseline {
-                sched: us(500),
-                ..Baseline::default()
-            });
-        }
-        assert_eq!(q.baseline().sched, us(500));
-        assert_eq!(q.baseline().io, us(410), "no new I/O reading: kept");
+        assert_eq!(b.run_queue, us(200), "pooled: 16 ms over 80 slices");
+        assert_eq!(b.sched, us(250), "the probe's quiet window, as last read");
+        // A window's worth only: the oldest ticks fall out.
+        q.record(us(250), &[(ms(9), 20), (ms(11), 20)]);
+        assert_eq!(q.baseline().run_queue, us(400), "32 ms over 80 slices");
+        // A reading without run-queue samples keeps the pool.
+        q.record(None, &[]);
+        assert_eq!(q.baseline().run_queue, us(400));
+        assert_eq!(q.baseline().sched, None);
+        assert!(q.baseline().is_known());
     }
 
     #[test]
-    fn the_signal_is_the_largest_addition_over_the_baselines() {
+    fn each_component_is_judged_by_its_own_allowance_in_units_of_the_scheduling_one() {
+        let q = Duration::from_micros(50);
         let b = Baseline {
-            sched: us(200),
-            io: us(600),
-            run_queue: us(50),
+            sched: us(400),
+            run_queue: us(40),
         };
+        let sched_allowance = Duration::from_micros(400).mul_f64(ALLOWANCE_SHARE);
+        let rq_allowance = Duration::from_micros(40)
+            .mul_f64(ALLOWANCE_SHARE)
+            .max(RUN_QUEUE_FLOOR);
         let r = Reading {
-            sched_p99: us(260),
-            io_p99: us(700),
-            run_queue_delay: us(40),
+            sched_p99: us(460),
+            io_p99: us(5000),
+            run_queue_delay: us(30),
             ..Reading::default()
         };
-        assert_eq!(b.added(&r, true), (us(100), SignalSource::Io));
-        assert_eq!(b.added(&r, false), (us(60), SignalSource::Sched));
-        // Under the baseline adds nothing; no reading, no component.
-        let calm = Reading {
-            sched_p99: us(150),
-            ..Reading::default()
-        };
-        assert_eq!(b.added(&calm, true), (us(0), SignalSource::Sched));
+        // The I/O p99 does not steer; the run-queue delay under its baseline adds nothing.
         assert_eq!(
-            Baseline::default().added(&r, true),
-            (None, SignalSource::None)
+            b.steer(&r, q),
+            (us(60), SignalSource::Sched, sched_allowance)
+        );
+        // The run-queue delay as far over its allowance as the scheduling p99 would be at 1.5
+        // of its own: it steers, scaled.
+        let rq = Reading {
+            run_queue_delay: Some(Duration::from_micros(40) + rq_allowance.mul_f64(1.5)),
+            ..r.clone()
+        };
+        let (value, source, target) = b.steer(&rq, q);
+        assert_eq!((source, target), (SignalSource::RunQueue, sched_allowance));
+        let want = sched_allowance.mul_f64(1.5);
+        assert!(
+            value.unwrap().abs_diff(want) <= Duration::from_nanos(10),
+            "{value:?}"
+        );
+        // No reading, no component; no baseline, nothing to steer by.
+        let sched_only = Reading {
+            sched_p99: us(300),
+            ..Reading::default()
+        };
+        assert_eq!(b.steer(&sched_only, q).0, us(0));
+        assert_eq!(
+            Baseline::default().steer(&r, q),
+            (None, SignalSource::None, q)
         );
     }
 
     #[test]
-    fn the_allowance_is_a_share_of_the_baseline_at_least_a_quantum() {
+    fn an_allowance_is_a_share_of_the_baseline_at_least_its_floor() {
         let q = Duration::from_micros(50);
-        let b = Baseline {
-            sched: us(2000),
-            io: us(6000),
-            run_queue: None,
-        };
-        assert_eq!(b.allowance(q), Duration::from_micros(500));
-        let rq_only = Baseline {
-            run_queue: us(800),
-            ..Baseline::default()
-        };
-        assert_eq!(rq_only.allowance(q), Duration::from_micros(200));
-        let small = Baseline {
-            sched: us(100),
-            ..Baseline::default()
-        };
-        assert_eq!(small.allowance(q), q);
+        assert_eq!(
+            Baseline::allowance(us(2000), q),
+            Duration::from_micros(2000).mul_f64(ALLOWANCE_SHARE)
+        );
+        assert_eq!(Baseline::allowance(us(40), q), q);
+        assert_eq!(Baseline::allowance(None, q), q);
+        assert_eq!(
+            Baseline::allowance(us(2), Duration::ZERO),
+            Duration::from_micros(1)
+        );
+        assert_eq!(
+            Baseline::allowance(Some(Duration::ZERO), Duration::ZERO),
+            Duration::from_nanos(1)
+        );
     }
 }

@@ -67,8 +67,6 @@ pub(crate) trait IoSource: Send {
     fn start(&mut self, handle: &Handle, probe: &ProbeConfig) -> Result<(), IoProbeError>;
     /// Rotate the window and read it (`None`: not running).
     fn read(&mut self) -> Option<IoWindow>;
-    /// The last `n` intervals of the window only (`None`: not running).
-    fn recent(&mut self, n: usize) -> Option<IoWindow>;
     /// Canaries at the quiet period (nothing steers by them) or following the runtime's load;
     /// returns the period they come at now (`None`: not running).
     fn set_quiet(&mut self, quiet: bool) -> Option<Duration>;
@@ -164,9 +162,6 @@ impl IoSource for NoIo {
     fn read(&mut self) -> Option<IoWindow> {
         None
     }
-    fn recent(&mut self, _: usize) -> Option<IoWindow> {
-        None
-    }
     fn set_quiet(&mut self, _: bool) -> Option<Duration> {
         None
     }
@@ -211,14 +206,6 @@ impl IoSource for OsIo {
         }
         probe.rotate();
         let w = probe.window();
-        Some(IoWindow {
-            p99: w.p99,
-            count: w.count,
-        })
-    }
-
-    fn recent(&mut self, n: usize) -> Option<IoWindow> {
-        let w = self.probe.as_ref()?.recent(n);
         Some(IoWindow {
             p99: w.p99,
             count: w.count,

@@ -12,6 +12,7 @@ use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
 use crate::class::ClassQueue;
+use crate::long_polls::LongPolls;
 use crate::overhead::Charged;
 use crate::running::RunningTime;
 use crate::settings::Enforcement;
@@ -49,9 +50,6 @@ impl Clock for QueueClock {
 
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
-/// An elastic poll longer than this many quanta is a long poll: the quantum cannot cut it.
-pub(crate) const LONG_POLL_QUANTA: u32 = 4;
-
 /// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
 /// the last handle and adapter holding this is gone.
 pub(crate) struct Shared {
@@ -65,9 +63,9 @@ pub(crate) struct Shared {
     pub(crate) os_yield: bool,
     /// Those OS yields so far.
     pub(crate) os_yields: AtomicU64,
-    /// Elastic polls (or `Pacer` stretches) that ran past [`LONG_POLL_QUANTA`] quanta: one
-    /// poll holds a worker that long whatever the share.
-    pub(crate) long_polls: AtomicU64,
+    /// Elastic polls (or `Pacer` stretches) that ran past four quanta: one poll holds a worker
+    /// that long whatever the share.
+    pub(crate) long_polls: Arc<LongPolls>,
     /// How running time is measured.
     pub(crate) running: RunningTime,
     /// The probe (adapters feed it elastic poll times when it has no hooks).
@@ -112,7 +110,7 @@ impl Shared {
             quantum: enforcement.quantum,
             os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
-            long_polls: AtomicU64::new(0),
+            long_polls: Arc::default(),
             running,
             probe,
             charged: Charged::default(),
@@ -135,7 +133,7 @@ impl Shared {
             // At idle priority the kernel hands the core to any other thread at once.
             os_yield: false,
             os_yields: AtomicU64::new(0),
-            long_polls: AtomicU64::new(0),
+            long_polls: Arc::default(),
             running: parent.running.clone(),
             probe: parent.probe.clone(),
             charged: Charged::default(),
@@ -159,12 +157,10 @@ impl Shared {
         }
     }
 
-    /// Count a poll (or stretch) that ran `wall`, if it ran past [`LONG_POLL_QUANTA`] quanta.
+    /// Count a poll (or stretch) that ran `wall`, if it was a long one.
     #[inline]
     pub(crate) fn note_run(&self, wall: Duration) {
-        if wall > self.quantum * LONG_POLL_QUANTA {
-            self.long_polls.fetch_add(1, Ordering::Relaxed);
-        }
+        self.long_polls.note(wall, self.quantum, self.slice);
     }
 
     /// Whether elastic work should give back what it holds at its next poll.

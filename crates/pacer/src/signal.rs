@@ -176,10 +176,10 @@ impl SignalStage {
         }
     }
 
-    /// Mean run-queue wait per timeslice over the last `n` ticks (`None`: no timeslice).
-    pub(crate) fn recent_run_queue(&self, n: usize) -> Option<Duration> {
+    /// The run-queue samples (wait, timeslices) of the last `n` ticks, oldest first.
+    pub(crate) fn recent_run_queue(&self, n: usize) -> impl Iterator<Item = &(Duration, u64)> {
         let skip = self.rq_window.len().saturating_sub(n);
-        window_delay(self.rq_window.iter().skip(skip))
+        self.rq_window.iter().skip(skip)
     }
 
     /// Throttled periods seen since the watch started.
@@ -192,7 +192,9 @@ impl SignalStage {
 
 /// Mean run-queue wait per timeslice over the window: how long, on average, a runtime thread
 /// that became runnable waited for a CPU. `None` with no timeslice in the window.
-fn window_delay<'a>(window: impl IntoIterator<Item = &'a (Duration, u64)>) -> Option<Duration> {
+pub(crate) fn window_delay<'a>(
+    window: impl IntoIterator<Item = &'a (Duration, u64)>,
+) -> Option<Duration> {
     let (wait, slices) = window
         .into_iter()
         .fold((Duration::ZERO, 0u64), |(w, s), &(dw, ds)| (w + dw, s + ds));

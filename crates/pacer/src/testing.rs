@@ -159,10 +159,6 @@ impl IoSource for Script {
         s.io_started.then(|| s.io.clone().unwrap_or_default())
     }
 
-    fn recent(&mut self, _: usize) -> Option<IoWindow> {
-        self.read()
-    }
-
     fn set_quiet(&mut self, quiet: bool) -> Option<Duration> {
         let mut s = self.state();
         if !s.io_started {

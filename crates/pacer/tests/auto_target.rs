@@ -85,8 +85,8 @@ fn without_elastic_work_every_tick_is_a_quiet_reading() {
     assert_eq!(s.target_source, TargetSource::Measured);
     let quiet = s.quiet_p99.unwrap();
     assert!(quiet.abs_diff(2 * MS) <= 20 * US, "{quiet:?}");
-    // A quarter of the quiet scheduling p99 may be added.
-    assert!(s.target.abs_diff(quiet / 4) <= US, "{:?}", s.target);
+    // Half the quiet scheduling p99 may be added.
+    assert!(s.target.abs_diff(quiet / 2) <= US, "{:?}", s.target);
     assert!(!s.quiet_hold, "nothing was held");
 }
 
@@ -113,8 +113,9 @@ fn latency_that_is_there_without_elastic_work_leaves_the_share_up() {
     // measured, elastic work adds nothing and waiting work steps it up.
     assert!(s.share > 0.5, "{}", s.share);
     assert!(s.signal_p99.unwrap() <= 20 * US, "{:?}", s.signal_p99);
-    // A reading was bought once in the 60 ticks (every 5 s of running work, 2 ticks each).
-    assert_eq!(held, 2, "held ticks");
+    // Readings bought with held work, 2 ticks each, ever further apart: after 5, 5, 10 and 20
+    // ticks of work (the next would come 40 ticks on).
+    assert_eq!(held, 8, "held ticks");
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! By default, on a host without a CPU quota, `Elastic::spawn` and `spawn_blocking` run
-//! elastic work on the `Elastic`'s idle pool, in the idle class at idle priority, and the pool
-//! ends with the last handle. One test in this file: it counts the process's threads.
+//! By default, on a host without a CPU quota, `Elastic::spawn` runs elastic work on the runtime
+//! while its polls are short and moves it to the `Elastic`'s idle pool (the idle class, at idle
+//! priority) once its time comes mostly in long polls; `spawn_blocking` follows; the pool ends
+//! with the last handle. One test in this file: it counts the process's threads.
 
 mod common;
 
@@ -27,11 +28,13 @@ fn this_thread_policy() -> u32 {
 
 #[cfg(target_os = "linux")]
 #[test]
-fn without_a_quota_the_default_is_the_idle_pool_and_it_ends_with_the_elastic() {
+fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic() {
     let before = common::threads();
-    // A manual clock, 2 CPUs, no quota (scripted).
+    // A manual clock (polls timed on it too), 2 CPUs, no quota (scripted).
+    let clock = ManualClock::new();
     let elastic = Elastic::builder()
-        .manual(ManualClock::new())
+        .manual(clock.clone())
+        .running_clock(clock.clone())
         .script(Script::new())
         .cpus(2.0)
         .build()
@@ -41,45 +44,80 @@ fn without_a_quota_the_default_is_the_idle_pool_and_it_ends_with_the_elastic() {
         .build()
         .unwrap();
     let with_rt = common::threads();
-    let at_idle = {
-        let _in_rt = rt.enter();
-        let task = elastic.spawn(async { this_thread_policy() == 5 }).unwrap();
-        rt.block_on(task).unwrap()
-    };
+    let _in_rt = rt.enter();
+    // Short polls: the runtime.
+    let short = elastic.spawn(async { this_thread_policy() == 5 }).unwrap();
+    assert!(!rt.block_on(short).unwrap(), "ran on the runtime");
     let s = elastic.snapshot();
     match s.placement_reason {
         // The usual case: the OS lets a thread lower itself to SCHED_IDLE.
-        PlacementReason::NoQuota => {
-            assert_eq!(s.placement, Placement::IdlePool);
-            assert!(at_idle, "the task ran at SCHED_IDLE");
-            // A thread per CPU the rates are computed for.
-            assert!(common::threads() >= with_rt + 2);
-            let idle = s.idle_queue.expect("the idle class");
-            assert!(idle.grants >= 1, "paced in the idle class: {idle:?}");
-            // Blocking work goes to the pool's blocking threads, at idle priority too, and
-            // paces in the idle class.
-            let mut pacer = elastic.pacer();
-            let blocking = {
-                let _in_rt = rt.enter();
-                elastic
-                    .spawn_blocking(move || {
-                        for _ in 0..1000 {
-                            pacer.pace_blocking();
-                        }
-                        this_thread_policy() == 5
-                    })
-                    .unwrap()
-            };
-            assert!(rt.block_on(blocking).unwrap());
-            let idle = elastic.snapshot().idle_queue.unwrap();
-            assert!(idle.grants >= 2, "{idle:?}");
-        }
+        PlacementReason::ShortPolls => {}
         PlacementReason::NoIdlePriority => {
             assert_eq!(s.placement, Placement::Runtime);
-            assert!(!at_idle);
+            return;
         }
         other => panic!("unexpected placement: {other}"),
     }
+    assert_eq!(s.placement, Placement::Runtime);
+    // The pool is made at the first spawn: a thread per CPU the rates are computed for.
+    assert!(common::threads() >= with_rt + 2);
+    // Long polls: 1 ms of running time each (on the manual clock), until the task finds itself
+    // at idle priority.
+    let step = clock.clone();
+    let long = elastic
+        .spawn(async move {
+            let mut polls = 0u32;
+            while this_thread_policy() != 5 {
+                step.advance(Duration::from_millis(1));
+                polls += 1;
+                tokio::task::yield_now().await;
+            }
+            polls
+        })
+        .unwrap();
+    // The governor's ticks see the long polls (and the clock moves for the bucket's refill).
+    for _ in 0..100_000 {
+        if long.is_finished() {
+            break;
+        }
+        clock.advance(Duration::from_millis(10));
+        elastic.tick();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    assert!(long.is_finished(), "never moved: {:#?}", elastic.snapshot());
+    let polls = rt.block_on(long).unwrap();
+    assert!(
+        polls >= 20,
+        "moved after a window's worth of long polls: {polls}"
+    );
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.placement, s.placement_reason),
+        (Placement::IdlePool, PlacementReason::LongPolls)
+    );
+    assert!(s.long_polls >= 20, "{}", s.long_polls);
+    let idle = s.idle_queue.expect("the idle class");
+    assert!(
+        idle.grants >= 1,
+        "paced in the idle class once moved: {idle:?}"
+    );
+    // From now on, new work goes to the pool at once: futures, and blocking work to the pool's
+    // blocking threads, pacing in the idle class.
+    let at_once = elastic.spawn(async { this_thread_policy() == 5 }).unwrap();
+    assert!(rt.block_on(at_once).unwrap());
+    let mut pacer = elastic.pacer();
+    let blocking = elastic
+        .spawn_blocking(move || {
+            for _ in 0..1000 {
+                pacer.pace_blocking();
+            }
+            this_thread_policy() == 5
+        })
+        .unwrap();
+    assert!(rt.block_on(blocking).unwrap());
+    let idle2 = elastic.snapshot().idle_queue.unwrap();
+    assert!(idle2.grants > idle.grants, "{idle2:?}");
+    drop(_in_rt);
     drop(elastic);
     drop(rt);
     // The pool went with the last handle (and the governor with its pacing state).

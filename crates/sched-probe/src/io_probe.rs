@@ -485,18 +485,6 @@ impl IoProbe {
             .foreground
     }
 
-    /// The latency of the canaries of the last `n` intervals closed by [`rotate`](Self::rotate)
-    /// only (see [`Probe::recent`](crate::Probe::recent)).
-    pub fn recent(&self, n: usize) -> Summary {
-        self.shared
-            .window
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .recent(n)
-            .queue_latency
-            .foreground
-    }
-
     /// Quiet: one canary every `quiet_period` instead of every `period`, for when nothing
     /// steers by the probe (the governor sets it while no elastic work runs or waits). Leaving
     /// quiet sends the next canary at once (the writer thread) or one `period` later (the timer),

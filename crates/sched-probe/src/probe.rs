@@ -93,6 +93,7 @@ impl Probe {
         );
         let slots = (0..=SLOTS).map(|_| OnceLock::new()).collect();
         let window = Mutex::new(WindowState::new(&template, config.intervals()));
+        let quiet = Mutex::new(WindowState::new(&template, config.intervals()));
         // `alarm_at` > 0 (validated): `nanos(at) - 1` cannot underflow.
         let alarm_above = config.alarm_at.map_or(u64::MAX, |at| nanos(at) - 1);
         Ok(Probe {
@@ -102,6 +103,7 @@ impl Probe {
                 layout,
                 slots,
                 window,
+                quiet,
                 alarm_above,
                 alarms: AtomicU64::new(0),
                 raised: AtomicBool::new(false),
@@ -274,9 +276,10 @@ impl Probe {
             .window()
     }
 
-    /// The statistics of the last `n` intervals closed by [`Probe::rotate`] only: a shorter
-    /// window, for a reading over a known stretch of ticks (a governor holding elastic work for
-    /// a few ticks reads the foreground's latency without it). Allocates its sums.
+    /// Mark the last `n` intervals closed by [`Probe::rotate`] as *quiet* (a governor held its
+    /// elastic work back over them, or had none): they join the quiet window, a second window
+    /// as long as the first made of quiet intervals only, so that the latency without elastic
+    /// work is read from as many samples as the latency with it.
     ///
     /// ```
     /// # use elastic_cpu_probe::{Probe, ProbeConfig};
@@ -286,17 +289,33 @@ impl Probe {
     /// probe.rotate();
     /// probe.record_poll(Some(Duration::from_micros(50)), None, false);
     /// probe.rotate();
+    /// probe.mark_quiet(1);
     /// assert_eq!(probe.window().queue_latency.all.count, 2);
-    /// let last = probe.recent(1);
-    /// assert_eq!((last.intervals, last.queue_latency.all.count), (1, 1));
-    /// assert!(last.queue_latency.all.p99.unwrap() < Duration::from_micros(60));
+    /// let quiet = probe.quiet_window();
+    /// assert_eq!((quiet.intervals, quiet.queue_latency.all.count), (1, 1));
+    /// assert!(quiet.queue_latency.all.p99.unwrap() < Duration::from_micros(60));
     /// ```
-    pub fn recent(&self, n: usize) -> Window {
-        self.shared
+    pub fn mark_quiet(&self, n: usize) {
+        let window = self
+            .shared
             .window
             .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut quiet = self
+            .shared
+            .quiet
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        window.copy_recent(n, &mut quiet);
+    }
+
+    /// The statistics of the quiet window ([`mark_quiet`](Self::mark_quiet)).
+    pub fn quiet_window(&self) -> Window {
+        self.shared
+            .quiet
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .recent(n)
+            .window()
     }
 }
 

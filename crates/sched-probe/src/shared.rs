@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
     pub(crate) slots: Box<[OnceLock<Box<Slot>>]>,
     pub(crate) window: Mutex<WindowState>,
+    /// The quiet window: copies of the intervals marked quiet, as many as `window` holds.
+    pub(crate) quiet: Mutex<WindowState>,
     /// `config.alarm_at` in nanoseconds, minus one: a queue latency *above* this alarms.
     /// `u64::MAX` (never) without `alarm_at`: even a latency that saturates to `u64::MAX` ns
     /// must not alarm then.

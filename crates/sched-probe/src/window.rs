@@ -167,17 +167,12 @@ impl WindowState {
         }
     }
 
-    /// The statistics of the last `n` intervals only (fewer if the ring holds fewer).
-    pub(crate) fn recent(&mut self, n: usize) -> Window {
-        let mut sum = Hists::new(&self.template);
-        let n = n.min(self.ring.len());
-        for iv in self.ring.iter().rev().take(n).flatten() {
-            sum.add(iv);
-        }
-        Window {
-            queue_latency: split(&sum.queue, &mut self.scratch),
-            poll_time: split(&sum.poll, &mut self.scratch),
-            intervals: n,
+    /// Copy the last `n` intervals (fewer if the ring holds fewer), oldest first, into `into`:
+    /// a window of their own.
+    pub(crate) fn copy_recent(&self, n: usize, into: &mut WindowState) {
+        let skip = self.ring.len().saturating_sub(n);
+        for interval in self.ring.iter().skip(skip) {
+            into.push(interval.clone());
         }
     }
 }

@@ -276,3 +276,29 @@ fn slots_outlive_their_runtime() {
         assert_eq!(p.window().queue_latency.all.count, round * 8 * 50);
     }
 }
+
+#[test]
+fn the_quiet_window_holds_the_marked_intervals_only_a_window_long() {
+    let p = probe(3);
+    assert_eq!(p.quiet_window().intervals, 0);
+    // Interval 1 quiet (10 µs), interval 2 not (5 ms), interval 3 quiet (20 µs).
+    for (latency, quiet) in [(us(10), true), (us(5000), false), (us(20), true)] {
+        p.record_poll(Some(latency), None, false);
+        p.rotate();
+        if quiet {
+            p.mark_quiet(1);
+        }
+    }
+    let q = p.quiet_window();
+    assert_eq!((q.intervals, q.queue_latency.all.count), (2, 2));
+    close(q.queue_latency.all.max, us(20));
+    // Marking more intervals than the ring holds copies what it holds; the quiet window keeps
+    // its own length and drops its oldest.
+    p.mark_quiet(10);
+    let q = p.quiet_window();
+    assert_eq!((q.intervals, q.queue_latency.all.count), (3, 3));
+    close(q.queue_latency.all.max, us(5000));
+    close(q.queue_latency.all.p50, us(20));
+    // The running window is untouched.
+    assert_eq!(p.window().queue_latency.all.count, 3);
+}

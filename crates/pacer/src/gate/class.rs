@@ -74,8 +74,6 @@ pub(crate) fn create(
         // The overhead is measured on elastic work's charged time, which setups are not part of.
         overhead: false,
         brake: HoldWhen::Always,
-        quiet: HoldWhen::Never,
-        target_factor: 1,
         measured: false,
         cap_holders: s.cap_concurrency,
     };

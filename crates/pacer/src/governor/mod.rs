@@ -22,13 +22,14 @@ use crate::brake::{Brake, Change};
 use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Policy, Rates};
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
+use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::{Overhead, TickReading};
-use crate::quiet::{Baseline, Quiet, QuietStep, TargetSource};
+use crate::quiet::{Quiet, QuietStep, TargetSource};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
 use crate::settings::DEFAULT_TARGET;
 use crate::shared::{QueueClock, Shared};
-use crate::signal::{Signal, SignalSource, SignalStage, IO_MIN_CANARIES};
+use crate::signal::{Signal, SignalSource, SignalStage};
 use crate::snapshot::Snapshot;
 
 /// What the governor is built from.
@@ -100,21 +101,18 @@ pub(crate) struct Governor {
     target_source: TargetSource,
     /// Times the backlog brake engaged.
     brakes: u64,
+    /// The `Elastic`'s own class's long polls, and the window over them.
+    long_polls: Arc<LongPolls>,
+    long_watch: LongPollWatch,
 }
 
-/// Canaries a quiet interval needs for its I/O p99 to count (a 100 ms interval holds 50 at the
-/// busy period): fewer is a handful of wake-ups, not a percentile.
-const QUIET_IO_CANARIES: u64 = 20;
-
-/// The policy of the `Elastic`'s own class and of its idle pool's (`when`: when the brake and
-/// the quiet readings hold it back), whose target is `target_factor` times the `Elastic`'s.
-fn elastic_policy(cap_concurrency: bool, when: HoldWhen, target_factor: u32) -> Policy {
+/// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
+/// brake holds it back).
+fn elastic_policy(cap_concurrency: bool, brake: HoldWhen) -> Policy {
     Policy {
         headroom: true,
         overhead: true,
-        brake: when,
-        quiet: when,
-        target_factor,
+        brake,
         measured: true,
         cap_holders: cap_concurrency,
     }
@@ -135,7 +133,7 @@ impl Governor {
             ClassKind::Elastic,
             own,
             limit,
-            elastic_policy(plan.cap_concurrency, HoldWhen::Always, 1),
+            elastic_policy(plan.cap_concurrency, HoldWhen::Always),
             plan.controller.min_share,
         );
         let target = plan.controller.target_p99;
@@ -166,7 +164,7 @@ impl Governor {
             quota_seen: false,
             ticks: 0,
             auto_target: plan.auto_target,
-            quiet: Quiet::default(),
+            quiet: Quiet::new(shared.probe.config().intervals()),
             target,
             quantum: plan.quantum,
             target_source: if plan.auto_target {
@@ -175,6 +173,8 @@ impl Governor {
                 TargetSource::Builder
             },
             brakes: 0,
+            long_polls: shared.long_polls.clone(),
+            long_watch: LongPollWatch::new(),
         };
         g.last_signal = g.idle_signal();
         g.apply();
@@ -209,7 +209,7 @@ impl Governor {
             .signal
             .read(&mut self.sources, window.queue_latency.all.p99, intervals);
         self.classes.retain(Class::is_alive);
-        self.read_process(&window, period);
+        self.read_process(&window, period, intervals);
         self.read_quiet();
         let absolute = signal.value;
         let (value, source) = self.steer_by(&signal);
@@ -249,7 +249,7 @@ impl Governor {
         let in_quota = self.quota_seen;
         // Only a measured target needs readings bought with held work; ticks without elastic
         // work are read anyway.
-        let holdable = self.auto_target && self.classes.iter().any(|c| c.holdable(in_quota));
+        let holdable = self.auto_target && self.classes.iter().any(|c| c.holdable());
         // A tick with setups or elastic work in it is not quiet, held or not.
         let ran = self.classes.iter().any(Class::active);
         match self.quiet.tick(ran, holdable) {
@@ -260,14 +260,9 @@ impl Governor {
                 }
             }
             QuietStep::Read(n) => {
-                let io = self.sources.io.recent(n);
-                self.quiet.record(Baseline {
-                    sched: self.probe.recent(n).queue_latency.all.p99,
-                    io: io
-                        .filter(|w| w.count >= QUIET_IO_CANARIES * n as u64)
-                        .and_then(|w| w.p99),
-                    run_queue: self.signal.recent_run_queue(n),
-                });
+                self.probe.mark_quiet(n);
+                let sched = self.probe.quiet_window().queue_latency.all.p99;
+                self.quiet.record(sched, self.signal.recent_run_queue(n));
                 for class in &mut self.classes {
                     class.hold(Hold::Quiet, false, in_quota);
                 }
@@ -284,9 +279,7 @@ impl Governor {
         }
         let baseline = self.quiet.baseline();
         let (value, source, target, from) = if baseline.is_known() {
-            let io_enough = signal.reading.io_count >= IO_MIN_CANARIES;
-            let (added, source) = baseline.added(&signal.reading, io_enough);
-            let target = baseline.allowance(self.quantum);
+            let (added, source, target) = baseline.steer(&signal.reading, self.quantum);
             (added, source, target, TargetSource::Measured)
         } else {
             (
@@ -309,9 +302,12 @@ impl Governor {
 
     /// What elastic work ran since the last tick and what the process spent: the overhead
     /// correction and the quota's headroom.
-    fn read_process(&mut self, window: &Window, period: Duration) {
+    fn read_process(&mut self, window: &Window, period: Duration, intervals: usize) {
         for class in &mut self.classes {
             let ran = class.measure(period);
+            if class.kind == ClassKind::Elastic {
+                self.long_watch.tick(&self.long_polls, ran, intervals);
+            }
             if class.policy.headroom || class.policy.overhead {
                 self.charged += ran;
             }
@@ -451,11 +447,7 @@ impl Governor {
             ClassKind::Idle,
             queue,
             limit,
-            elastic_policy(
-                self.cap_concurrency,
-                HoldWhen::InQuota,
-                crate::idle::IDLE_TARGET_FACTOR,
-            ),
+            elastic_policy(self.cap_concurrency, HoldWhen::InQuota),
             self.controller.min_share,
         );
         self.add(class, 1);
@@ -703,7 +695,7 @@ impl Control {
             idle_queue,
             shared.braked(),
             shared.os_yields.load(Ordering::Relaxed),
-            shared.long_polls.load(Ordering::Relaxed),
+            shared.long_polls.count(),
         )
     }
 
