@@ -1,10 +1,12 @@
 //! Benches of the enforce layer (`crates/pacer`).
 //!
-//! * `paced_overhead/{raw,paced}/{8,32}` — the per-poll cost of `Paced`. `TASKS` tasks, each a
-//!   CPU-bound future that does a few hundred ns of work per poll and then returns `Pending`
-//!   after waking itself, run on a multi-thread runtime with 8 or 32 workers (this machine has
-//!   2 cores: 32 is also the oversubscribed case). `raw` spawns the futures as they are,
-//!   `paced` spawns `fut.paced(&elastic)`; both on the same runtime, built through
+//! * `paced_overhead/{raw,paced,spawn}/{8,32}` — the per-poll cost of `Paced`. `TASKS` tasks,
+//!   each a CPU-bound future that does a few hundred ns of work per poll and then returns
+//!   `Pending` after waking itself, run on a multi-thread runtime with 8 or 32 workers (this
+//!   machine has 2 cores: 32 is also the oversubscribed case). `raw` spawns the futures as they
+//!   are, `paced` spawns `fut.paced(&elastic)`, `spawn` calls `elastic.spawn(fut)` (the quick
+//!   start's path: on a host where the OS grants idle priority, a future that may move to the
+//!   idle pool checks at each poll whether it should); all on the same runtime, built through
 //!   `elastic.runtime(..)` (so the probe's hooks run on every poll of both). Tokens are never
 //!   the bottleneck: `fixed_limit(1.0)` on `cpus(1024.0)` is a bucket of 1024 CPU-seconds, and
 //!   the bench prints the queue's `waits` / `waiters` after each variant to show nobody
@@ -158,9 +160,30 @@ impl Tally {
     }
 }
 
-/// Runs `TASKS` `Steps` futures of `steps` polls each on `rt` (paced by `elastic` if given);
+/// How the bench's futures are spawned.
+#[derive(Clone, Copy)]
+enum Variant {
+    Raw,
+    Paced,
+    Spawn,
+}
+
+impl Variant {
+    const ALL: [(&'static str, Variant); 3] = [
+        ("raw", Variant::Raw),
+        ("paced", Variant::Paced),
+        ("spawn", Variant::Spawn),
+    ];
+}
+
+/// Runs `TASKS` `Steps` futures of `steps` polls each on `rt`, spawned as `variant` says;
 /// returns the wall time and the process CPU time the batch took.
-fn poll_batch(rt: &Runtime, elastic: Option<&Elastic>, steps: u64) -> (Duration, Option<Duration>) {
+fn poll_batch(
+    rt: &Runtime,
+    elastic: &Elastic,
+    variant: Variant,
+    steps: u64,
+) -> (Duration, Option<Duration>) {
     let cpu0 = process_cpu();
     let start = Instant::now();
     let acc = rt.block_on(async {
@@ -170,9 +193,10 @@ fn poll_batch(rt: &Runtime, elastic: Option<&Elastic>, steps: u64) -> (Duration,
                     left: steps,
                     acc: i,
                 };
-                match elastic {
-                    Some(e) => tokio::spawn(fut.paced(e)),
-                    None => tokio::spawn(fut),
+                match variant {
+                    Variant::Raw => tokio::spawn(fut),
+                    Variant::Paced => tokio::spawn(fut.paced(elastic)),
+                    Variant::Spawn => elastic.spawn(fut).expect("inside the runtime"),
                 }
             })
             .collect();
@@ -204,15 +228,14 @@ fn paced_overhead(c: &mut Criterion) {
             .runtime(Builder::new_multi_thread().worker_threads(workers))
             .build()
             .expect("runtime");
-        for variant in ["raw", "paced"] {
-            let pacing = (variant == "paced").then_some(&elastic);
+        for (variant, how) in Variant::ALL {
             let mut tally = Tally::default();
             group.bench_with_input(BenchmarkId::new(variant, workers), &workers, |b, _| {
                 // One criterion iteration is one poll: `iters` polls spread over TASKS tasks.
                 b.iter_custom(|iters| {
                     let steps = iters.div_ceil(TASKS).max(1);
                     let polls = steps * TASKS;
-                    let (wall, cpu) = poll_batch(&rt, pacing, steps);
+                    let (wall, cpu) = poll_batch(&rt, &elastic, how, steps);
                     tally.add(polls, wall, cpu);
                     wall.mul_f64(iters as f64 / polls as f64)
                 })
@@ -223,10 +246,12 @@ fn paced_overhead(c: &mut Criterion) {
             ran = true;
             let s = elastic.snapshot();
             println!(
-                "    {variant}/{workers}: per poll {}; queue: grants {}, waits {}, waiters {}, \
+                "    {variant}/{workers}: per poll {}; placement {:?} ({}); queue: grants {}, waits {}, waiters {}, \
                  running time charged {} ms (process CPU in the batches {} ms), \
                  over-limit {} ms",
                 tally.per_unit(),
+                s.placement,
+                s.placement_reason,
                 s.queue.grants,
                 s.queue.waits,
                 s.waiters,

@@ -148,7 +148,7 @@ impl GrantState {
         let grant = match mem::replace(&mut self.state, State::Idle) {
             State::Held(grant) => grant,
             State::Running(stretch) => {
-                let (grant, used, _) = stretch.end();
+                let (grant, used, _, _) = stretch.end();
                 self.used += used;
                 self.shared.charged.add(used);
                 grant
@@ -218,9 +218,9 @@ impl GrantState {
     fn end_stretch(&mut self) {
         if let State::Running(_) = &self.state {
             if let State::Running(stretch) = mem::replace(&mut self.state, State::Idle) {
-                let (grant, used, overrun) = stretch.end();
+                let (grant, used, overrun, cpu_overrun) = stretch.end();
                 // An iteration that overran the stretch by quanta held its worker that long.
-                self.shared.note_run(overrun);
+                self.shared.note_run(overrun, cpu_overrun);
                 self.state = State::Held(grant);
                 self.charge(used);
             }
@@ -252,6 +252,9 @@ struct Stretch {
     /// Thread CPU time and thread at the start (adaptive timing, long stretches): the stretch
     /// is charged its CPU time if it ends on the same thread.
     cpu: Option<(Duration, ThreadId)>,
+    /// The handle's clock measures running time (not `Adaptive`'s wall clock, which may
+    /// include time the OS ran another thread).
+    exact: bool,
     /// What was left of the grant at the start: how far the deadline may move on.
     room: Duration,
 }
@@ -263,6 +266,7 @@ impl Stretch {
         Stretch {
             handle: ElasticHandle::with_deadline(grant, running.clock(), stretch),
             cpu,
+            exact: !matches!(running, RunningTime::Adaptive),
             room,
         }
     }
@@ -284,18 +288,25 @@ impl Stretch {
         true
     }
 
-    /// The grant, the running time the stretch used, and how far it ran past its deadline.
-    fn end(self) -> (Grant, Duration, Duration) {
+    /// The grant, the running time the stretch used, how far it ran past its deadline, and
+    /// how far in running time where that was measured exactly.
+    fn end(self) -> (Grant, Duration, Duration, Option<Duration>) {
         let deadline = self.handle.deadline();
         let (grant, wall) = self.handle.into_grant();
-        let used = match self.cpu {
+        let (used, exact) = match self.cpu {
             Some((start, id)) if id == thread::current().id() => {
-                ThreadCpuClock.now().saturating_sub(start)
+                (ThreadCpuClock.now().saturating_sub(start), true)
             }
             // An await inside the loop moved us to another thread: its CPU clock says nothing
             // about ours, fall back to the wall clock.
-            _ => wall,
+            _ => (wall, self.exact),
         };
-        (grant, used, wall.saturating_sub(deadline))
+        let over = wall.saturating_sub(deadline);
+        (
+            grant,
+            used,
+            over,
+            exact.then(|| used.saturating_sub(deadline)),
+        )
     }
 }

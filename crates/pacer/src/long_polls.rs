@@ -26,23 +26,35 @@ pub(crate) const MIN_RUN: Duration = Duration::from_millis(20);
 /// What the adapters of one class count, and the governor's verdict (shared by both).
 #[derive(Debug, Default)]
 pub(crate) struct LongPolls {
+    /// Polls whose wall time passed four quanta: a worker held that long.
     count: AtomicU64,
-    /// Nanoseconds run in long polls, each counted up to one slice (a machine pause inside one
-    /// poll is not a long call).
+    /// Nanoseconds run in polls whose *running* time passed four quanta, each counted up to
+    /// one slice: a long call, not a poll the OS preempted (on a runtime with more workers than
+    /// cores that is most long wall times) or a machine pause.
     nanos: AtomicU64,
     /// Set by the governor, never cleared: elastic work's time came mostly in long polls.
     mostly: AtomicBool,
 }
 
 impl LongPolls {
-    /// Count a poll that ran `wall`, if it ran past [`LONG_POLL_QUANTA`] × `quantum`, counting
-    /// its time up to `slice`.
+    /// Count a poll that ran `wall`, if it ran past [`LONG_POLL_QUANTA`] × `quantum`, and its
+    /// running time `cpu` (where measured exactly: the thread's CPU clock), if that did,
+    /// counting it up to `slice`.
     #[inline]
-    pub(crate) fn note(&self, wall: Duration, quantum: Duration, slice: Duration) {
-        if wall > quantum * LONG_POLL_QUANTA {
+    pub(crate) fn note(
+        &self,
+        wall: Duration,
+        cpu: Option<Duration>,
+        quantum: Duration,
+        slice: Duration,
+    ) {
+        let long = quantum * LONG_POLL_QUANTA;
+        if wall > long {
             self.count.fetch_add(1, Ordering::Relaxed);
-            let nanos = u64::try_from(wall.min(slice).as_nanos()).unwrap_or(u64::MAX);
-            self.nanos.fetch_add(nanos, Ordering::Relaxed);
+            if let Some(cpu) = cpu.filter(|cpu| *cpu > long) {
+                let nanos = u64::try_from(cpu.min(slice).as_nanos()).unwrap_or(u64::MAX);
+                self.nanos.fetch_add(nanos, Ordering::Relaxed);
+            }
         }
     }
 
@@ -96,9 +108,6 @@ impl LongPollWatch {
             .fold((Duration::ZERO, Duration::ZERO), |(l, r), &(dl, dr)| {
                 (l + dl, r + dr)
             });
-        // Wall time in long polls against CPU time run: a long poll that was descheduled
-        // counts more than it ran, which only errs towards the idle pool on a host that is
-        // short of CPU anyway.
         if ran >= MIN_RUN && long.as_secs_f64() >= MOSTLY * ran.as_secs_f64() {
             polls.mostly.store(true, Ordering::Relaxed);
         }
@@ -119,11 +128,21 @@ mod tests {
     #[test]
     fn only_polls_past_four_quanta_count_each_up_to_a_slice() {
         let p = LongPolls::default();
-        p.note(Q * LONG_POLL_QUANTA, Q, SLICE);
+        p.note(Q * LONG_POLL_QUANTA, Some(Q * LONG_POLL_QUANTA), Q, SLICE);
         assert_eq!((p.count(), p.time()), (0, Duration::ZERO));
-        p.note(ms(1), Q, SLICE);
-        p.note(ms(900), Q, SLICE);
+        p.note(ms(1), Some(ms(1)), Q, SLICE);
+        p.note(ms(900), Some(ms(900)), Q, SLICE);
         assert_eq!((p.count(), p.time()), (2, ms(101)));
+    }
+
+    #[test]
+    fn a_preempted_poll_holds_a_worker_but_is_no_long_call() {
+        let p = LongPolls::default();
+        // 4 ms of wall time, 20 µs of running time: the OS ran another thread meanwhile.
+        p.note(ms(4), Some(Duration::from_micros(20)), Q, SLICE);
+        // Wall time only (the clock that would tell was not read): counted, not timed.
+        p.note(ms(4), None, Q, SLICE);
+        assert_eq!((p.count(), p.time()), (2, Duration::ZERO));
     }
 
     #[test]
@@ -138,7 +157,7 @@ mod tests {
         // A third of the time in 1 ms calls: not yet.
         for _ in 0..10 {
             for _ in 0..13 {
-                p.note(ms(1), Q, SLICE);
+                p.note(ms(1), Some(ms(1)), Q, SLICE);
             }
             w.tick(&p, ms(40), 10);
         }
@@ -146,7 +165,7 @@ mod tests {
         // Then most of it.
         for _ in 0..5 {
             for _ in 0..35 {
-                p.note(ms(1), Q, SLICE);
+                p.note(ms(1), Some(ms(1)), Q, SLICE);
             }
             w.tick(&p, ms(40), 10);
         }
@@ -162,7 +181,7 @@ mod tests {
         let p = LongPolls::default();
         let mut w = LongPollWatch::new();
         // One poll a pause stretched, in a window that ran 5 ms.
-        p.note(ms(50), Q, SLICE);
+        p.note(ms(50), Some(ms(50)), Q, SLICE);
         w.tick(&p, ms(5), 10);
         assert!(!p.mostly());
     }

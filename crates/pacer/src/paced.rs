@@ -80,7 +80,9 @@ impl Slot {
             self.grant.finish();
             return out;
         }
-        self.grant.shared().note_run(wall);
+        let shared = self.grant.shared();
+        let cpu = shared.running.is_running_time(mark).then_some(took);
+        shared.note_run(wall, cpu);
         self.account(took);
         out
     }

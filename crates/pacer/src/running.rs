@@ -67,6 +67,17 @@ impl RunningTime {
         }
     }
 
+    /// Whether a time measured from `mark` is running time: the thread's CPU clock, an injected
+    /// clock, or the wall clock where it was chosen as the running-time clock. `Adaptive`'s wall
+    /// marks (short polls) may include time the OS ran another thread.
+    #[inline]
+    pub(crate) fn is_running_time(&self, mark: Mark) -> bool {
+        match mark {
+            Mark::Wall(_) => matches!(self, RunningTime::Wall),
+            _ => true,
+        }
+    }
+
     /// `(running, wall)` time since `mark` (on the same thread); zero if a clock went
     /// backwards. `running` is what is charged, `wall` says whether the poll was long.
     #[inline]

@@ -157,10 +157,11 @@ impl Shared {
         }
     }
 
-    /// Count a poll (or stretch) that ran `wall`, if it was a long one.
+    /// Count a poll (or stretch) that ran `wall`, if it was a long one (`cpu`: its running
+    /// time, where it was measured exactly).
     #[inline]
-    pub(crate) fn note_run(&self, wall: Duration) {
-        self.long_polls.note(wall, self.quantum, self.slice);
+    pub(crate) fn note_run(&self, wall: Duration, cpu: Option<Duration>) {
+        self.long_polls.note(wall, cpu, self.quantum, self.slice);
     }
 
     /// Whether elastic work should give back what it holds at its next poll.

@@ -115,9 +115,11 @@ fn aborting_a_moved_task_ends_its_work_on_the_pool() {
     task.abort();
     let err = s.rt.block_on(task).unwrap_err();
     assert!(err.is_cancelled(), "{err}");
-    eventually("the pool's task is dropped", Duration::from_secs(30), || {
-        dropped.load(Ordering::SeqCst)
-    });
+    eventually(
+        "the pool's task is dropped",
+        Duration::from_secs(30),
+        || dropped.load(Ordering::SeqCst),
+    );
 }
 
 #[test]

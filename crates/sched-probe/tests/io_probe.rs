@@ -334,13 +334,18 @@ fn the_period_follows_the_runtime_load() {
         assert_eq!(fixed.period(), Duration::from_millis(1));
         let at = io.received();
         wait_until(|| io.received() >= at + 3);
-        // Busy: a task that yields and is polled again at once keeps the worker busy (tokio
-        // adds its busy time up at each maintenance, every 61 polls).
+        // Busy: a task whose polls each hold the worker for 2 ms, yielding in between. (A task
+        // that only yields is not enough: tokio counts the driver polls between its polls as
+        // parked time, and such a worker reads about half busy.)
         let stop = Arc::new(AtomicBool::new(false));
         let spinning = {
             let stop = stop.clone();
             rt.spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
+                    let held = std::time::Instant::now();
+                    while held.elapsed() < Duration::from_millis(2) {
+                        std::hint::spin_loop();
+                    }
                     tokio::task::yield_now().await;
                 }
             })
