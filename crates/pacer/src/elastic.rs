@@ -329,6 +329,7 @@ impl Elastic {
                 quota: self.control.quota_seen()
                     || matches!(self.control.host().0, QuotaReading::Limited(_)),
                 workers: record.cpus.ceil().clamp(1.0, 1024.0) as usize,
+                runtime_workers: Handle::try_current().map_or(0, |rt| rt.metrics().num_workers()),
             }
         };
         let make_pool = |workers| self.idle_runtime(workers);

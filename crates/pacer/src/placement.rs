@@ -7,7 +7,9 @@
 //! elastic work on the runtime (short polls are cut by the quantum there, and the runtime's
 //! workers answer the foreground's clients first) and moves it to the pool once its time comes
 //! mostly in polls the quantum cannot cut (`long_polls.rs`): a future spawned before moves at
-//! its next poll, blocking work spawned after goes to the pool's blocking threads.
+//! its next poll, blocking work spawned after goes to the pool's blocking threads. A runtime
+//! with more workers than CPUs sends it to the pool from the start: there the OS picks which
+//! worker runs, and only idle priority makes it pick the foreground's.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +36,10 @@ pub enum PlacementReason {
     /// No CPU quota, the OS grants idle priority, and elastic work's time came mostly in polls
     /// over four quanta, which the quantum cannot cut: the idle pool, where the kernel does.
     LongPolls,
+    /// No CPU quota, the OS grants idle priority, and the runtime has more workers than CPUs:
+    /// the OS, not the runtime, chooses which worker runs, and only idle priority makes it
+    /// choose the foreground's. The idle pool from the start.
+    MoreWorkersThanCpus,
     /// A CPU quota applies: the runtime, where the bucket holds the total.
     Quota,
     /// The OS did not lower the pool's threads to idle priority: the runtime.
@@ -51,6 +57,7 @@ impl fmt::Display for PlacementReason {
             PlacementReason::Setting => "the placement setting",
             PlacementReason::ShortPolls => "no CPU quota, short elastic polls",
             PlacementReason::LongPolls => "no CPU quota, long elastic polls",
+            PlacementReason::MoreWorkersThanCpus => "no CPU quota, more workers than CPUs",
             PlacementReason::Quota => "a CPU quota applies",
             PlacementReason::NoIdlePriority => "the OS refused idle priority",
             PlacementReason::PoolFailed => "the idle pool could not start",
@@ -84,6 +91,8 @@ pub(crate) struct Environment {
     pub(crate) quota: bool,
     /// Threads for the pool: the CPUs the runtime's rates are computed for, rounded up.
     pub(crate) workers: usize,
+    /// The worker threads of the runtime the first spawn came from.
+    pub(crate) runtime_workers: usize,
 }
 
 /// Where one spawn goes.
@@ -184,6 +193,13 @@ impl Placer {
         if pool.priority() != IdlePriority::SchedIdle {
             pool.shutdown_background();
             return runtime(PlacementReason::NoIdlePriority);
+        }
+        if env.runtime_workers > env.workers {
+            return (
+                Placement::IdlePool,
+                PlacementReason::MoreWorkersThanCpus,
+                Some(pool),
+            );
         }
         (Placement::Runtime, PlacementReason::ShortPolls, Some(pool))
     }

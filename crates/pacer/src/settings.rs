@@ -294,9 +294,10 @@ impl Brake {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Placement {
-    /// The idle pool on a host without a CPU quota where the OS grants idle priority
-    /// (`SCHED_IDLE`), else the runtime: decided at the first spawn, and said in
-    /// [`Snapshot::placement`](crate::Snapshot::placement).
+    /// On a host without a CPU quota where the OS grants idle priority (`SCHED_IDLE`): the
+    /// runtime while elastic polls are short, the idle pool once they run mostly long, or from
+    /// the first spawn when the runtime has more workers than CPUs. Elsewhere the runtime.
+    /// Said, with the reason, in [`Snapshot::placement`](crate::Snapshot::placement).
     #[default]
     Auto,
     /// The runtime `spawn` is called from.

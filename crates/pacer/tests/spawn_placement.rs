@@ -116,3 +116,49 @@ fn pinned_to_the_pool_even_inside_a_quota() {
     elastic.shutdown();
     assert!(elastic.snapshot().queue.closed);
 }
+
+#[test]
+fn more_workers_than_cpus_go_to_the_pool_from_the_start() {
+    let script = Script::new();
+    // Rates for 2 CPUs, a runtime of 3 workers: the OS picks which worker runs.
+    let elastic = builder(&script, None).build().unwrap();
+    let rt = elastic
+        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(3))
+        .build()
+        .unwrap();
+    let at_idle = spawned_at_idle(&elastic, &rt);
+    let s = elastic.snapshot();
+    match s.placement_reason {
+        PlacementReason::MoreWorkersThanCpus => {
+            assert_eq!(s.placement, Placement::IdlePool);
+            #[cfg(target_os = "linux")]
+            assert!(at_idle, "on the pool's idle-priority threads");
+        }
+        // Where the OS refuses idle priority the runtime is all there is.
+        PlacementReason::NoIdlePriority | PlacementReason::PoolFailed => {
+            assert_eq!(s.placement, Placement::Runtime);
+            assert!(!at_idle);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn as_many_workers_as_cpus_start_on_the_runtime() {
+    let script = Script::new();
+    let elastic = builder(&script, None).build().unwrap();
+    let rt = runtime(&elastic);
+    assert!(!spawned_at_idle(&elastic, &rt));
+    let s = elastic.snapshot();
+    assert_eq!(s.placement, Placement::Runtime);
+    assert!(
+        matches!(
+            s.placement_reason,
+            PlacementReason::ShortPolls
+                | PlacementReason::NoIdlePriority
+                | PlacementReason::PoolFailed
+        ),
+        "{:?}",
+        s.placement_reason
+    );
+}
