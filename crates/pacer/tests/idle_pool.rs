@@ -6,24 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_ledger_balanced, eventually, must_finish, spin};
+#[cfg(target_os = "linux")]
+use common::this_thread_policy;
+use common::{assert_ledger_balanced, eventually, must_finish, spin, SCHED_IDLE};
 use elastic_cpu_pacer::idle::IdlePriority;
 use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_util::StreamExt;
-
-/// The scheduling policy of the calling thread, from `/proc/thread-self/stat` (field 41), read
-/// independently of how the pool set it. 5 is `SCHED_IDLE`.
-#[cfg(target_os = "linux")]
-fn this_thread_policy() -> u32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    // Fields after the parenthesised command name start at field 3.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    rest.split_whitespace()
-        .nth(41 - 3)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
 
 /// The calling thread's id, from `/proc/thread-self/stat` (field 1).
 #[cfg(target_os = "linux")]
@@ -31,9 +19,6 @@ fn this_thread_id() -> u32 {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
     stat.split_whitespace().next().unwrap().parse().unwrap()
 }
-
-#[cfg(target_os = "linux")]
-const SCHED_IDLE: u32 = 5;
 
 fn foreground(elastic: &Elastic) -> tokio::runtime::Runtime {
     elastic

@@ -7,24 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::eventually;
+use common::{eventually, manual_elastic_on_two_workers, this_thread_policy, SCHED_IDLE};
 use elastic_cpu_pacer::settings::Placement;
 use elastic_cpu_pacer::snapshot::PlacementReason;
-use elastic_cpu_pacer::testing::{ManualClock, Script};
-use elastic_cpu_pacer::Elastic;
-
-/// The scheduling policy of the calling thread (field 41 of `/proc/thread-self/stat`; 5 is
-/// `SCHED_IDLE`).
-#[cfg(target_os = "linux")]
-fn this_thread_policy() -> u32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    rest.split_whitespace()
-        .nth(41 - 3)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
+use elastic_cpu_pacer::testing::ManualClock;
 
 #[cfg(target_os = "linux")]
 #[test]
@@ -32,21 +18,13 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
     let before = common::threads();
     // A manual clock (polls timed on it too), 2 CPUs, no quota (scripted).
     let clock = ManualClock::new();
-    let elastic = Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .script(Script::new())
-        .cpus(2.0)
-        .build()
-        .unwrap();
-    let rt = elastic
-        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
-        .build()
-        .unwrap();
+    let (elastic, rt) = manual_elastic_on_two_workers(&clock);
     let with_rt = common::threads();
     let _in_rt = rt.enter();
     // Short polls: the runtime.
-    let short = elastic.spawn(async { this_thread_policy() == 5 }).unwrap();
+    let short = elastic
+        .spawn(async { this_thread_policy() == SCHED_IDLE })
+        .unwrap();
     assert!(!rt.block_on(short).unwrap(), "ran on the runtime");
     let s = elastic.snapshot();
     match s.placement_reason {
@@ -67,7 +45,7 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
     let long = elastic
         .spawn(async move {
             let mut polls = 0u32;
-            while this_thread_policy() != 5 {
+            while this_thread_policy() != SCHED_IDLE {
                 step.advance(Duration::from_millis(1));
                 polls += 1;
                 tokio::task::yield_now().await;
@@ -101,7 +79,9 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
     );
     // From now on, new work goes to the pool at once: futures, and blocking work to the pool's
     // blocking threads, pacing in the idle class.
-    let at_once = elastic.spawn(async { this_thread_policy() == 5 }).unwrap();
+    let at_once = elastic
+        .spawn(async { this_thread_policy() == SCHED_IDLE })
+        .unwrap();
     assert!(rt.block_on(at_once).unwrap());
     let mut pacer = elastic.pacer();
     let blocking = elastic
@@ -109,7 +89,7 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
             for _ in 0..1000 {
                 pacer.pace_blocking();
             }
-            this_thread_policy() == 5
+            this_thread_policy() == SCHED_IDLE
         })
         .unwrap();
     assert!(rt.block_on(blocking).unwrap());

@@ -12,9 +12,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, must_finish};
+use common::{eventually, manual_elastic_on_two_workers, must_finish};
 use elastic_cpu_pacer::snapshot::PlacementReason;
-use elastic_cpu_pacer::testing::{ManualClock, Script};
+use elastic_cpu_pacer::testing::ManualClock;
 use elastic_cpu_pacer::Elastic;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -36,17 +36,7 @@ struct Setup {
 /// not grant idle priority (nothing moves there).
 fn setup() -> Option<Setup> {
     let clock = ManualClock::new();
-    let elastic = Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .script(Script::new())
-        .cpus(2.0)
-        .build()
-        .unwrap();
-    let rt = elastic
-        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
-        .build()
-        .unwrap();
+    let (elastic, rt) = manual_elastic_on_two_workers(&clock);
     let probe = {
         let _in_rt = rt.enter();
         elastic.spawn(async {}).unwrap()

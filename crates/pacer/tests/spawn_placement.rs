@@ -1,9 +1,12 @@
 //! Where `Elastic::spawn` and `spawn_blocking` run elastic work: pinned by the setting, or by
-//! default on the idle pool without a CPU quota and on the runtime inside one (the quota
-//! scripted, the rest real), the pool's work in the idle class at idle priority, and the pool
-//! shut down with the `Elastic`.
+//! default on the runtime inside a CPU quota and, without one, on the runtime or (with more
+//! workers than CPUs) the idle pool (the quota scripted, the rest real); the pool shut down
+//! with the `Elastic`.
 
 mod common;
+
+#[cfg(target_os = "linux")]
+use common::{this_thread_policy, SCHED_IDLE};
 
 use std::time::Duration;
 
@@ -11,19 +14,6 @@ use elastic_cpu_pacer::settings::Placement;
 use elastic_cpu_pacer::snapshot::PlacementReason;
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, ElasticBuilder};
-
-/// The scheduling policy of the calling thread (field 41 of `/proc/thread-self/stat`; 5 is
-/// `SCHED_IDLE`).
-#[cfg(target_os = "linux")]
-fn this_thread_policy() -> u32 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    rest.split_whitespace()
-        .nth(41 - 3)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
 
 /// A manual clock, 2 CPUs, the environment scripted (no quota unless `quota`).
 fn builder(script: &Script, quota: Option<f64>) -> ElasticBuilder {
@@ -49,7 +39,7 @@ fn spawned_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
     let task = elastic
         .spawn(async {
             #[cfg(target_os = "linux")]
-            return this_thread_policy() == 5;
+            return this_thread_policy() == SCHED_IDLE;
             #[cfg(not(target_os = "linux"))]
             false
         })

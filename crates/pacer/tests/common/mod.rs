@@ -141,6 +141,42 @@ pub fn spin(d: Duration) {
     }
 }
 
+/// `SCHED_IDLE` as `/proc/thread-self/stat` reports a thread's policy.
+pub const SCHED_IDLE: u32 = 5;
+
+/// The scheduling policy of the calling thread, from `/proc/thread-self/stat` (field 41), read
+/// independently of how the library set it.
+#[cfg(target_os = "linux")]
+pub fn this_thread_policy() -> u32 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    // Fields after the parenthesised command name start at field 3.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace()
+        .nth(41 - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// An `Elastic` for 2 CPUs on a manual clock (polls timed on it too), no quota (scripted), and
+/// a 2-worker runtime built through it.
+pub fn manual_elastic_on_two_workers(
+    clock: &ManualClock,
+) -> (elastic_cpu_pacer::Elastic, tokio::runtime::Runtime) {
+    let elastic = elastic_cpu_pacer::Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .script(elastic_cpu_pacer::testing::Script::new())
+        .cpus(2.0)
+        .build()
+        .unwrap();
+    let rt = elastic
+        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+        .build()
+        .unwrap();
+    (elastic, rt)
+}
+
 /// Threads alive in this process (Linux). Thread names are not reliable in every sandbox, so
 /// tests count threads: everything they started must be gone at the end.
 #[cfg(target_os = "linux")]
