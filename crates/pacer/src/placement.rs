@@ -124,12 +124,22 @@ impl Placer {
         #[cfg(not(feature = "idle-pool"))]
         return (Placement::Runtime, PlacementReason::NoIdlePool);
         #[cfg(feature = "idle-pool")]
-        match self.lock().placement {
+        self.now(self.lock().placement)
+            .unwrap_or((Placement::Auto, PlacementReason::Undecided))
+    }
+
+    /// Where elastic work goes now, from what the first spawn decided: a runtime watched for
+    /// long polls sends it to the pool once they are most of its time.
+    #[cfg(feature = "idle-pool")]
+    fn now(
+        &self,
+        decided: Option<(Placement, PlacementReason)>,
+    ) -> Option<(Placement, PlacementReason)> {
+        match decided {
             Some((_, PlacementReason::ShortPolls)) if self.long_polls.mostly() => {
-                (Placement::IdlePool, PlacementReason::LongPolls)
+                Some((Placement::IdlePool, PlacementReason::LongPolls))
             }
-            Some(decided) => decided,
-            None => (Placement::Auto, PlacementReason::Undecided),
+            other => other,
         }
     }
 
@@ -148,9 +158,12 @@ impl Placer {
             d.pool = pool;
             d.placement = Some((placement, reason));
         }
-        let watching = matches!(d.placement, Some((_, PlacementReason::ShortPolls)));
+        let watching = matches!(
+            self.now(d.placement),
+            Some((_, PlacementReason::ShortPolls))
+        );
         match &d.pool {
-            Some(_) if watching && !self.long_polls.mostly() => spawn(Route::Watch),
+            Some(_) if watching => spawn(Route::Watch),
             Some(pool) => spawn(Route::Pool(pool)),
             None => spawn(Route::Runtime),
         }

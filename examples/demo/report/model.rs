@@ -342,6 +342,20 @@ fn fmt_x(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into())
 }
 
+/// The bar `{name} fg p99 <= 1.5x baseline`: what it says, the ratio, and whether it holds.
+fn within_baseline(
+    name: &str,
+    p99: Option<f64>,
+    base: Option<f64>,
+) -> (String, String, Option<bool>) {
+    let r = ratio(p99, base);
+    (
+        format!("{name} fg p99 <= 1.5x baseline"),
+        fmt_x(r),
+        r.map(|r| r <= 1.5),
+    )
+}
+
 /// The whole report.
 pub struct Report {
     pub machine: Machine,
@@ -389,6 +403,19 @@ impl Report {
         self.phases
             .iter()
             .find(|p| p.name == name && p.env == env && p.ran())
+    }
+
+    /// The phases a bar judges, by name: `default` only where it ran (runs from before it
+    /// existed have none), the others as found or not.
+    fn judged<'a>(
+        &'a self,
+        env: Env,
+        names: &'a [&'a str],
+    ) -> impl Iterator<Item = (&'a str, Option<&'a PhaseResult>)> + 'a {
+        names.iter().filter_map(move |&name| {
+            let p = self.find(env, name);
+            (name != "default" || p.is_some()).then_some((name, p))
+        })
     }
 
     /// The environments that ran, in run order.
@@ -441,23 +468,11 @@ impl Report {
             r.map(|r| r >= 3.0),
         );
         // The same-runtime bars hold for `default` (the quick start's path) as for `paced`.
-        for name in ["paced", "paced-idle", "default"] {
-            let p = self.find(env, name);
-            if name == "default" && p.is_none() {
-                continue;
-            }
-            let r = ratio(p99(p), p99(b));
-            bar(
-                format!("{name} fg p99 <= 1.5x baseline"),
-                fmt_x(r),
-                r.map(|r| r <= 1.5),
-            );
+        for (name, p) in self.judged(env, &["paced", "paced-idle", "default"]) {
+            let (what, value, pass) = within_baseline(name, p99(p), p99(b));
+            bar(what, value, pass);
         }
-        for name in ["paced", "default"] {
-            let p = self.find(env, name);
-            if name == "default" && p.is_none() {
-                continue;
-            }
+        for (name, p) in self.judged(env, &["paced", "default"]) {
             let r = ratio(p.map(|p| p.rows_per_sec), u.map(|u| u.rows_per_sec));
             bar(
                 format!("{name} rows/s >= 0.6x unthrottled"),
@@ -473,11 +488,7 @@ impl Report {
         }
         // And the idle-priority bars for `default` as for `paced-idle`: on a bare host the quick
         // start's path should do what the kernel's idle priority does.
-        for name in ["paced-idle", "default"] {
-            let pi = self.find(env, name);
-            if name == "default" && pi.is_none() {
-                continue;
-            }
+        for (name, pi) in self.judged(env, &["paced-idle", "default"]) {
             let r = ratio(p99(pi), p99(ir));
             bar(
                 format!("{name} fg p99 <= 1.1x idle-runtime"),
@@ -517,17 +528,9 @@ impl Report {
             fmt_x(r),
             r.map(|r| r >= 5.0),
         );
-        for name in ["paced", "paced-idle", "default"] {
-            let p = self.find(env, name);
-            if name == "default" && p.is_none() {
-                continue;
-            }
-            let r = ratio(p99(p), p99(b));
-            bar(
-                format!("{name} fg p99 <= 1.5x baseline"),
-                fmt_x(r),
-                r.map(|r| r <= 1.5),
-            );
+        for (name, p) in self.judged(env, &["paced", "paced-idle", "default"]) {
+            let (what, value, pass) = within_baseline(name, p99(p), p99(b));
+            bar(what, value, pass);
             let base = b.and_then(|b| b.process_cpus);
             let cpu = match (p.and_then(|p| p.process_cpus), base, quota) {
                 (Some(c), Some(base), Some(q)) if q > base => {
