@@ -60,7 +60,7 @@ impl Kind {
 const ABOUT: &str = "\
 Connection storms: a loopback service whose established connections carry ~50 us requests at a
 steady rate, and a population of connecting clients (a separate process) whose every setup costs
-~1 ms of server CPU (an iterated hash); clients that get no answer within their timeout drop the
+a TLS 1.3 handshake and a SCRAM-SHA-256 password check (a few ms of server CPU); clients that get no answer within their timeout drop the
 connection and reconnect at once. The population steps up to ~10x what the machine can set up per
 second, the foreground rate rises 1.5x halfway through the storm, then both step back down.
 Prints a line a second and a summary, writes a JSON and an HTML report.";
@@ -102,10 +102,16 @@ pub struct Args {
     /// foreground share of the machine's CPU at calm when --rate is not given
     #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
     pub fg_load: f64,
-    /// server CPU per connection setup in microseconds
+    /// what a connection setup is: `tls` (a TLS 1.3 handshake with rustls, then a SCRAM-SHA-256
+    /// exchange whose server side derives the password's key with PBKDF2 at 4096 iterations),
+    /// or `hash` (a synthetic setup: --setup-us of an iterated hash in --chunk-us chunks)
+    #[arg(long, value_name = "KIND", default_value = "tls", value_parser = ["tls", "hash"])]
+    pub setup: String,
+    /// --setup hash: server CPU per connection setup in microseconds
     #[arg(long, value_name = "N", default_value = "1000", value_parser = positive)]
     pub setup_us: f64,
-    /// CPU per hash chunk in microseconds (the setup yields or paces between chunks)
+    /// --setup hash: CPU per hash chunk in microseconds (the setup yields or paces between
+    /// chunks)
     #[arg(long, value_name = "N", default_value = "50", value_parser = positive)]
     pub chunk_us: f64,
     /// a connecting client's timeout in milliseconds
@@ -133,6 +139,18 @@ pub struct Args {
     /// the gate's deadline in milliseconds: longest wait before a setup starts
     #[arg(long, value_name = "N", default_value = "250", value_parser = at_least_1_u64)]
     pub gate_deadline_ms: u64,
+    /// how the connecting clients retry: `eager` (reconnect at once after a timeout, wait exactly
+    /// the server's hint after a refusal) or `polite` (the library's `RetryBudget`: the hint with
+    /// jitter, backoff after a timeout, attempts held locally once they exceed 2x the accepted
+    /// ones over 10 s)
+    #[arg(long, value_name = "KIND", default_value = "eager", value_parser = ["eager", "polite"])]
+    pub clients: String,
+    /// gated phase: where admitted TLS setups run: `idle` (the library's idle-priority pool, for
+    /// setups that are long library calls on a bare host: the OS cuts a call whenever the
+    /// foreground needs the core) or `runtime` (the service's own workers, where the quantum
+    /// cannot cut a call and the gate's holder cap is all that keeps a worker free)
+    #[arg(long, value_name = "WHERE", default_value = "idle", value_parser = ["idle", "runtime"])]
+    pub gate_setups: String,
     /// the gate's queue bound
     #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
     pub gate_queue: usize,

@@ -2,10 +2,14 @@
 //! re-executed with an environment variable), as clients on other machines would be: their
 //! sockets do not count against the service's file limit and their timers are their own.
 //!
-//! Each client loops: connect, say hello, wait for the answer within its timeout; set up: send
+//! Each client loops: connect, say hello, wait for the answer within its timeout (with TLS
+//! setups, an answer to go ahead is followed by the client's side of the TLS handshake and of
+//! SCRAM, then the answer proper, inside TLS); set up: send
 //! a few requests, disconnect, think (exponential, mean `think`), again; no answer in time:
 //! drop the connection and reconnect at once (the churn loop); rejected: wait the server's
-//! retry-after hint, then retry. Closed-loop clients (the capacity phase) have no timeout and
+//! retry-after hint, then retry. `--clients polite` retries through the library's
+//! `RetryBudget` instead: the hint with jitter, backoff after a timeout, and attempts held
+//! locally once they exceed twice the accepted ones. Closed-loop clients (the capacity phase) have no timeout and
 //! no think time.
 //!
 //! The process runs at normal priority: it shares the service's two cores, so the clients'
@@ -16,39 +20,50 @@
 //! The parent sets the population with lines `pop N` on the child's stdin; the child prints
 //! its running totals each second on stdout: `ok timeouts rejects errors`.
 
+use crate::handshake::ClientSide;
 use crate::server::{ANSWER, HELLO, REQ};
 use crate::setup::wall_ns;
+use elastic_cpu::gate::{Attempt, RetryBudget};
 use elastic_cpu_examples::cpu_time::cpu_of;
 use elastic_cpu_examples::fg::exp;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const VAR: &str = "ELASTIC_CPU_STORM_CLIENTS";
 
 /// How the clients behave.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Params {
     pub addr: SocketAddr,
     /// None: closed loop (no timeout, no think time).
     pub timeout: Option<Duration>,
     pub think: Duration,
     pub requests: u32,
+    /// TLS setups: the server certificate to trust (DER).
+    pub cert: Option<Vec<u8>>,
+    /// Retry through the library's `RetryBudget` (one per client process, as one per
+    /// connection pool) instead of at once.
+    pub polite: bool,
 }
 
 impl Params {
     fn encode(&self) -> String {
+        let cert = self.cert.as_ref().map_or("-".to_string(), |c| {
+            c.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        });
         format!(
-            "{} {} {} {}",
+            "{} {} {} {} {cert} {}",
             self.addr,
             self.timeout.map_or(0, |t| t.as_micros() as u64),
             self.think.as_micros(),
-            self.requests
+            self.requests,
+            u8::from(self.polite)
         )
     }
 
@@ -60,6 +75,16 @@ impl Params {
             timeout: us(1).filter(|&t| t > 0).map(Duration::from_micros),
             think: Duration::from_micros(us(2)?),
             requests: us(3)? as u32,
+            cert: match *v.get(4)? {
+                "-" => None,
+                hex => Some(
+                    (0..hex.len())
+                        .step_by(2)
+                        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                        .collect::<Option<Vec<u8>>>()?,
+                ),
+            },
+            polite: us(5)? == 1,
         })
     }
 }
@@ -150,8 +175,12 @@ struct Counts {
     errors: AtomicU64,
 }
 
+/// A set-up connection: plain TCP (hash setups) or TLS over it.
+trait Conn: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Conn for T {}
+
 enum Outcome {
-    SetUp(TcpStream),
+    SetUp(Box<dyn Conn>),
     Rejected(Duration),
     Failed,
 }
@@ -180,6 +209,16 @@ pub fn run(p: Params) -> ! {
             eprintln!("client runtime: {e}");
             std::process::exit(1)
         });
+    let tls = p.cert.as_ref().map(|c| {
+        Arc::new(ClientSide::new(c).unwrap_or_else(|e| {
+            eprintln!("client TLS: {e}");
+            std::process::exit(1)
+        }))
+    });
+    let budget = p.polite.then(|| {
+        let b = RetryBudget::new(2.0, Duration::from_secs(10), p.addr.port() as u64);
+        Arc::new(Mutex::new(b.expect("valid settings")))
+    });
     rt.block_on(async move {
         let counts = Arc::new(Counts::default());
         let c = counts.clone();
@@ -208,14 +247,38 @@ pub fn run(p: Params) -> ! {
             }
             while tasks.len() < n {
                 next_id += 1;
-                tasks.push(tokio::spawn(client(next_id, p, counts.clone())));
+                tasks.push(tokio::spawn(client(
+                    next_id,
+                    p.clone(),
+                    tls.clone(),
+                    budget.clone(),
+                    counts.clone(),
+                )));
             }
         }
     });
     std::process::exit(0)
 }
 
-async fn client(id: u64, p: Params, counts: Arc<Counts>) {
+/// The process's retry budget, shared by its clients.
+type Budget = Option<Arc<Mutex<RetryBudget>>>;
+
+async fn client(
+    id: u64,
+    p: Params,
+    tls: Option<Arc<ClientSide>>,
+    budget: Budget,
+    counts: Arc<Counts>,
+) {
+    let start = Instant::now();
+    let with_budget = |f: &mut dyn FnMut(&mut RetryBudget, Duration) -> Duration| {
+        budget.as_ref().map(|b| {
+            f(
+                &mut b.lock().unwrap_or_else(|e| e.into_inner()),
+                start.elapsed(),
+            )
+        })
+    };
     let mut rng = fastrand::Rng::with_seed(id);
     // New clients arrive spread over a think time, not all in one instant.
     if p.timeout.is_some() {
@@ -223,10 +286,18 @@ async fn client(id: u64, p: Params, counts: Arc<Counts>) {
         tokio::time::sleep(Duration::from_secs_f64(d)).await;
     }
     loop {
+        let hold = with_budget(&mut |b, now| match b.attempt(now) {
+            Attempt::Go => Duration::ZERO,
+            Attempt::Hold(wait) => wait,
+        });
+        if let Some(wait) = hold.filter(|w| !w.is_zero()) {
+            tokio::time::sleep(wait).await;
+            continue;
+        }
         let gives_up = p
             .timeout
             .map_or(u64::MAX, |t| wall_ns() + t.as_nanos() as u64);
-        let attempt = attempt(p.addr, gives_up, id);
+        let attempt = attempt(p.addr, gives_up, id, tls.as_deref());
         let outcome = match p.timeout {
             Some(t) => tokio::time::timeout(t, attempt).await.ok(),
             None => Some(attempt.await),
@@ -234,6 +305,7 @@ async fn client(id: u64, p: Params, counts: Arc<Counts>) {
         match outcome {
             Some(Outcome::SetUp(mut s)) => {
                 counts.ok.fetch_add(1, Ordering::Relaxed);
+                with_budget(&mut |b, now| b.accepted(now));
                 let t = p.timeout.unwrap_or(Duration::from_secs(10));
                 let _ = tokio::time::timeout(t, session(&mut s, p.requests)).await;
                 drop(s);
@@ -244,21 +316,26 @@ async fn client(id: u64, p: Params, counts: Arc<Counts>) {
             }
             Some(Outcome::Rejected(wait)) => {
                 counts.rejects.fetch_add(1, Ordering::Relaxed);
+                let wait = with_budget(&mut |b, now| b.refused(now, Some(wait))).unwrap_or(wait);
                 tokio::time::sleep(wait).await;
             }
             Some(Outcome::Failed) => {
                 counts.errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                let wait = with_budget(&mut |b, now| b.failed(now));
+                tokio::time::sleep(wait.unwrap_or(Duration::from_millis(10))).await;
             }
             // Timed out: the connection is dropped with the future; reconnect at once.
             None => {
                 counts.timeouts.fetch_add(1, Ordering::Relaxed);
+                if let Some(wait) = with_budget(&mut |b, now| b.failed(now)) {
+                    tokio::time::sleep(wait).await;
+                }
             }
         }
     }
 }
 
-async fn attempt(addr: SocketAddr, gives_up: u64, id: u64) -> Outcome {
+async fn attempt(addr: SocketAddr, gives_up: u64, id: u64, tls: Option<&ClientSide>) -> Outcome {
     let Ok(mut s) = TcpStream::connect(addr).await else {
         return Outcome::Failed;
     };
@@ -276,9 +353,19 @@ async fn attempt(addr: SocketAddr, gives_up: u64, id: u64) -> Outcome {
     if s.read_exact(&mut a).await.is_err() {
         return Outcome::Failed;
     }
-    match a[0] {
-        b'O' => Outcome::SetUp(s),
-        b'R' => {
+    match (a[0], tls) {
+        (b'O', None) => Outcome::SetUp(Box::new(s)),
+        // Go ahead with TLS: the setup proper, then the answer inside TLS.
+        (b'S', Some(tls)) => {
+            let Ok(mut s) = tls.connect(s).await else {
+                return Outcome::Failed;
+            };
+            match s.read_exact(&mut a).await {
+                Ok(_) if a[0] == b'O' => Outcome::SetUp(Box::new(s)),
+                _ => Outcome::Failed,
+            }
+        }
+        (b'R', _) => {
             let ms = u32::from_le_bytes(a[1..].try_into().expect("4 bytes"));
             Outcome::Rejected(Duration::from_millis(ms as u64))
         }
@@ -286,7 +373,7 @@ async fn attempt(addr: SocketAddr, gives_up: u64, id: u64) -> Outcome {
     }
 }
 
-async fn session(s: &mut TcpStream, requests: u32) {
+async fn session(s: &mut Box<dyn Conn>, requests: u32) {
     let mut r = [0u8; REQ];
     for i in 0..requests {
         r[..4].copy_from_slice(&i.to_le_bytes());

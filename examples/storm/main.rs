@@ -15,6 +15,7 @@
 
 mod args;
 mod clients;
+mod handshake;
 mod phase;
 mod report;
 mod server;
@@ -26,15 +27,22 @@ use elastic_cpu_examples::pauses::Pauses;
 use elastic_cpu_examples::stats::mean;
 use elastic_cpu_examples::{fg, spin};
 use report::Report;
-use setup::SetupCost;
+use setup::{Setup, SetupCost};
 use std::time::{Duration, Instant};
+
+impl Ctx {
+    /// CPUs of this machine.
+    fn cpus(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+}
 
 /// Everything the phases share.
 struct Ctx {
     args: Args,
     /// Foreground requests per second at calm.
     rate: f64,
-    cost: SetupCost,
+    setup: Setup,
     run_start: Instant,
     pauses: Pauses,
     /// Setups per second measured by the capacity phases so far (mean).
@@ -49,17 +57,31 @@ fn main() {
     let args = Args::from_env();
     install_ctrl_c("storm-ctrl-c", || {});
     spin::calibrate_spin();
-    let cost = SetupCost::calibrate(args.setup_us, args.chunk_us);
-    eprintln!(
-        "setup: {} chunks of {} hash rounds, {:.0} us of CPU each ({:.0} us per setup)",
-        cost.chunks,
-        cost.iters,
-        cost.chunk_us,
-        cost.setup_ns() as f64 / 1e3
-    );
+    let setup = if args.setup == "hash" {
+        let cost = SetupCost::calibrate(args.setup_us, args.chunk_us);
+        eprintln!(
+            "setup: {} chunks of {} hash rounds, {:.0} us of CPU each ({:.0} us per setup)",
+            cost.chunks,
+            cost.iters,
+            cost.chunk_us,
+            cost.setup_ns() as f64 / 1e3
+        );
+        Setup::Hash(cost)
+    } else {
+        let setup = Setup::tls().unwrap_or_else(|e| {
+            eprintln!("TLS setup: {e}");
+            std::process::exit(1)
+        });
+        eprintln!(
+            "setup: TLS 1.3 (ECDSA P-256, X25519) + SCRAM-SHA-256 (PBKDF2, {} iterations): {:.0} us of server CPU",
+            handshake::ITERATIONS,
+            setup.cpu().as_secs_f64() * 1e6
+        );
+        setup
+    };
     let mut ctx = Ctx {
         rate: 0.0,
-        cost,
+        setup,
         run_start: Instant::now(),
         pauses: Pauses::start(),
         capacity: None,

@@ -6,7 +6,7 @@ use crate::args::Kind;
 use crate::clients::{Clients, Params};
 use crate::report::{Point, Report, Segment};
 use crate::server::{self, Admission, Crowd, Service};
-use crate::setup::{Ledger, Totals};
+use crate::setup::{Ledger, Setup, Totals};
 use crate::Ctx;
 use elastic_cpu::gate::GateSettings;
 use elastic_cpu::Elastic;
@@ -94,6 +94,12 @@ pub fn run(ctx: &Ctx, kind: Kind, round: usize, rep: &mut Report) -> Segment {
     seg
 }
 
+/// Whether the phase runs its setups on the idle pool: the gated phase's TLS setups, unless
+/// `--gate-setups runtime`.
+fn on_idle_pool(ctx: &Ctx, kind: Kind) -> bool {
+    matches!(ctx.setup, Setup::Tls { .. }) && kind == Kind::Gated && ctx.args.gate_setups == "idle"
+}
+
 fn admission(
     ctx: &Ctx,
     kind: Kind,
@@ -113,7 +119,7 @@ fn admission(
             let settings = GateSettings::new()
                 .deadline(deadline)
                 .max_queue(a.gate_queue)
-                .setup_cost(Duration::from_nanos(ctx.cost.setup_ns()));
+                .setup_cost(ctx.setup.cpu());
             let gate = elastic
                 .connection_gate(settings)
                 .map_err(|e| format!("gate: {e}"))?;
@@ -155,12 +161,19 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
     let seed = a.seed.wrapping_add(seg.start_ms);
     let lg = LoadGen::start(fg_addr, rate.clone(), a.fg.conns, stats.clone(), seed)?;
 
+    let idle = if on_idle_pool(ctx, kind) {
+        let pool = elastic.idle_runtime(ctx.cpus());
+        Some(pool.map_err(|e| format!("idle pool: {e}"))?)
+    } else {
+        None
+    };
     let (svc, mut clients) = if kind == Kind::Calm {
         (None, None)
     } else {
         let svc = Arc::new(Service {
+            setup_pool: idle.as_ref().map(|p| p.handle().clone()),
             admission: admission(ctx, kind, &elastic, seg)?,
-            cost: ctx.cost,
+            setup: ctx.setup.clone(),
             work_us: a.fg.work_us,
             ledger: Ledger::default(),
             client_timeout: Duration::from_millis(a.timeout_ms),
@@ -171,6 +184,8 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             timeout: (kind != Kind::Capacity).then(|| Duration::from_millis(a.timeout_ms)),
             think: Duration::from_millis(a.think_ms),
             requests: a.requests,
+            cert: ctx.setup.cert().map(<[u8]>::to_vec),
+            polite: a.clients == "polite",
         };
         let mut c = Clients::start(p)?;
         if kind == Kind::Capacity {
@@ -341,6 +356,9 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
     seg.unanswered = lg.stop_and_drain(Duration::from_secs(3));
     drop(clients);
     rt.shutdown_timeout(Duration::from_secs(3));
+    if let Some(idle) = idle {
+        idle.shutdown_timeout(Duration::from_secs(3));
+    }
     drop(elastic);
 
     if let Some(m) = mark {

@@ -1,14 +1,16 @@
 //! The service's setup port: accept, admit (or not, depending on the phase; a refusal is
-//! answered on the spot), read the client's hello, run the setup's hash, answer, then serve
-//! the session's few requests.
+//! answered on the spot), read the client's hello, run the setup (TLS and SCRAM, or the hash),
+//! answer, then serve the session's few requests.
 //!
 //! Wire format. Client to server: a 16-byte hello (the client's give-up time in ns of wall
 //! clock, its id), later 8-byte requests. Server to client: a 5-byte answer (`O` for set up, or
-//! `R` and a retry-after hint in ms as u32 LE), later 8-byte replies. The hello carries the
+//! `R` and a retry-after hint in ms as u32 LE), later 8-byte replies. With TLS setups the
+//! hello is answered `S` (go ahead, as PostgreSQL answers an SSLRequest) once admitted; the
+//! TLS handshake and SCRAM follow, then the `O` and the session inside TLS. The hello carries the
 //! give-up time only so the ledger can tell wasted setups from useful ones: no admission
 //! decision reads it (a real server does not know its clients' timeouts).
 
-use crate::setup::{hash_chunk, wall_ns, Ledger, SetupCost};
+use crate::setup::{hash_chunk, wall_ns, CpuTimed, Ledger, Setup};
 use elastic_cpu::gate::{ConnectionGate, RejectReason, Rejected, SetupPermit};
 use elastic_cpu_examples::spin::spin_us;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -20,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 pub const HELLO: usize = 16;
@@ -111,7 +113,9 @@ fn static_hint(rate: f64, pressure: &AtomicU64) -> Duration {
 /// Everything a setup-port connection needs.
 pub struct Service {
     pub admission: Admission,
-    pub cost: SetupCost,
+    pub setup: Setup,
+    /// Where TLS setups run, if not on the service's own workers (the idle pool's runtime).
+    pub setup_pool: Option<tokio::runtime::Handle>,
     pub work_us: f64,
     pub ledger: Ledger,
     /// The clients' timeout, only to tell from a hello how old the attempt is (for the
@@ -255,7 +259,7 @@ fn answer_bytes(tag: u8, ms: u32) -> [u8; ANSWER] {
     a
 }
 
-async fn answer(sock: &mut TcpStream, tag: u8, ms: u32) -> bool {
+async fn answer<S: AsyncWrite + Unpin>(sock: &mut S, tag: u8, ms: u32) -> bool {
     sock.write_all(&answer_bytes(tag, ms)).await.is_ok()
 }
 
@@ -278,7 +282,6 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>, admit: Admit) {
         Ledger::add(&l.hellos, 1);
         Ledger::add(&l.hello_age_ns, wall_ns().saturating_sub(started));
     }
-    let cost = svc.cost;
     let permit = match admit {
         Admit::Now => None,
         Admit::Permit(p) => Some(p),
@@ -295,37 +298,81 @@ async fn connection(mut sock: TcpStream, svc: Arc<Service>, admit: Admit) {
             }
         },
     };
-    // Open and static run the same cooperative hash as the gated phase (a yield where the
-    // gate paces), so only admission differs between the phases.
-    match permit {
-        Some(mut permit) => {
-            for i in 0..cost.chunks {
-                hash_chunk(seed ^ i as u64, cost.iters);
-                permit.pace().await;
+    // Every phase runs the same setup, paced by the permit where there is one, so only
+    // admission differs between the phases.
+    match &svc.setup {
+        Setup::Tls { server, .. } => {
+            if !answer(&mut sock, b'S', 0).await {
+                Ledger::add(&l.gone, 1);
+                return;
+            }
+            let server = server.clone();
+            let setup = async move {
+                let mut s = server.acceptor.accept(sock).await?;
+                server.scram(&mut s).await.map(|()| s)
+            };
+            let run = async move {
+                match permit {
+                    Some(p) => p.run(CpuTimed::new(setup)).await,
+                    None => CpuTimed::new(setup).await,
+                }
+            };
+            let (stream, cpu) = match &svc.setup_pool {
+                Some(pool) => match pool.spawn(run).await {
+                    Ok(done) => done,
+                    Err(_) => return,
+                },
+                None => run.await,
+            };
+            if let (true, Ok(s)) = (settle(l, gives_up_ns, cpu, stream.is_ok()), stream) {
+                serve(s, &svc).await;
             }
         }
-        None => {
-            for i in 0..cost.chunks {
-                hash_chunk(seed ^ i as u64, cost.iters);
-                tokio::task::yield_now().await;
+        Setup::Hash(cost) => {
+            let cost = *cost;
+            let mut permit = permit;
+            let (_, cpu) = CpuTimed::new(async {
+                for i in 0..cost.chunks {
+                    hash_chunk(seed ^ i as u64, cost.iters);
+                    match &mut permit {
+                        Some(p) => p.pace().await,
+                        None => tokio::task::yield_now().await,
+                    }
+                }
+            })
+            .await;
+            drop(permit);
+            if settle(l, gives_up_ns, cpu, true) {
+                serve(sock, &svc).await;
             }
         }
     }
-    if wall_ns() > gives_up_ns {
+}
+
+/// Book a finished setup: wasted (its client gave up, or broke it off midway) or completed.
+/// True when the session goes on.
+fn settle(l: &Ledger, gives_up_ns: u64, cpu: Duration, ok: bool) -> bool {
+    let ns = cpu.as_nanos() as u64;
+    if !ok || wall_ns() > gives_up_ns {
         Ledger::add(&l.wasted, 1);
-        Ledger::add(&l.wasted_ns, cost.setup_ns());
-        return;
+        Ledger::add(&l.wasted_ns, ns);
+        return false;
     }
     Ledger::add(&l.completed, 1);
-    Ledger::add(&l.useful_ns, cost.setup_ns());
+    Ledger::add(&l.useful_ns, ns);
+    true
+}
+
+/// Answer the set-up client and serve its session's requests.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut sock: S, svc: &Service) {
     if !answer(&mut sock, b'O', 0).await {
         return;
     }
     let mut req = [0u8; REQ];
     while sock.read_exact(&mut req).await.is_ok() {
         spin_us(svc.work_us);
-        Ledger::add(&l.requests, 1);
-        if sock.write_all(&req).await.is_err() {
+        Ledger::add(&svc.ledger.requests, 1);
+        if sock.write_all(&req).await.is_err() || sock.flush().await.is_err() {
             break;
         }
     }

@@ -551,6 +551,11 @@ impl<C: Clock> GateQueue<C> {
         })
     }
 
+    /// The queue's clock now.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.shared.now())
+    }
+
     /// The longest wait since the last call: finished waits, or the longest-waiting attempt
     /// still queued, whichever is longer.
     pub fn take_longest_wait(&self) -> Duration {

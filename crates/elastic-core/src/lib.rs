@@ -54,6 +54,7 @@ mod handle;
 mod line;
 mod queue;
 mod recent_low;
+mod retry;
 mod shared;
 mod sync;
 mod tally;
@@ -69,3 +70,4 @@ pub use gate::{
 };
 pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
+pub use retry::{Attempt, RetryBudget};

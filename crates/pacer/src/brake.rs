@@ -33,8 +33,9 @@ pub(crate) enum Change {
     Keep,
     /// The brake engages: pause the queue, tell holders to give back their grants.
     Engage,
-    /// The brake releases: resume the queue.
-    Release,
+    /// The brake releases after it `lasted`, because the backlog drained or, `spent`, it
+    /// reached its longest: resume the queue.
+    Release { lasted: Duration, spent: bool },
 }
 
 /// The brake's state machine. It decides; the governor applies the [`Change`] to the queue.
@@ -91,10 +92,14 @@ impl Brake {
                     self.disarmed_until = now + BRAKE_MAX * COOLDOWN_FACTOR;
                 }
                 self.engaged_at = None;
-                self.total += now.saturating_sub(at);
+                let lasted = now.saturating_sub(at);
+                self.total += lasted;
                 // Alarms seen while braked are accounted for; only a new one brakes again.
                 let _ = probe.take_alarm();
-                Change::Release
+                Change::Release {
+                    lasted,
+                    spent: !quiet,
+                }
             }
         }
     }

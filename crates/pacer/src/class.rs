@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use elastic_cpu_core::{rate_for, StepController};
 
+use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::Overhead;
 use crate::record::{ClassKind, ClassRecord};
+use crate::trace;
 
 /// The queue of one class as the governor drives it.
 pub(crate) trait ClassQueue: Send + Sync {
@@ -40,6 +42,10 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn export(&self) {}
     /// The governor is gone: nothing waits for a grant that cannot come.
     fn close(&self);
+    /// What the class's adapters or permits count of polls too long to cut, if they do.
+    fn long_polls(&self) -> Option<&LongPolls> {
+        None
+    }
 }
 
 /// How a class's share is decided.
@@ -118,6 +124,11 @@ pub(crate) struct Policy {
     pub(crate) measured: bool,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
+    /// Once its time comes mostly in long polls, the holder cap rounds down: at most
+    /// `floor(share × cpus)` grants (at least one). A call the quantum cannot cut holds a
+    /// runtime worker for all of it, so holders rounded up could take every worker at once and
+    /// leave the foreground none. Off for elastic work: its long polls move to the idle pool.
+    pub(crate) whole_workers: bool,
 }
 
 /// What every class's rate depends on this tick.
@@ -146,6 +157,10 @@ pub(crate) struct Class {
     waited: bool,
     /// Why it is held back now ([`Hold`] bits).
     held: u8,
+    /// Whether its time came mostly in long polls (for classes that count them).
+    long_watch: LongPollWatch,
+    /// The share last reported to `tracing`.
+    reported: f64,
 }
 
 impl Class {
@@ -157,6 +172,7 @@ impl Class {
         floor: f64,
     ) -> Class {
         let charged = queue.upgrade().map_or(Duration::ZERO, |q| q.charged());
+        let limit_share = limit.share();
         Class {
             kind,
             applied: limit.share(),
@@ -169,6 +185,8 @@ impl Class {
             used_cpus: 0.0,
             waited: false,
             held: 0,
+            long_watch: LongPollWatch::new(),
+            reported: limit_share,
         }
     }
 
@@ -188,14 +206,18 @@ impl Class {
         self.used_cpus
     }
 
-    /// Read what the class was charged since the last tick; returns it.
-    pub(crate) fn measure(&mut self, period: Duration) -> Duration {
+    /// Read what the class was charged since the last tick (and how much of it came in long
+    /// polls, over a window of `intervals` ticks); returns it.
+    pub(crate) fn measure(&mut self, period: Duration, intervals: usize) -> Duration {
         let Some(queue) = self.queue() else {
             return Duration::ZERO;
         };
         let now = queue.charged();
         let ran = now.saturating_sub(self.charged);
         self.charged = now;
+        if let Some(polls) = queue.long_polls() {
+            self.long_watch.tick(polls, ran, intervals);
+        }
         let secs = period.as_secs_f64();
         self.used_cpus = if secs > 0.0 {
             ran.as_secs_f64() / secs
@@ -217,7 +239,11 @@ impl Class {
         let queue = self.queue()?;
         self.waited = queue.tick();
         if !frozen {
-            self.limit.step(signal, period, self.waited);
+            let to = self.limit.step(signal, period, self.waited);
+            if (to - self.reported).abs() >= trace::SHARE_STEP {
+                trace::share_moved(self.kind, self.reported, to, signal);
+                self.reported = to;
+            }
         }
         Some(self.waited || queue.steering())
     }
@@ -261,7 +287,9 @@ impl Class {
         };
         queue.set_rate(rate);
         if self.policy.cap_holders {
-            queue.set_holder_cap(holder_cap(self.applied, rates.cpus));
+            let whole =
+                self.policy.whole_workers && queue.long_polls().is_some_and(LongPolls::mostly);
+            queue.set_holder_cap(holder_cap(self.applied, rates.cpus, whole));
         }
     }
 
@@ -325,10 +353,15 @@ impl Drop for Class {
     }
 }
 
-/// The CPUs `share` of `cpus` pays for, rounded up, at least 1: the most grants a class needs
-/// at once to use its share.
-pub(crate) fn holder_cap(share: f64, cpus: f64) -> usize {
-    let c = (share * cpus).ceil();
+/// The CPUs `share` of `cpus` pays for, rounded up (or down, for `whole` workers), at least 1:
+/// the most grants a class needs at once to use its share.
+pub(crate) fn holder_cap(share: f64, cpus: f64, whole: bool) -> usize {
+    let c = if whole {
+        // A hair under a whole CPU still pays for it (a share of 0.9999 on one CPU).
+        (share * cpus + 1e-6).floor()
+    } else {
+        (share * cpus).ceil()
+    };
     if c.is_finite() && c >= 1.0 {
         c.min(usize::MAX as f64) as usize
     } else {

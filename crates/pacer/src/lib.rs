@@ -76,6 +76,7 @@ pub mod testing;
 #[cfg(feature = "idle-pool")]
 mod thread_class;
 mod throttle;
+mod trace;
 
 pub use crate::builder::{BuildError, ElasticBuilder};
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};

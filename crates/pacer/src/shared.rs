@@ -196,6 +196,10 @@ impl ClassQueue for Shared {
         self.queue.tick()
     }
 
+    fn long_polls(&self) -> Option<&LongPolls> {
+        Some(&self.long_polls)
+    }
+
     fn set_rate(&self, rate: u64) {
         self.queue.set_rate(rate);
     }

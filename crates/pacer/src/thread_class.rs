@@ -29,6 +29,12 @@ pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
     });
 }
 
+/// Whether the calling thread is one of an idle pool's: a long poll here holds no runtime
+/// worker, since the OS cuts it whenever another thread wants the core.
+pub(crate) fn on_idle_pool() -> bool {
+    IDLE.with(|t| t.borrow().is_some())
+}
+
 /// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
 /// `shared`'s idle pool, else `None` (work stays in its class).
 pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {

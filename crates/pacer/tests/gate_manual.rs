@@ -308,3 +308,141 @@ fn refusals(gate: &ConnectionGate, n: usize) -> Vec<Duration> {
     hints.sort();
     hints
 }
+
+/// A setup future scripted on the manual clock: each poll runs `run` of CPU; it is done at its
+/// `polls`-th poll. The test moves the clock between polls (the setup waiting).
+struct ScriptedSetup {
+    clock: ManualClock,
+    run: Duration,
+    polls: u32,
+}
+
+impl Future for ScriptedSetup {
+    type Output = u32;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u32> {
+        self.clock.advance(self.run);
+        self.polls -= 1;
+        if self.polls == 0 {
+            return Poll::Ready(7);
+        }
+        // The wait happens "between polls": the clock moves after this poll has ended.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+fn admitted(gate: &ConnectionGate) -> elastic_cpu_pacer::gate::SetupPermit {
+    let mut a = gate.admit(Duration::from_secs(10));
+    let (Poll::Ready(Ok(permit)), _, _) = first_poll(&mut a) else {
+        panic!("not admitted at once")
+    };
+    permit
+}
+
+#[test]
+fn a_setup_future_is_charged_its_polls_and_not_its_waits() {
+    let clock = ManualClock::new();
+    let (_elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new());
+    let permit = admitted(&gate);
+    // Time between admission and the first poll is the setup's own running time.
+    clock.advance(Duration::from_millis(1));
+    let mut run = permit.run(ScriptedSetup {
+        clock: clock.clone(),
+        run: Duration::from_millis(2),
+        polls: 3,
+    });
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut run = Box::pin(&mut run);
+    for _ in 0..2 {
+        assert!(run.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(gate.snapshot().in_setup, 1, "held while the setup waits");
+        clock.advance(Duration::from_millis(50));
+    }
+    assert_eq!(run.as_mut().poll(&mut cx), Poll::Ready(7));
+    // Settled on completion, before the future is dropped: 1 + 3 × 2 ms, none of the waits.
+    let s = gate.snapshot();
+    assert_eq!((s.in_setup, s.setup_cpu), (0, 7 * MS));
+}
+
+#[test]
+fn a_setup_future_dropped_midway_settles_what_it_ran() {
+    let clock = ManualClock::new();
+    let (_elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new());
+    let mut run = Box::pin(admitted(&gate).run(ScriptedSetup {
+        clock: clock.clone(),
+        run: Duration::from_millis(4),
+        polls: 10,
+    }));
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    assert!(run.as_mut().poll(&mut cx).is_pending());
+    clock.advance(Duration::from_millis(30));
+    drop(run);
+    let s = gate.snapshot();
+    assert_eq!((s.in_setup, s.setup_cpu), (0, 4 * MS));
+}
+
+#[test]
+fn a_setup_future_longer_than_its_estimate_leaves_debt_at_once() {
+    let clock = ManualClock::new();
+    let (_elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new());
+    let estimate = gate.snapshot().setup_cost;
+    let mut run = Box::pin(admitted(&gate).run(ScriptedSetup {
+        clock: clock.clone(),
+        run: estimate * 20,
+        polls: 2,
+    }));
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    assert!(run.as_mut().poll(&mut cx).is_pending());
+    // Still running, and the overrun is already charged (debt the next admission sees).
+    let s = gate.snapshot();
+    assert_eq!(s.in_setup, 1);
+    assert_eq!(
+        s.stats.over_limit_nanos,
+        (estimate * 20 - estimate).as_nanos() as u64
+    );
+    drop(run);
+}
+
+/// Admit at once or fail; keep the permit.
+fn admit_now(gate: &ConnectionGate) -> Option<elastic_cpu_pacer::gate::SetupPermit> {
+    let mut a = gate.admit(Duration::from_secs(10));
+    match first_poll(&mut a).0 {
+        Poll::Ready(Ok(p)) => Some(p),
+        _ => None,
+    }
+}
+
+#[test]
+fn setups_in_long_polls_never_hold_every_worker() {
+    let clock = ManualClock::new();
+    // 0.9 of 2 CPUs pays for 1.8 CPUs: two setups at once, rounded up.
+    let (elastic, gate) = gate(&clock, 0.9, 2.0, GateSettings::new());
+    let (a, b) = (admit_now(&gate), admit_now(&gate));
+    assert!(a.is_some() && b.is_some(), "two setups at once");
+    drop((a, b));
+    // Setups that are one 2 ms call each: the quantum cannot cut them.
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    for _ in 0..30 {
+        clock.advance(Duration::from_millis(20));
+        for _ in 0..10 {
+            let permit = admit_now(&gate).expect("admitted");
+            let mut run = Box::pin(permit.run(ScriptedSetup {
+                clock: clock.clone(),
+                run: Duration::from_millis(2),
+                polls: 1,
+            }));
+            assert!(run.as_mut().poll(&mut cx).is_ready());
+        }
+        elastic.tick();
+    }
+    // Now at most floor(1.8) = 1 at once: the foreground keeps a worker.
+    let first = admit_now(&gate).expect("admitted");
+    assert!(admit_now(&gate).is_none(), "a second long setup at once");
+    drop(first);
+    assert!(admit_now(&gate).is_some());
+}

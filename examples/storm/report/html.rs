@@ -18,11 +18,14 @@ impl Report {
         let _ = write!(
             h,
             "<div class=\"note\">{} CPUs, service runtime {} workers, tokio_unstable {}. Established: {:.0} req/s at calm (1.5x in the storm's middle), Poisson over {} loopback connections, {} us CPU each, \
-             latency from the intended send time (load generator at real-time priority). Setup: {:.0} us of CPU ({} chunks of {:.0} us, an iterated hash). \
+             latency from the intended send time (load generator at real-time priority). Setup: {}, {:.0} us of server CPU when measured alone{}. \
              Clients (a separate process, normal priority): timeout {} ms, think {} ms, {} requests per session; the storm peaks at {}x capacity. \
              Static: {} x capacity. Gate: deadline {} ms, queue {}, retry hint {}. Phases: calm {:.1} s, capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
              Machine-pause watchdog: {}.</div>",
-            m.cpus, m.workers, m.tokio_unstable, m.rate, m.conns, m.work_us, m.setup_us, m.chunks, m.chunk_us,
+            m.cpus, m.workers, m.tokio_unstable, m.rate, m.conns, m.work_us,
+            if m.setup == "hash" { "an iterated hash" } else { "TLS 1.3 (rustls) + SCRAM-SHA-256 (PBKDF2, 4096 iterations)" },
+            m.setup_us,
+            if m.setup == "hash" { format!(" ({} chunks of {:.0} us)", m.chunks, m.chunk_us) } else { String::new() },
             m.timeout_ms, m.think_ms, m.requests, m.peak, m.static_share, m.gate_deadline_ms, m.gate_queue,
             if m.gate_crowd_hint { "the larger of the gate's and the crowd's" } else { "the gate's" },
             m.calm_secs, m.capacity_secs, m.warmup_secs, m.storm_secs, m.rounds,

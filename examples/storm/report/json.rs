@@ -44,6 +44,8 @@ struct Setups {
     rejected_per_sec: Num,
     expired_per_sec: Num,
     wasted_cpu_share: Option<Num>,
+    /// Server CPU per setup run (completed or wasted), measured on the worker threads.
+    server_cpu_per_setup_us: Option<Num>,
 }
 
 #[derive(Serialize)]
@@ -79,6 +81,8 @@ struct Machine<'a> {
     fg_work_us: Num,
     fg_process_cpu_per_request_us: Option<Num>,
     fg_connections: usize,
+    /// "tls+scram" or "hash".
+    setup: &'a str,
     setup_cpu_us: Num,
     setup_chunk_us: Num,
     setup_chunks: u32,
@@ -157,6 +161,7 @@ fn phase_j(p: &Phase) -> PhaseJ<'_> {
             rejected_per_sec: Num(p.rejected_per_sec()),
             expired_per_sec: Num(p.expired_per_sec()),
             wasted_cpu_share: opt(p.wasted_cpu_share()),
+            server_cpu_per_setup_us: opt(p.setups.cpu_per_setup_us()),
         },
         extra: Extra {
             rounds: p.rounds,
@@ -217,6 +222,7 @@ impl Report {
                 fg_work_us: Num(m.work_us),
                 fg_process_cpu_per_request_us: opt(m.per_request_cpu_us),
                 fg_connections: m.conns,
+                setup: m.setup,
                 setup_cpu_us: Num(m.setup_us),
                 setup_chunk_us: Num(m.chunk_us),
                 setup_chunks: m.chunks,

@@ -2,7 +2,7 @@
 //! the timeline, and the experiment's "done when" bars.
 
 use crate::args::Kind;
-use crate::setup::Totals;
+use crate::setup::{Setup, Totals};
 use crate::Ctx;
 use elastic_cpu_examples::interrupt::stopped;
 use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, Latency};
@@ -157,6 +157,8 @@ pub struct Machine {
     pub work_us: f64,
     pub per_request_cpu_us: Option<f64>,
     pub conns: usize,
+    /// "tls+scram" or "hash".
+    pub setup: &'static str,
     pub setup_us: f64,
     pub chunk_us: f64,
     pub chunks: u32,
@@ -201,9 +203,16 @@ impl Report {
                 work_us: a.fg.work_us,
                 per_request_cpu_us,
                 conns: a.fg.conns,
-                setup_us: ctx.cost.setup_ns() as f64 / 1e3,
-                chunk_us: ctx.cost.chunk_us,
-                chunks: ctx.cost.chunks,
+                setup: ctx.setup.name(),
+                setup_us: ctx.setup.cpu().as_secs_f64() * 1e6,
+                chunk_us: match &ctx.setup {
+                    Setup::Hash(c) => c.chunk_us,
+                    Setup::Tls { .. } => ctx.setup.cpu().as_secs_f64() * 1e6,
+                },
+                chunks: match &ctx.setup {
+                    Setup::Hash(c) => c.chunks,
+                    Setup::Tls { .. } => 1,
+                },
                 timeout_ms: a.timeout_ms,
                 think_ms: a.think_ms,
                 requests: a.requests,

@@ -13,6 +13,7 @@ use super::permit::SetupPermit;
 use super::rejected::Rejected;
 use super::shared::GateShared;
 use crate::shared::QueueClock;
+use crate::trace;
 
 /// One connection attempt waiting for admission: resolves to a [`SetupPermit`] or
 /// [`Rejected`]. It does nothing until first polled. Dropping it cancels: a queued attempt
@@ -26,7 +27,8 @@ pub struct Admission {
 
 enum State {
     Start,
-    Waiting(GateTicket<QueueClock>),
+    /// Queued, since this time on the gate's clock.
+    Waiting(GateTicket<QueueClock>, Duration),
     Done,
 }
 
@@ -50,13 +52,27 @@ impl Future for Admission {
                 GateAdmit::Admitted(grant) => Ok(grant),
                 GateAdmit::Rejected(r) => Err(r),
                 GateAdmit::Queued(ticket) => {
-                    this.state = State::Waiting(ticket);
+                    // The queue's clock is read for the wait's event only.
+                    #[cfg(feature = "tracing")]
+                    let since = this.gate.queue.now();
+                    #[cfg(not(feature = "tracing"))]
+                    let since = Duration::ZERO;
+                    this.state = State::Waiting(ticket, since);
                     return Poll::Pending;
                 }
             },
-            State::Waiting(ticket) => match ticket.poll(cx.waker()) {
+            State::Waiting(ticket, since) => match ticket.poll(cx.waker()) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(r) => r,
+                Poll::Ready(r) => {
+                    #[cfg(feature = "tracing")]
+                    if r.is_ok() {
+                        let waited = this.gate.queue.now().saturating_sub(*since);
+                        trace::admission_waited(this.gate.id, waited);
+                    }
+                    #[cfg(not(feature = "tracing"))]
+                    let _ = since;
+                    r
+                }
             },
             State::Done => {
                 return Poll::Ready(Err(Rejected::from_core(elastic_cpu_core::Rejection {
@@ -68,7 +84,11 @@ impl Future for Admission {
         this.state = State::Done;
         Poll::Ready(match outcome {
             Ok(grant) => Ok(SetupPermit::new(this.gate.clone(), grant)),
-            Err(r) => Err(Rejected::from_core(r)),
+            Err(r) => {
+                let rejected = Rejected::from_core(r);
+                trace::refused(this.gate.id, rejected.reason(), rejected.retry_after());
+                Err(rejected)
+            }
         })
     }
 }
@@ -77,7 +97,7 @@ impl fmt::Debug for Admission {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Start => "start",
-            State::Waiting(_) => "waiting",
+            State::Waiting(..) => "waiting",
             State::Done => "done",
         };
         f.debug_struct("Admission")

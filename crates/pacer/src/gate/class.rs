@@ -76,6 +76,8 @@ pub(crate) fn create(
         brake: HoldWhen::Always,
         measured: false,
         cap_holders: s.cap_concurrency,
+        // A setup that is a library call (a handshake, a password hash) holds its worker.
+        whole_workers: true,
     };
     Ok((
         gate,

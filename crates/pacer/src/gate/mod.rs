@@ -15,9 +15,9 @@ mod snapshot;
 pub use admission::Admission;
 pub use connection::ConnectionGate;
 pub use listener::GatedListener;
-pub use permit::{SetupPace, SetupPermit};
+pub use permit::{SetupPace, SetupPermit, SetupRun};
 pub use rejected::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
 pub use settings::GateSettings;
 pub use snapshot::GateSnapshot;
 
-pub use elastic_cpu_core::{GateStats, QueueOrder};
+pub use elastic_cpu_core::{Attempt, GateStats, QueueOrder, RetryBudget};

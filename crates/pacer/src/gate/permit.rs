@@ -1,4 +1,5 @@
-//! [`SetupPermit`]: one admitted setup, its running time charged to the setup class.
+//! [`SetupPermit`]: one admitted setup, its running time charged to the setup class, and the
+//! futures it hands out: [`SetupPace`] between chunks, [`SetupRun`] for a setup that is a future.
 
 use std::fmt;
 use std::future::Future;
@@ -9,8 +10,10 @@ use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use elastic_cpu_core::SetupGrant;
+use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
+use crate::long_polls::LONG_POLL_MAX;
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
 
@@ -62,9 +65,55 @@ impl SetupPermit {
         }
     }
 
-    /// CPU charged to this setup so far (up to the last `pace`).
+    /// Run a setup that is a future (a TLS handshake, an authentication exchange) under this
+    /// permit, charging each of its polls to the setup class; the permit settles when the
+    /// setup is done.
+    ///
+    /// Pacing cannot cut a poll: a library call that runs for milliseconds without yielding
+    /// (a key exchange, a password hash) holds its worker for all of it. What the gate bounds
+    /// is how many such setups run at once (its holder cap) and, through the bucket, how much
+    /// setup CPU runs per second; the poll quantum applies only where the setup itself yields
+    /// (use [`pace`](Self::pace) between chunks of a loop you write).
+    ///
+    /// ```no_run
+    /// use elastic_cpu_pacer::gate::ConnectionGate;
+    /// use std::time::Duration;
+    ///
+    /// # async fn handshake() -> std::io::Result<()> { Ok(()) }
+    /// # async fn serve(gate: ConnectionGate) -> std::io::Result<()> {
+    /// let permit = gate.admit(Duration::from_millis(250)).await.expect("admitted");
+    /// // With tokio-rustls: `permit.run(acceptor.accept(stream)).await?`
+    /// permit.run(handshake()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run<F: Future>(self, setup: F) -> SetupRun<F> {
+        SetupRun::new(self, setup)
+    }
+
+    /// CPU charged to this setup so far (up to the last `pace`, or the last poll of a
+    /// [`run`](Self::run)).
     pub fn used(&self) -> Duration {
         self.used
+    }
+
+    /// A poll of a [`run`](Self::run) starts: what ran on this thread since admission and was
+    /// not charged yet is charged, and a new chunk starts. Time since an admission on another
+    /// thread is not: it was the wait for this task to be polled, not the setup running.
+    pub(crate) fn start_poll(&mut self) {
+        if self
+            .mark
+            .is_some_and(|(_, id)| id == thread::current().id())
+        {
+            self.end_chunk();
+        }
+        self.start_chunk();
+    }
+
+    /// A poll of a [`run`](Self::run) ended: charge it. Time until the next poll is waiting,
+    /// not running: nothing is measured until then.
+    pub(crate) fn end_poll(&mut self) {
+        self.end_chunk();
     }
 
     fn start_chunk(&mut self) {
@@ -78,11 +127,21 @@ impl SetupPermit {
         };
         let (running, wall) = self.gate.running.since(mark);
         // The CPU clock of another thread says nothing about ours.
-        let took = if id == thread::current().id() {
-            running
-        } else {
-            wall
-        };
+        let same_thread = id == thread::current().id();
+        let took = if same_thread { running } else { wall };
+        let exact = same_thread && self.gate.running.is_running_time(mark);
+        #[cfg(feature = "idle-pool")]
+        let on_idle_pool = crate::thread_class::on_idle_pool();
+        #[cfg(not(feature = "idle-pool"))]
+        let on_idle_pool = false;
+        if !on_idle_pool {
+            self.gate.long_polls.note(
+                wall,
+                exact.then_some(running),
+                self.gate.quantum,
+                LONG_POLL_MAX,
+            );
+        }
         self.used += took;
         self.since_yield += took;
         if let Some(grant) = &mut self.grant {
@@ -158,5 +217,58 @@ impl Drop for SetupPace<'_> {
         if self.permit.mark.is_none() {
             self.permit.start_chunk();
         }
+    }
+}
+
+pin_project! {
+    /// The future [`SetupPermit::run`] returns: the setup future's output, once it is done.
+    ///
+    /// Every poll of the setup is charged to the setup class as it ends (on the thread's CPU
+    /// clock), so the gate's bucket sees the setup's real cost, long library calls included,
+    /// and an overrun becomes debt at once. Time the setup spends waiting (for the peer, for
+    /// I/O) is not charged. The permit is dropped, settling the grant, when the setup
+    /// finishes or this future is dropped.
+    #[must_use = "a setup run does nothing unless awaited"]
+    pub struct SetupRun<F> {
+        #[pin]
+        setup: F,
+        permit: Option<SetupPermit>,
+    }
+}
+
+impl<F> SetupRun<F> {
+    pub(crate) fn new(permit: SetupPermit, setup: F) -> SetupRun<F> {
+        SetupRun {
+            setup,
+            permit: Some(permit),
+        }
+    }
+}
+
+impl<F: Future> Future for SetupRun<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let Some(permit) = this.permit.as_mut() else {
+            // Polled after it completed: the setup future decides what that means.
+            return this.setup.poll(cx);
+        };
+        permit.start_poll();
+        let out = this.setup.poll(cx);
+        permit.end_poll();
+        if out.is_ready() {
+            // Settle now, not when the caller gets round to dropping this future.
+            *this.permit = None;
+        }
+        out
+    }
+}
+
+impl<F> fmt::Debug for SetupRun<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SetupRun")
+            .field("permit", &self.permit)
+            .finish_non_exhaustive()
     }
 }

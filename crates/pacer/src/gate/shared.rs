@@ -7,6 +7,7 @@ use std::time::Duration;
 use elastic_cpu_core::GateQueue;
 
 use crate::class::ClassQueue;
+use crate::long_polls::LongPolls;
 use crate::record::{ClassKind, ClassRecord};
 use crate::running::RunningTime;
 use crate::shared::QueueClock;
@@ -23,6 +24,8 @@ pub(crate) struct GateShared {
     pub(crate) os_yield: bool,
     /// Those OS yields so far.
     pub(crate) os_yields: AtomicU64,
+    /// Setup polls too long for the quantum to cut (a handshake or password hash in one call).
+    pub(crate) long_polls: LongPolls,
     /// The listener's deadline.
     pub(crate) deadline: Duration,
     /// The gate's number among this `Elastic`'s gates (the metrics label).
@@ -50,6 +53,7 @@ impl GateShared {
             quantum,
             os_yield,
             os_yields: AtomicU64::new(0),
+            long_polls: LongPolls::default(),
             deadline,
             id,
             record: Mutex::new(ClassRecord {
@@ -79,6 +83,10 @@ impl ClassQueue for GateShared {
 
     fn set_rate(&self, rate: u64) {
         self.queue.set_rate(rate);
+    }
+
+    fn long_polls(&self) -> Option<&LongPolls> {
+        Some(&self.long_polls)
     }
 
     fn set_holder_cap(&self, cap: usize) {

@@ -22,7 +22,6 @@ use crate::brake::{Brake, Change};
 use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Policy, Rates};
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
-use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::{Overhead, TickReading};
 use crate::quiet::{Quiet, QuietStep, TargetSource};
 use crate::readings::Sources;
@@ -31,6 +30,7 @@ use crate::settings::DEFAULT_TARGET;
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalSource, SignalStage};
 use crate::snapshot::Snapshot;
+use crate::trace;
 
 /// What the governor is built from.
 pub(crate) struct Plan {
@@ -101,9 +101,6 @@ pub(crate) struct Governor {
     target_source: TargetSource,
     /// Times the backlog brake engaged.
     brakes: u64,
-    /// The `Elastic`'s own class's long polls, and the window over them.
-    long_polls: Arc<LongPolls>,
-    long_watch: LongPollWatch,
 }
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
@@ -115,6 +112,7 @@ fn elastic_policy(cap_concurrency: bool, brake: HoldWhen) -> Policy {
         brake,
         measured: true,
         cap_holders: cap_concurrency,
+        whole_workers: false,
     }
 }
 
@@ -173,8 +171,6 @@ impl Governor {
                 TargetSource::Builder
             },
             brakes: 0,
-            long_polls: shared.long_polls.clone(),
-            long_watch: LongPollWatch::new(),
         };
         g.last_signal = g.idle_signal();
         g.apply();
@@ -304,10 +300,7 @@ impl Governor {
     /// correction and the quota's headroom.
     fn read_process(&mut self, window: &Window, period: Duration, intervals: usize) {
         for class in &mut self.classes {
-            let ran = class.measure(period);
-            if class.kind == ClassKind::Elastic {
-                self.long_watch.tick(&self.long_polls, ran, intervals);
-            }
+            let ran = class.measure(period, intervals);
             if class.policy.headroom || class.policy.overhead {
                 self.charged += ran;
             }
@@ -376,6 +369,11 @@ impl Governor {
         };
         let change = brake.step(self.clock.now(), &self.probe);
         let on = brake.is_on();
+        match change {
+            Change::Keep => {}
+            Change::Engage => trace::brake_engaged(),
+            Change::Release { lasted, spent } => trace::brake_released(lasted, spent),
+        }
         if change != Change::Keep {
             self.brakes += u64::from(on);
             for class in &mut self.classes {

@@ -1,0 +1,95 @@
+//! `tracing` events (feature `tracing`) for what a person debugging latency asks about: an
+//! admission that waited, a refused or expired connection attempt, a backlog brake, a class's
+//! share moving. Nothing per grant or per `pace()`: these are the rare paths. Without the
+//! feature every function here is empty and inlined away.
+//!
+//! Events go to the target `elastic_cpu` at `DEBUG`. A share is reported only once it moved by
+//! [`SHARE_STEP`] from the last report, so a steady controller is silent.
+
+use std::time::Duration;
+
+use crate::record::ClassKind;
+
+/// A class's share is reported once it moved this far from the last report.
+pub(crate) const SHARE_STEP: f64 = 0.05;
+
+#[cfg(feature = "tracing")]
+fn class_name(kind: ClassKind) -> String {
+    match kind {
+        ClassKind::Elastic => "elastic".to_string(),
+        ClassKind::Idle => "idle".to_string(),
+        #[cfg(feature = "gate")]
+        ClassKind::Gate(id) => format!("gate-{id}"),
+    }
+}
+
+/// A connection attempt was admitted after waiting `waited` in gate `gate`'s queue (only with
+/// the feature: the wait is timed for this event alone).
+#[cfg(all(feature = "gate", feature = "tracing"))]
+#[inline]
+pub(crate) fn admission_waited(gate: usize, waited: Duration) {
+    tracing::debug!(
+        target: "elastic_cpu",
+        class = %class_name(ClassKind::Gate(gate)),
+        waited_us = waited.as_micros() as u64,
+        "connection setup admitted after waiting"
+    );
+}
+
+/// A connection attempt was refused (or dropped after waiting past its deadline).
+#[cfg(feature = "gate")]
+#[inline]
+pub(crate) fn refused(gate: usize, reason: impl std::fmt::Debug, retry_after: Duration) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        class = %class_name(ClassKind::Gate(gate)),
+        reason = ?reason,
+        retry_after_ms = retry_after.as_millis() as u64,
+        "connection attempt refused"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (gate, reason, retry_after);
+}
+
+/// The backlog brake engaged: a foreground task waited past the alarm threshold.
+#[inline]
+pub(crate) fn brake_engaged() {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        why = "a foreground task queued past the backlog alarm",
+        "backlog brake engaged: elastic work holds off"
+    );
+}
+
+/// The backlog brake released after `lasted`: the backlog drained, or the brake hit its
+/// longest (`spent`) and elastic work resumes regardless.
+#[inline]
+pub(crate) fn brake_released(lasted: Duration, spent: bool) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        lasted_us = lasted.as_micros() as u64,
+        why = if spent { "longest brake reached" } else { "backlog drained" },
+        "backlog brake released"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (lasted, spent);
+}
+
+/// A class's share moved from `from` to `to` on `signal` (the latency it stepped on, if any).
+#[inline]
+pub(crate) fn share_moved(kind: ClassKind, from: f64, to: f64, signal: Option<Duration>) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        class = %class_name(kind),
+        from,
+        to,
+        signal_us = signal.map(|s| s.as_micros().min(u64::MAX as u128) as u64),
+        "share moved"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (kind, from, to, signal);
+}
