@@ -35,7 +35,8 @@
 //! At the root: what the quick start and the common cases need. In modules: the groups of
 //! settings ([`settings`]), the snapshot's parts ([`snapshot`]), the connection gate ([`gate`],
 //! feature `gate`), the idle-priority pool ([`idle`], feature `idle-pool`), the metric names
-//! ([`metrics`], feature `metrics`) and the test plumbing (`testing`, feature `test-util`).
+//! ([`metrics`], feature `metrics`), a `tower` layer (`tower`, feature `tower`) and the test
+//! plumbing (`testing`, feature `test-util`).
 #![forbid(unsafe_code)]
 
 #[cfg(feature = "gate")]
@@ -46,6 +47,8 @@ pub use elastic_cpu_pacer::idle;
 pub use elastic_cpu_pacer::metrics;
 #[cfg(feature = "test-util")]
 pub use elastic_cpu_pacer::testing;
+#[cfg(feature = "tower")]
+pub use elastic_cpu_pacer::tower;
 pub use elastic_cpu_pacer::{
     settings, snapshot, BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
     PacedStreamExt, Pacer, Profile, RuntimeBuilder, SettingError, Snapshot, SpawnError,

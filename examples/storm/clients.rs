@@ -20,12 +20,12 @@
 //! The parent sets the population with lines `pop N` on the child's stdin; the child prints
 //! its running totals each second on stdout: `ok timeouts rejects errors`.
 
-use crate::handshake::ClientSide;
 use crate::server::{ANSWER, HELLO, REQ};
 use crate::setup::wall_ns;
 use elastic_cpu::gate::{Attempt, RetryBudget};
 use elastic_cpu_examples::cpu_time::cpu_of;
 use elastic_cpu_examples::fg::exp;
+use elastic_cpu_examples::handshake::ClientSide;
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};

@@ -15,7 +15,6 @@
 
 mod args;
 mod clients;
-mod handshake;
 mod phase;
 mod report;
 mod server;
@@ -74,7 +73,7 @@ fn main() {
         });
         eprintln!(
             "setup: TLS 1.3 (ECDSA P-256, X25519) + SCRAM-SHA-256 (PBKDF2, {} iterations): {:.0} us of server CPU",
-            handshake::ITERATIONS,
+            elastic_cpu_examples::handshake::ITERATIONS,
             setup.cpu().as_secs_f64() * 1e6
         );
         setup

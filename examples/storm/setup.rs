@@ -1,8 +1,8 @@
 //! What a connection setup costs — a real TLS handshake and SCRAM exchange, or an iterated
 //! hash standing in for a password check — and the server's ledger of connection attempts.
 
-use crate::handshake::{ClientSide, ServerSide};
 use elastic_cpu_core::{Clock, ThreadCpuClock};
+use elastic_cpu_examples::handshake::{ClientSide, ServerSide};
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::Pin;

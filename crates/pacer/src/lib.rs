@@ -76,6 +76,8 @@ pub mod testing;
 #[cfg(feature = "idle-pool")]
 mod thread_class;
 mod throttle;
+#[cfg(feature = "tower")]
+pub mod tower;
 mod trace;
 
 pub use crate::builder::{BuildError, ElasticBuilder};

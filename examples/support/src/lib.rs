@@ -1,11 +1,13 @@
-//! What the `demo` and `storm` examples share: the foreground service with its open-loop load
-//! generator (`fg`), the machine-pause watchdog (`pauses`), the CPU and latency helpers they
+//! What the examples share: the foreground service with its open-loop load generator (`fg`),
+//! real connection setups (`handshake`: TLS 1.3 and SCRAM-SHA-256), the machine-pause watchdog
+//! (`pauses`), the CPU and latency helpers they
 //! measure with, Ctrl-C handling (`interrupt`), common flags (`cli`), and the pieces of their
 //! text, JSON and HTML reports (`report`).
 
 pub mod cli;
 pub mod cpu_time;
 pub mod fg;
+pub mod handshake;
 pub mod interrupt;
 pub mod latency;
 pub mod pauses;

@@ -9,6 +9,7 @@ mod listener;
 mod permit;
 mod rejected;
 mod settings;
+mod setup_listener;
 pub(crate) mod shared;
 mod snapshot;
 
@@ -18,6 +19,7 @@ pub use listener::GatedListener;
 pub use permit::{SetupPace, SetupPermit, SetupRun};
 pub use rejected::{RejectReason, Rejected, RETRY_AFTER_MAX, RETRY_AFTER_MIN};
 pub use settings::GateSettings;
+pub use setup_listener::SetupListener;
 pub use snapshot::GateSnapshot;
 
 pub use elastic_cpu_core::{Attempt, GateStats, QueueOrder, RetryBudget};

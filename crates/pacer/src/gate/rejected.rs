@@ -103,11 +103,42 @@ impl fmt::Display for Rejected {
     }
 }
 
+impl Rejected {
+    /// The refusal as an HTTP response, for a server to write before closing the connection:
+    /// `503 Service Unavailable` with `Retry-After` in whole seconds, rounded up (HTTP has no
+    /// finer unit).
+    ///
+    /// ```
+    /// # fn hint(r: &elastic_cpu_pacer::gate::Rejected) {
+    /// let response = r.http_503();
+    /// assert!(response.starts_with("HTTP/1.1 503 "));
+    /// # }
+    /// ```
+    pub fn http_503(&self) -> String {
+        let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: {secs}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+    }
+}
+
 impl std::error::Error for Rejected {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_http_refusal_rounds_the_hint_up_to_seconds() {
+        let r = |ms| Rejected {
+            reason: RejectReason::WouldExpire,
+            retry_after: Duration::from_millis(ms),
+        };
+        assert!(r(100).http_503().contains("\r\nRetry-After: 1\r\n"));
+        assert!(r(2000).http_503().contains("\r\nRetry-After: 2\r\n"));
+        assert!(r(2001).http_503().contains("\r\nRetry-After: 3\r\n"));
+        assert!(r(2001).http_503().ends_with("\r\n\r\n"));
+    }
 
     #[test]
     fn the_hint_is_bounded_and_spread() {

@@ -25,6 +25,7 @@ const NONCE_LEN: usize = 18;
 
 /// The server's half: its TLS configuration and the user's credentials.
 pub struct ServerSide {
+    /// Accepts TLS 1.3 with the generated certificate.
     pub acceptor: TlsAcceptor,
     salt: [u8; 16],
     /// The certificate the clients trust (DER).
@@ -114,6 +115,7 @@ pub struct ClientSide {
 }
 
 impl ClientSide {
+    /// A client trusting `cert` (DER), with no TLS session resumption.
     pub fn new(cert: &[u8]) -> Result<ClientSide, String> {
         let mut roots = rustls::RootCertStore::empty();
         roots
