@@ -54,6 +54,7 @@ mod handle;
 mod line;
 mod queue;
 mod recent_low;
+mod ring;
 mod shared;
 mod sync;
 mod tally;
@@ -68,4 +69,5 @@ pub use gate::{
     SetupGrant,
 };
 pub use handle::ElasticHandle;
+pub use ring::{EventRing, ReadSince, Words};
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
