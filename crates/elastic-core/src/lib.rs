@@ -69,5 +69,5 @@ pub use gate::{
     SetupGrant,
 };
 pub use handle::ElasticHandle;
-pub use ring::{EventRing, ReadSince, Words};
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
+pub use ring::{EventRing, ReadSince, Words};

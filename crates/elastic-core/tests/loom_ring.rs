@@ -23,7 +23,11 @@ fn check_read(ring: &EventRing<2>, from: u64) -> u64 {
         last = Some(n);
         kept += 1;
     });
-    assert_eq!(kept + read.missed, read.next - from, "every record read or missed");
+    assert_eq!(
+        kept + read.missed,
+        read.next - from,
+        "every record read or missed"
+    );
     read.next
 }
 

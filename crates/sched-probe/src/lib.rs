@@ -121,9 +121,11 @@
 //   threads: no crate imports
 //   hooks   -> shared
 //   sampler -> shared
-//   shared  -> config, slot, window
+//   shared  -> config, outliers, sites, slot, window
 //   window  -> hists, slot
-//   slot    -> hists
+//   slot    -> hists, outliers
+//   outliers -> sites
+//   sites: no crate imports
 //   config, hists, cgroup: no crate imports
 mod cgroup;
 mod config;
@@ -131,12 +133,14 @@ mod hists;
 #[cfg(tokio_unstable)]
 mod hooks;
 mod io_probe;
+mod outliers;
 mod poll_state;
 mod probe;
 mod run_queue;
 mod runtime_load;
 mod sampler;
 mod shared;
+mod sites;
 mod slot;
 mod threads;
 mod window;
@@ -148,6 +152,7 @@ pub use cgroup::{
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;
 pub use io_probe::{IoCanary, IoProbe, IoProbeConfig, IoProbeError};
+pub use outliers::{site_label, Outlier, Outliers, SiteOutliers};
 pub use poll_state::mark_elastic_poll;
 pub use probe::{Probe, Source};
 pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};
