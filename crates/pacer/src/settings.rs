@@ -267,6 +267,48 @@ impl Brake {
     }
 }
 
+/// Which polls and waits the outlier trap keeps
+/// ([`Snapshot::outliers`](crate::Snapshot::outliers)): those longer than this threshold.
+///
+/// ```
+/// use std::time::Duration;
+/// use elastic_cpu_pacer::settings::OutlierThreshold;
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
+///     .outlier_threshold(OutlierThreshold::At(Duration::from_millis(1)))
+///     .build()?;
+/// assert_eq!(elastic.snapshot().outliers.threshold, Some(Duration::from_millis(1)));
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OutlierThreshold {
+    /// The controller's target as it is now (measured, or the builder's), but at least
+    /// [`LONG_POLL_QUANTA`] poll quanta: a measured target can be a quantum, and a poll of a
+    /// few quanta is a service's ordinary work, not an outlier.
+    #[default]
+    Target,
+    /// This duration (at least 1 µs).
+    At(Duration),
+    /// No trap: no poll pays more than it does without it.
+    Off,
+}
+
+/// An elastic poll longer than this many poll quanta is a *long poll*
+/// ([`Snapshot::long_polls`](crate::Snapshot::long_polls)); the outlier trap's default
+/// threshold is at least as long.
+pub const LONG_POLL_QUANTA: u32 = 4;
+
+impl OutlierThreshold {
+    /// The threshold for `target` and `quantum` (`None`: off).
+    pub(crate) fn threshold(self, target: Duration, quantum: Duration) -> Option<Duration> {
+        match self {
+            OutlierThreshold::Target => Some(target.max(quantum * LONG_POLL_QUANTA)),
+            OutlierThreshold::At(d) => Some(d),
+            OutlierThreshold::Off => None,
+        }
+    }
+}
+
 /// Where [`Elastic::spawn`](crate::Elastic::spawn) and
 /// [`Elastic::spawn_blocking`](crate::Elastic::spawn_blocking) run elastic work.
 ///

@@ -272,6 +272,29 @@ impl Probe {
         );
     }
 
+    /// Keeps a poll of a task spawned at `site` that ran `poll_time` as an outlier if that is
+    /// past the threshold; records nothing in the histograms. Elastic adapters without task
+    /// hooks report every poll they time here (one comparison when it is not an outlier).
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// probe.set_outlier_threshold(Some(Duration::from_millis(1)));
+    /// probe.trap_poll(std::panic::Location::caller(), Duration::from_millis(4), true);
+    /// probe.trap_poll(std::panic::Location::caller(), Duration::from_micros(4), true);
+    /// probe.rotate();
+    /// assert_eq!(probe.outliers().sites[0].count, 1);
+    /// assert_eq!(probe.window().poll_time.all.count, 0);
+    /// ```
+    #[inline]
+    pub fn trap_poll(&self, site: &'static Location<'static>, poll_time: Duration, elastic: bool) {
+        let poll_ns = Some(nanos(poll_time));
+        if self.shared.is_outlier(None, poll_ns, elastic) {
+            self.shared.trap_poll(site, poll_ns, elastic);
+        }
+    }
+
     /// The window's outliers: the polls over the threshold grouped by spawn site (most time
     /// held first), the slowest polls and the longest foreground waits with what held their
     /// worker meanwhile. Collected by [`rotate`](Self::rotate), like the window.

@@ -180,6 +180,28 @@ impl Shared {
         }
     }
 
+    /// The outlier trap for a poll that was not recorded into the histograms.
+    #[cold]
+    pub(crate) fn trap_poll(
+        self: &Arc<Self>,
+        site: &'static std::panic::Location<'static>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
+        // Finds (or claims) the thread's slot; records nothing.
+        let index = self.record(None, None, elastic);
+        let task = tokio::task::try_id().map_or(0, task_number);
+        let suspect = Suspect {
+            site,
+            task,
+            queue_ns: None,
+            poll_ns,
+            end: None,
+            elastic,
+        };
+        self.trap(index, suspect);
+    }
+
     /// Sets the outlier threshold (`None`: off).
     pub(crate) fn set_outlier_threshold(&self, threshold: Option<Duration>) {
         let above = threshold.map_or(u64::MAX, |t| nanos(t).min(u64::MAX - 1));
