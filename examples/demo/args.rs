@@ -36,10 +36,13 @@ pub enum Kind {
     /// The scan as the README's quick start writes it: `elastic.spawn(stream.paced(..)..)`,
     /// every library setting at its default.
     Default,
+    /// `default`, plus a foreground task that holds its worker 2 ms every 100 ms: the outlier
+    /// trap must name its spawn site.
+    Culprit,
 }
 
 /// Every kind, in the order of the help text.
-const ALL_KINDS: [Kind; 12] = [
+const ALL_KINDS: [Kind; 13] = [
     Kind::Baseline,
     Kind::Unthrottled,
     Kind::Static,
@@ -49,6 +52,7 @@ const ALL_KINDS: [Kind; 12] = [
     Kind::Paced,
     Kind::PacedIdle,
     Kind::Default,
+    Kind::Culprit,
     Kind::Low,
     Kind::High,
     Kind::Step,
@@ -66,6 +70,7 @@ impl Kind {
             Kind::Paced => "paced",
             Kind::PacedIdle => "paced-idle",
             Kind::Default => "default",
+            Kind::Culprit => "culprit",
             Kind::Low => "low",
             Kind::High => "high",
             Kind::Step => "step",

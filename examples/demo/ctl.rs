@@ -29,6 +29,17 @@ pub enum Mode {
     Library,
 }
 
+/// The probe window of a phase in `mode`: its profile's window.
+pub fn probe_window(mode: Mode) -> Duration {
+    match mode {
+        Mode::Controlled {
+            profile: ProfileSpec::Cockroach,
+            ..
+        } => Profile::Cockroach.steps().window,
+        _ => Profile::Default.steps().window,
+    }
+}
+
 /// Library settings the flags can override (None: the library's default).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tuning {

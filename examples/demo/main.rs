@@ -13,6 +13,7 @@
 
 mod args;
 mod ctl;
+mod culprit;
 mod mix;
 mod neighbour;
 mod phase;
