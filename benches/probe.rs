@@ -60,6 +60,12 @@ const TASKS: u64 = 1024;
 enum Variant {
     None,
     Probe,
+    /// The probe with the outlier trap on at the default target (1 ms): `probe_trap − probe`
+    /// is what the trap adds to a poll that stays below its threshold.
+    ProbeTrap,
+    /// The trap at its lowest default threshold (four 50 µs quanta, where a measured target
+    /// is short): on 2 cores, more of the workload's waits pass it.
+    ProbeTrap200us,
     TokioMetrics,
     /// Breakdown (with `PROBE_BENCH_BREAKDOWN=1`): tokio's schedule-latency tracking alone.
     TrackingOnly,
@@ -86,6 +92,8 @@ impl Variant {
         match self {
             Variant::None => "none",
             Variant::Probe => "probe",
+            Variant::ProbeTrap => "probe_trap",
+            Variant::ProbeTrap200us => "probe_trap_200us",
             Variant::TokioMetrics => "tokio_metrics",
             Variant::TrackingOnly => "tracking_only",
             Variant::HooksEmpty => "hooks_empty",
@@ -177,7 +185,13 @@ fn probe_overhead(c: &mut Criterion) {
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    let mut variants = vec![Variant::None, Variant::Probe, Variant::TokioMetrics];
+    let mut variants = vec![
+        Variant::None,
+        Variant::Probe,
+        Variant::ProbeTrap,
+        Variant::ProbeTrap200us,
+        Variant::TokioMetrics,
+    ];
     if cfg!(tokio_unstable) && std::env::var_os("PROBE_BENCH_BREAKDOWN").is_some() {
         variants.extend([
             Variant::TrackingOnly,
@@ -199,11 +213,20 @@ fn probe_overhead(c: &mut Criterion) {
                     Variant::ProbeNoPollTime => u32::MAX,
                     _ => ProbeConfig::default().poll_time_every,
                 },
+                outlier_threshold: match variant {
+                    Variant::ProbeTrap => Some(Duration::from_millis(1)),
+                    Variant::ProbeTrap200us => Some(Duration::from_micros(200)),
+                    _ => None,
+                },
                 ..ProbeConfig::default()
             })
             .unwrap();
             match variant {
-                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime => {
+                Variant::Probe
+                | Variant::ProbeTrap
+                | Variant::ProbeTrap200us
+                | Variant::ProbeEveryPoll
+                | Variant::ProbeNoPollTime => {
                     probe.instrument(&mut builder);
                 }
                 #[cfg(tokio_unstable)]
@@ -247,7 +270,11 @@ fn probe_overhead(c: &mut Criterion) {
             let rt = builder.build().unwrap();
             let _rotator = matches!(
                 variant,
-                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime
+                Variant::Probe
+                    | Variant::ProbeTrap
+                    | Variant::ProbeTrap200us
+                    | Variant::ProbeEveryPoll
+                    | Variant::ProbeNoPollTime
             )
             .then(|| Rotator::start(&probe));
             let monitor =
@@ -257,6 +284,19 @@ fn probe_overhead(c: &mut Criterion) {
             });
             if let Some(m) = &monitor {
                 black_box(m.cumulative().total_poll_count);
+            }
+            if matches!(variant, Variant::ProbeTrap | Variant::ProbeTrap200us) {
+                // How often the trap left its fast path: outliers in the last window.
+                let o = probe.outliers();
+                let polls: u64 = o.sites.iter().map(|s| s.count).sum();
+                let waits: usize = o.longest_waits.len();
+                println!(
+                    "probe_overhead/{}/{workers}: last window {polls} polls and {}{waits} waits over {:?}, {} missed",
+                    variant.name(),
+                    if waits == 8 { "8+ " } else { "" },
+                    o.threshold.unwrap_or_default(),
+                    o.missed
+                );
             }
         }
     }
@@ -409,6 +449,51 @@ fn histogram(c: &mut Criterion) {
                 let start = Instant::now();
                 probe.rotate();
                 black_box(probe.window().queue_latency.all.p99);
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+/// The outlier trap's slow path and its collection.
+fn outliers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("outliers");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let config = ProbeConfig {
+        outlier_threshold: Some(Duration::from_millis(1)),
+        ..ProbeConfig::default()
+    };
+    let site = std::panic::Location::caller();
+    // One outlier poll kept on a worker (inside `block_on` this thread is worker 0, its own
+    // slot's ring): the site's number and the ring write (no task id outside a task).
+    let current = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let probe = Probe::new(config.clone()).unwrap();
+    current.block_on(async {
+        group.bench_function("record", |b| {
+            b.iter(|| probe.trap_poll(site, Duration::from_millis(2), false))
+        });
+    });
+    group.bench_function("collect_128", |b| {
+        // One rotation that collects a full worker ring (128 records) and the report after it.
+        let probe = Probe::new(config.clone()).unwrap();
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                current.block_on(async {
+                    for _ in 0..128 {
+                        probe.trap_poll(site, Duration::from_millis(2), false);
+                    }
+                });
+                let start = Instant::now();
+                probe.rotate();
+                black_box(probe.outliers().sites.len());
                 total += start.elapsed();
             }
             total
@@ -722,5 +807,12 @@ fn run_queue(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, probe_overhead, histogram, io_probe, run_queue);
+criterion_group!(
+    benches,
+    probe_overhead,
+    histogram,
+    outliers,
+    io_probe,
+    run_queue
+);
 criterion_main!(benches);

@@ -256,9 +256,10 @@ fn run_phase_inner(
     let mut limits = Vec::new();
     let mut scheds = Vec::new();
     let mut stepped = 0;
-    // The outlier trap's window: read once per window, so each outlier is counted once.
+    // The outlier trap's window: read once per window, on a fixed schedule from the start of
+    // the measurement, so each outlier is counted once (to within a governor tick).
     let outlier_window = crate::ctl::probe_window(mode);
-    let mut outliers_read: Option<Instant> = None;
+    let mut next_outliers: Option<Instant> = None;
     loop {
         next += a.sample;
         sleep_until(next);
@@ -289,15 +290,15 @@ fn run_phase_inner(
             }
         }
         if let Some(m) = &measuring {
-            let last = outliers_read.unwrap_or(m.at);
-            if now - last >= outlier_window {
+            let due = *next_outliers.get_or_insert(m.at + outlier_window);
+            if now >= due {
                 let s = ctl.full_snapshot();
                 res.outlier_threshold_us = s.outliers.threshold.map(|t| t.as_secs_f64() * 1e6);
                 report::add_outliers(&mut res.outliers, &s.outliers);
                 // Every poll is a queue-latency sample: the runtime's polls per second.
                 let polls = s.window.queue_latency.all.count as f64;
                 res.polls_per_sec.push(polls / outlier_window.as_secs_f64());
-                outliers_read = Some(now);
+                next_outliers = Some(due + outlier_window);
             }
         }
         let snap = ctl.snapshot();

@@ -189,7 +189,7 @@ impl ElasticBuilder {
 
     /// Which polls and foreground waits the outlier trap keeps
     /// ([`Snapshot::outliers`](crate::Snapshot::outliers)): default
-    /// [`OutlierThreshold::Target`], the controller's target (at least four poll quanta).
+    /// [`OutlierThreshold::Target`], the controller's target (at least 1 ms).
     pub fn outlier_threshold(mut self, threshold: OutlierThreshold) -> Self {
         self.outliers = threshold;
         self

@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub(crate) use crate::settings::LONG_POLL_QUANTA;
+/// An elastic poll longer than this many quanta is a long poll: the quantum cannot cut it.
+pub(crate) const LONG_POLL_QUANTA: u32 = 4;
 
 /// The share of elastic work's running time in long polls, over a window, from which its time
 /// comes *mostly* in them.

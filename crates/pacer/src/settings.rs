@@ -283,8 +283,9 @@ impl Brake {
 #[non_exhaustive]
 pub enum OutlierThreshold {
     /// The controller's target as it is now (measured, or the builder's), but at least
-    /// [`LONG_POLL_QUANTA`] poll quanta: a measured target can be a quantum, and a poll of a
-    /// few quanta is a service's ordinary work, not an outlier.
+    /// [`OUTLIER_FLOOR`]: a measured target can be a fraction of a millisecond, and below a
+    /// millisecond a busy host's preemptions stretch enough ordinary polls past it to bury a
+    /// real holder (docs/results.md).
     #[default]
     Target,
     /// This duration (at least 1 µs).
@@ -293,16 +294,14 @@ pub enum OutlierThreshold {
     Off,
 }
 
-/// An elastic poll longer than this many poll quanta is a *long poll*
-/// ([`Snapshot::long_polls`](crate::Snapshot::long_polls)); the outlier trap's default
-/// threshold is at least as long.
-pub const LONG_POLL_QUANTA: u32 = 4;
+/// The least threshold [`OutlierThreshold::Target`] sets: a library call of a millisecond.
+pub const OUTLIER_FLOOR: Duration = Duration::from_millis(1);
 
 impl OutlierThreshold {
-    /// The threshold for `target` and `quantum` (`None`: off).
-    pub(crate) fn threshold(self, target: Duration, quantum: Duration) -> Option<Duration> {
+    /// The threshold for the controller's `target` (`None`: off).
+    pub(crate) fn threshold(self, target: Duration) -> Option<Duration> {
         match self {
-            OutlierThreshold::Target => Some(target.max(quantum * LONG_POLL_QUANTA)),
+            OutlierThreshold::Target => Some(target.max(OUTLIER_FLOOR)),
             OutlierThreshold::At(d) => Some(d),
             OutlierThreshold::Off => None,
         }

@@ -77,16 +77,19 @@ fn the_threshold_follows_the_setting() {
     let o = off.snapshot().outliers;
     assert_eq!(o.threshold, None);
     assert!(o.sites.is_empty());
-    // The builder's target, but never under four quanta (200 µs by default).
-    let tight = Elastic::builder()
-        .manual(ManualClock::new())
-        .target_p99(Duration::from_micros(60))
-        .build()
-        .unwrap();
-    assert_eq!(
-        tight.snapshot().outliers.threshold,
-        Some(Duration::from_micros(200))
-    );
+    // The builder's target, but never under a millisecond.
+    let target = |us| {
+        Elastic::builder()
+            .manual(ManualClock::new())
+            .target_p99(Duration::from_micros(us))
+            .build()
+            .unwrap()
+            .snapshot()
+            .outliers
+            .threshold
+    };
+    assert_eq!(target(60), Some(MS));
+    assert_eq!(target(3000), Some(3 * MS));
 }
 
 #[track_caller]

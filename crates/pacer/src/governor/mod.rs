@@ -279,7 +279,7 @@ impl Governor {
 
     /// The outlier trap's threshold for the target now.
     fn set_outlier_threshold(&self) {
-        let threshold = self.outliers.threshold(self.target, self.quantum);
+        let threshold = self.outliers.threshold(self.target);
         if self.probe.outlier_threshold() != threshold {
             self.probe.set_outlier_threshold(threshold);
         }
