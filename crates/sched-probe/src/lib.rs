@@ -33,6 +33,12 @@
 //!
 //! Each is kept separately for *foreground* and *elastic* polls ([`Split`]).
 //!
+//! * **Outliers** (with [`ProbeConfig::outlier_threshold`]): polls and foreground waits over a
+//!   threshold, each with its task's spawn site, task id, duration and time, and for a wait the
+//!   spawn sites of the polls that held its worker meanwhile; [`Probe::outliers`] groups the
+//!   window's by spawn site. Kept per worker in a bounded ring without a lock; below the
+//!   threshold a poll pays a comparison.
+//!
 //! # Sources and their precision
 //!
 //! [`Probe::source`] tells which one this build uses.
@@ -114,7 +120,7 @@
 
 // Module layering: each module uses only the modules on its right, none uses the crate root, so
 // there is no import cycle.
-//   probe   -> config, hooks, sampler, shared, slot, window
+//   probe   -> config, hooks, outliers, sampler, shared, slot, window
 //   io_probe -> config, runtime_load, shared, slot, window
 //   runtime_load: no crate imports
 //   run_queue -> threads
