@@ -6,6 +6,9 @@
 //!   hooks + schedule-latency tracking, poll time on one poll in 8; a thread rotates every 100 ms
 //!   as in production), and plain runtime with every task
 //!   wrapped by `tokio_metrics::TaskMonitor::instrument` (the peer a user would otherwise pick).
+//!   `probe_trap_quiet` and `probe_trap` add the outlier trap at a threshold nothing reaches
+//!   (10 s) and at its default floor (1 ms); after each the bench prints what the trap's last
+//!   window held.
 //!   Without `--cfg tokio_unstable` the `probe` variant has no hooks and equals `none`.
 //!   With `PROBE_BENCH_BREAKDOWN=1` (and `tokio_unstable`) more variants split the probe's
 //!   cost one step at a time: `tracking_only` (tokio's schedule-latency tracking alone: two
@@ -24,6 +27,8 @@
 //!   increments in the worker's own slot).
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
 //!   window with samples in several worker slots (what the governor does every tick).
+//! * `outliers/record`: one outlier poll kept on a worker (the site's number, the ring write);
+//!   `outliers/collect_128`: one `rotate()` that collects a worker's full ring, and the report.
 //! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
 //!   8 workers and I/O enabled, without and with an `IoProbe` running (its default canaries, a
 //!   timerfd on Linux, at the fixed default period, 2 ms; rotated every tick as in
@@ -60,6 +65,13 @@ const TASKS: u64 = 1024;
 enum Variant {
     None,
     Probe,
+    /// The probe with the outlier trap on at a threshold no poll or wait here reaches (10 s):
+    /// `probe_trap_quiet − probe` is what the trap adds to a poll below its threshold.
+    ProbeTrapQuiet,
+    /// The trap at its default floor, 1 ms. With 8 or 32 workers on 2 cores the OS deschedules
+    /// workers for milliseconds, so many of this workload's waits pass it: every worker is on
+    /// the alert (timing every poll) and records a flood of waits.
+    ProbeTrap,
     TokioMetrics,
     /// Breakdown (with `PROBE_BENCH_BREAKDOWN=1`): tokio's schedule-latency tracking alone.
     TrackingOnly,
@@ -86,6 +98,8 @@ impl Variant {
         match self {
             Variant::None => "none",
             Variant::Probe => "probe",
+            Variant::ProbeTrapQuiet => "probe_trap_quiet",
+            Variant::ProbeTrap => "probe_trap",
             Variant::TokioMetrics => "tokio_metrics",
             Variant::TrackingOnly => "tracking_only",
             Variant::HooksEmpty => "hooks_empty",
@@ -177,7 +191,13 @@ fn probe_overhead(c: &mut Criterion) {
         .sample_size(20)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    let mut variants = vec![Variant::None, Variant::Probe, Variant::TokioMetrics];
+    let mut variants = vec![
+        Variant::None,
+        Variant::Probe,
+        Variant::ProbeTrapQuiet,
+        Variant::ProbeTrap,
+        Variant::TokioMetrics,
+    ];
     if cfg!(tokio_unstable) && std::env::var_os("PROBE_BENCH_BREAKDOWN").is_some() {
         variants.extend([
             Variant::TrackingOnly,
@@ -199,11 +219,20 @@ fn probe_overhead(c: &mut Criterion) {
                     Variant::ProbeNoPollTime => u32::MAX,
                     _ => ProbeConfig::default().poll_time_every,
                 },
+                outlier_threshold: match variant {
+                    Variant::ProbeTrapQuiet => Some(Duration::from_secs(10)),
+                    Variant::ProbeTrap => Some(Duration::from_millis(1)),
+                    _ => None,
+                },
                 ..ProbeConfig::default()
             })
             .unwrap();
             match variant {
-                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime => {
+                Variant::Probe
+                | Variant::ProbeTrapQuiet
+                | Variant::ProbeTrap
+                | Variant::ProbeEveryPoll
+                | Variant::ProbeNoPollTime => {
                     probe.instrument(&mut builder);
                 }
                 #[cfg(tokio_unstable)]
@@ -247,7 +276,11 @@ fn probe_overhead(c: &mut Criterion) {
             let rt = builder.build().unwrap();
             let _rotator = matches!(
                 variant,
-                Variant::Probe | Variant::ProbeEveryPoll | Variant::ProbeNoPollTime
+                Variant::Probe
+                    | Variant::ProbeTrapQuiet
+                    | Variant::ProbeTrap
+                    | Variant::ProbeEveryPoll
+                    | Variant::ProbeNoPollTime
             )
             .then(|| Rotator::start(&probe));
             let monitor =
@@ -257,6 +290,19 @@ fn probe_overhead(c: &mut Criterion) {
             });
             if let Some(m) = &monitor {
                 black_box(m.cumulative().total_poll_count);
+            }
+            if matches!(variant, Variant::ProbeTrapQuiet | Variant::ProbeTrap) {
+                // How often the trap left its fast path: outliers in the last window.
+                let o = probe.outliers();
+                let polls: u64 = o.sites.iter().map(|s| s.count).sum();
+                let waits: usize = o.longest_waits.len();
+                println!(
+                    "probe_overhead/{}/{workers}: last window {polls} polls and {}{waits} waits over {:?}, {} missed",
+                    variant.name(),
+                    if waits == 8 { "8+ " } else { "" },
+                    o.threshold.unwrap_or_default(),
+                    o.missed
+                );
             }
         }
     }
@@ -409,6 +455,51 @@ fn histogram(c: &mut Criterion) {
                 let start = Instant::now();
                 probe.rotate();
                 black_box(probe.window().queue_latency.all.p99);
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+/// The outlier trap's slow path and its collection.
+fn outliers(c: &mut Criterion) {
+    let mut group = c.benchmark_group("outliers");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let config = ProbeConfig {
+        outlier_threshold: Some(Duration::from_millis(1)),
+        ..ProbeConfig::default()
+    };
+    let site = std::panic::Location::caller();
+    // One outlier poll kept on a worker (inside `block_on` this thread is worker 0, its own
+    // slot's ring): the site's number and the ring write (no task id outside a task).
+    let current = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let probe = Probe::new(config.clone()).unwrap();
+    current.block_on(async {
+        group.bench_function("record", |b| {
+            b.iter(|| probe.trap_poll(site, Duration::from_millis(2), false))
+        });
+    });
+    group.bench_function("collect_128", |b| {
+        // One rotation that collects a full worker ring (128 records) and the report after it.
+        let probe = Probe::new(config.clone()).unwrap();
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                current.block_on(async {
+                    for _ in 0..128 {
+                        probe.trap_poll(site, Duration::from_millis(2), false);
+                    }
+                });
+                let start = Instant::now();
+                probe.rotate();
+                black_box(probe.outliers().sites.len());
                 total += start.elapsed();
             }
             total
@@ -722,5 +813,12 @@ fn run_queue(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, probe_overhead, histogram, io_probe, run_queue);
+criterion_group!(
+    benches,
+    probe_overhead,
+    histogram,
+    outliers,
+    io_probe,
+    run_queue
+);
 criterion_main!(benches);

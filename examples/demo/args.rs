@@ -36,10 +36,13 @@ pub enum Kind {
     /// The scan as the README's quick start writes it: `elastic.spawn(stream.paced(..)..)`,
     /// every library setting at its default.
     Default,
+    /// `default`, plus a foreground task that holds its worker 2 ms every 100 ms: the outlier
+    /// trap must name its spawn site.
+    Culprit,
 }
 
 /// Every kind, in the order of the help text.
-const ALL_KINDS: [Kind; 12] = [
+const ALL_KINDS: [Kind; 13] = [
     Kind::Baseline,
     Kind::Unthrottled,
     Kind::Static,
@@ -49,6 +52,7 @@ const ALL_KINDS: [Kind; 12] = [
     Kind::Paced,
     Kind::PacedIdle,
     Kind::Default,
+    Kind::Culprit,
     Kind::Low,
     Kind::High,
     Kind::Step,
@@ -66,6 +70,7 @@ impl Kind {
             Kind::Paced => "paced",
             Kind::PacedIdle => "paced-idle",
             Kind::Default => "default",
+            Kind::Culprit => "culprit",
             Kind::Low => "low",
             Kind::High => "high",
             Kind::Step => "step",
@@ -290,6 +295,9 @@ pub struct Args {
     // None: the library's default; Some(None): off.
     #[arg(long, value_name = "N|off", value_parser = brake_us)]
     pub brake_us: Option<std::option::Option<u64>>,
+    /// the outlier trap's threshold in every phase [default: the library's, its target]
+    #[arg(long, value_name = "N", value_parser = outlier_us)]
+    pub outlier_us: Option<u64>,
     /// share for the static phase
     #[arg(long, value_name = "F", default_value = "0.25", value_parser = share)]
     pub static_limit: f64,
@@ -390,6 +398,10 @@ fn brake_us(v: &str) -> Result<Option<u64>, String> {
         "off" => Ok(None),
         _ => in_range(v, 10..=1_000_000, " or off").map(Some),
     }
+}
+
+fn outlier_us(v: &str) -> Result<u64, String> {
+    in_range(v, 1..=10_000_000, "")
 }
 
 fn cpu_quota(v: &str) -> Result<Option<f64>, String> {

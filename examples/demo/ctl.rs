@@ -3,7 +3,7 @@
 //! snapshot, pacing a stream.
 
 use elastic_cpu::prelude::*;
-use elastic_cpu::settings::{Brake, Enforcement, Inputs, Placement, Steps};
+use elastic_cpu::settings::{Brake, Enforcement, Inputs, OutlierThreshold, Placement, Steps};
 use elastic_cpu::snapshot::SignalSource;
 use elastic_cpu::{Elastic, ElasticBuilder, Profile};
 use elastic_cpu_examples::fg;
@@ -29,6 +29,17 @@ pub enum Mode {
     Library,
 }
 
+/// The probe window of a phase in `mode`: its profile's window.
+pub fn probe_window(mode: Mode) -> Duration {
+    match mode {
+        Mode::Controlled {
+            profile: ProfileSpec::Cockroach,
+            ..
+        } => Profile::Cockroach.steps().window,
+        _ => Profile::Default.steps().window,
+    }
+}
+
 /// Library settings the flags can override (None: the library's default).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Tuning {
@@ -36,6 +47,8 @@ pub struct Tuning {
     pub slice_ms: Option<u64>,
     pub quantum_us: Option<u64>,
     pub brake_us: Option<Option<u64>>,
+    /// The outlier trap's threshold (None: the library's).
+    pub outlier_us: Option<u64>,
     /// The library's cgroup throttling signal (on by default).
     pub throttle_signal: bool,
     /// The library's quota headroom cap (on by default).
@@ -106,6 +119,9 @@ pub struct Control {
 impl Control {
     pub fn new(workers: usize, mode: Mode, tune: Tuning) -> Result<Control, String> {
         let mut b = Elastic::builder();
+        if let Some(us) = tune.outlier_us {
+            b = b.outlier_threshold(OutlierThreshold::At(Duration::from_micros(us)));
+        }
         if let Mode::Library = mode {
             return Control::with(workers, b, true);
         }

@@ -13,6 +13,7 @@
 
 mod args;
 mod ctl;
+mod culprit;
 mod mix;
 mod neighbour;
 mod phase;
@@ -342,6 +343,7 @@ fn tuning(ctx: &Ctx) -> Tuning {
         slice_ms: a.slice_ms,
         quantum_us: a.quantum_us,
         brake_us: a.brake_us,
+        outlier_us: a.outlier_us,
         throttle_signal: !a.no_throttle_signal,
         quota_headroom: !a.no_quota_headroom,
         io_signal: !a.no_io_signal,

@@ -32,7 +32,7 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
                 .get(&rest_key(ctx, spec))
                 .map(|l| l.clamp(report::LOW_START, report::HIGH_START)),
         },
-        Kind::Default => Mode::Library,
+        Kind::Default | Kind::Culprit => Mode::Library,
         Kind::Step => Mode::Controlled {
             profile,
             initial: ctx
@@ -198,7 +198,7 @@ fn run_phase_inner(
         };
         let paced = !matches!(mode, Mode::Unpaced);
         // The quick start's way: `elastic.spawn` places the work.
-        let spawner = if spec.kind == Kind::Default {
+        let spawner = if matches!(spec.kind, Kind::Default | Kind::Culprit) {
             Spawner::Elastic(&ctl)
         } else {
             Spawner::Runtime(&handle)
@@ -219,7 +219,18 @@ fn run_phase_inner(
                 spawner.spawn(scan::drive(s, counters.clone(), consume))?;
             }
         }
-        if spec.kind == Kind::Default {
+        if spec.kind == Kind::Culprit {
+            let at = crate::culprit::spawn(ctl.rt.handle(), stop_scan.clone());
+            res.planted_at = Some(format!("{}:{}", at.file(), at.line()));
+            eprintln!(
+                "[{name}] planted: a foreground task holding its worker {:?} every {:?}, spawned at {}:{}",
+                crate::culprit::HOLD,
+                crate::culprit::EVERY,
+                at.file(),
+                at.line()
+            );
+        }
+        if matches!(spec.kind, Kind::Default | Kind::Culprit) {
             let s = ctl.full_snapshot();
             eprintln!(
                 "[{name}] scan spawned as the quick start does: on {:?} ({})",
@@ -245,6 +256,10 @@ fn run_phase_inner(
     let mut limits = Vec::new();
     let mut scheds = Vec::new();
     let mut stepped = 0;
+    // The outlier trap's window: read once per window, on a fixed schedule from the start of
+    // the measurement, so each outlier is counted once (to within a governor tick).
+    let outlier_window = crate::ctl::probe_window(mode);
+    let mut next_outliers: Option<Instant> = None;
     loop {
         next += a.sample;
         sleep_until(next);
@@ -272,6 +287,18 @@ fn run_phase_inner(
                 rate.set(ctx.rate);
                 res.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
                 stepped = 2;
+            }
+        }
+        if let Some(m) = &measuring {
+            let due = *next_outliers.get_or_insert(m.at + outlier_window);
+            if now >= due {
+                let s = ctl.full_snapshot();
+                res.outlier_threshold_us = s.outliers.threshold.map(|t| t.as_secs_f64() * 1e6);
+                report::add_outliers(&mut res.outliers, &s.outliers);
+                // Every poll is a queue-latency sample: the runtime's polls per second.
+                let polls = s.window.queue_latency.all.count as f64;
+                res.polls_per_sec.push(polls / outlier_window.as_secs_f64());
+                next_outliers = Some(due + outlier_window);
             }
         }
         let snap = ctl.snapshot();
@@ -336,7 +363,9 @@ fn run_phase_inner(
     let end_snap = ctl.full_snapshot();
     let brakes_end = end_snap.brakes;
     // The library's own target, where it measured one: what elastic work may add.
-    if spec.kind == Kind::Default || (spec.kind.controlled() && ctx.target_us.is_none()) {
+    if matches!(spec.kind, Kind::Default | Kind::Culprit)
+        || (spec.kind.controlled() && ctx.target_us.is_none())
+    {
         res.target_us = Some(end_snap.target.as_micros() as u64);
     }
     let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());

@@ -55,6 +55,7 @@ mod line;
 mod queue;
 mod recent_low;
 mod retry;
+mod ring;
 mod shared;
 mod sync;
 mod tally;
@@ -70,4 +71,5 @@ pub use gate::{
 };
 pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
+pub use ring::{EventRing, ReadSince, Words};
 pub use retry::{Attempt, RetryBudget};

@@ -3,13 +3,13 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{fence, AtomicU64, Ordering},
     Arc, Mutex, MutexGuard,
 };
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{fence, AtomicU64, Ordering},
     Arc, Mutex, MutexGuard,
 };
 

@@ -15,7 +15,9 @@ use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 use crate::governor::{self, Control, Governor, Plan};
 use crate::readings::Sources;
 use crate::running::RunningTime;
-use crate::settings::{Brake, Enforcement, Inputs, Placement, Profile, Timing, DEFAULT_TARGET};
+use crate::settings::{
+    Brake, Enforcement, Inputs, OutlierThreshold, Placement, Profile, Timing, DEFAULT_TARGET,
+};
 use crate::shared::{QueueClock, Shared};
 
 /// Why [`ElasticBuilder::build`] failed.
@@ -86,6 +88,7 @@ pub struct ElasticBuilder {
     inputs: Inputs,
     enforcement: Enforcement,
     placement: Placement,
+    outliers: OutlierThreshold,
     #[cfg(feature = "test-util")]
     testing: Testing,
 }
@@ -184,6 +187,14 @@ impl ElasticBuilder {
         self
     }
 
+    /// Which polls and foreground waits the outlier trap keeps
+    /// ([`Snapshot::outliers`](crate::Snapshot::outliers)): default
+    /// [`OutlierThreshold::Target`], the controller's target (at least 1 ms).
+    pub fn outlier_threshold(mut self, threshold: OutlierThreshold) -> Self {
+        self.outliers = threshold;
+        self
+    }
+
     /// Drive the work queue and the brake from `clock` and start no governor thread: the test
     /// calls [`Elastic::tick`](crate::Elastic::tick) by hand (feature `test-util`). Without a
     /// [`script`](Self::script) nothing besides the probe the test drives is read: no I/O
@@ -264,6 +275,11 @@ impl ElasticBuilder {
                 return refuse("brake", format!("{at:?}"), "at least 10 µs");
             }
         }
+        if let OutlierThreshold::At(at) = self.outliers {
+            if at < Duration::from_micros(1) {
+                return refuse("outlier_threshold", format!("{at:?}"), "at least 1 µs");
+            }
+        }
         if let Some(c) = self.cpus {
             if !(c > 0.0 && c <= 65536.0) {
                 return refuse("cpus", c.to_string(), "above 0.0, at most 65536.0");
@@ -337,6 +353,7 @@ impl ElasticBuilder {
             // A fixed share steps on nothing: its own class needs no target.
             auto_target: self.target_p99.is_none() && self.fixed_share.is_none(),
             quantum: self.enforcement.quantum,
+            outliers: self.outliers,
             default_cpus: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),

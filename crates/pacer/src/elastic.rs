@@ -257,6 +257,7 @@ impl Elastic {
     /// assert_eq!(sum, 499_500);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> Result<JoinHandle<F::Output>, SpawnError>
     where
         F: Future + Send + 'static,
@@ -350,6 +351,7 @@ impl Elastic {
     /// assert_eq!(rt.block_on(task)?, 42);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[track_caller]
     pub fn spawn_on<F>(&self, handle: &Handle, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,

@@ -18,6 +18,7 @@ pub trait PacedExt: Future + Sized {
     /// let sum = rt.block_on(async { (0..1000u64).sum::<u64>() }.paced(&elastic));
     /// assert_eq!(sum, 499500);
     /// ```
+    #[track_caller]
     fn paced(self, elastic: &Elastic) -> Paced<Self> {
         Paced::new(self, elastic.shared.clone())
     }
@@ -37,6 +38,7 @@ pub trait PacedStreamExt: Stream + Sized {
     /// let chunks = futures_util::stream::iter(0..100u32).paced(&elastic);
     /// assert_eq!(rt.block_on(chunks.count()), 100);
     /// ```
+    #[track_caller]
     fn paced(self, elastic: &Elastic) -> PacedStream<Self> {
         PacedStream::new(self, elastic.shared.clone())
     }

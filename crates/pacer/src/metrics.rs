@@ -114,6 +114,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Elastic polls on the runtime that ran past 4 quanta (a long call holds its worker whatever the share)",
     ),
     (
+        "elastic_cpu_outlier_polls_total",
+        "count",
+        "Polls over the outlier threshold since start, label site=path:line (the first 8 spawn sites seen, the rest site=other)",
+    ),
+    (
         "elastic_cpu_overhead_ratio",
         "ratio",
         "Elastic work's scheduler overhead over the running time charged; the rate is cut by it",
@@ -227,6 +232,9 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
     counter!("elastic_cpu_os_yields_total").absolute(s.os_yields);
     counter!("elastic_cpu_long_polls_total").absolute(s.long_polls);
+    for (site, n) in &s.outliers.polls_by_site {
+        counter!("elastic_cpu_outlier_polls_total", "site" => site.clone()).absolute(*n);
+    }
     counter!("elastic_cpu_throttled_periods_total").absolute(s.throttled_periods);
     if let Some(cpus) = s.quota_headroom {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);

@@ -36,9 +36,14 @@ pub(crate) struct Slot {
     /// Polls until the next poll time goes to the probe (fallback probe only).
     #[cfg(not(tokio_unstable))]
     sample_in: u8,
+    /// Where the adapter was made: the spawn site the outlier trap reports its long polls
+    /// under when there are no task hooks (with them, the hooks report tokio's spawn site).
+    #[cfg(not(tokio_unstable))]
+    site: &'static std::panic::Location<'static>,
 }
 
 impl Slot {
+    #[track_caller]
     fn new(shared: Arc<Shared>) -> Self {
         Slot {
             yield_at: YieldPoint::new(shared.quantum),
@@ -50,6 +55,8 @@ impl Slot {
             handed_off: false,
             #[cfg(not(tokio_unstable))]
             sample_in: 0,
+            #[cfg(not(tokio_unstable))]
+            site: std::panic::Location::caller(),
         }
     }
 
@@ -83,26 +90,30 @@ impl Slot {
         let shared = self.grant.shared();
         let cpu = shared.running.is_running_time(mark).then_some(took);
         shared.note_run(wall, cpu);
+        #[cfg(not(tokio_unstable))]
+        self.report(took, wall);
         self.account(took);
         out
     }
 
+    /// Without hooks the probe learns elastic poll times only from here: one poll in 16 goes
+    /// to the histograms (plenty for a p99, and it keeps the probe's lock off most polls), and
+    /// every poll to the outlier trap, under the site where the adapter was made.
+    #[cfg(not(tokio_unstable))]
+    #[inline]
+    fn report(&mut self, took: Duration, wall: Duration) {
+        let probe = &self.grant.shared().probe;
+        if self.sample_in == 0 {
+            self.sample_in = 15;
+            probe.record_poll_from(self.site, None, Some(took), true);
+        } else {
+            self.sample_in -= 1;
+            probe.trap_poll(self.site, wall, true);
+        }
+    }
+
     #[inline]
     fn account(&mut self, took: Duration) {
-        // Without hooks the probe learns elastic poll times only from here; one poll in 16 is
-        // plenty for a p99 and keeps the probe's lock off most polls.
-        #[cfg(not(tokio_unstable))]
-        {
-            if self.sample_in == 0 {
-                self.sample_in = 15;
-                self.grant
-                    .shared()
-                    .probe
-                    .record_poll(None, Some(took), true);
-            } else {
-                self.sample_in -= 1;
-            }
-        }
         self.run += took;
         // Settles the grant once its slice is spent: a new one is taken before the next poll.
         self.grant.charge(took);
@@ -156,6 +167,7 @@ pin_project! {
 }
 
 impl<F> Paced<F> {
+    #[track_caller]
     pub(crate) fn new(inner: F, shared: Arc<Shared>) -> Self {
         Paced {
             inner,
@@ -210,6 +222,7 @@ pin_project! {
 }
 
 impl<S> PacedStream<S> {
+    #[track_caller]
     pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
         PacedStream {
             inner,

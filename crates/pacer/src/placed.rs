@@ -39,6 +39,7 @@ enum State<F: Future> {
 }
 
 impl<F: Future> Placed<F> {
+    #[track_caller]
     pub(crate) fn new(future: F, shared: Arc<Shared>, placer: Weak<Placer>, own: OwnAbort) -> Self {
         Placed {
             state: State::Here(Paced::new(Box::pin(future), shared.clone())),

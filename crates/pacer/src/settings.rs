@@ -267,6 +267,47 @@ impl Brake {
     }
 }
 
+/// Which polls and waits the outlier trap keeps
+/// ([`Snapshot::outliers`](crate::Snapshot::outliers)): those longer than this threshold.
+///
+/// ```
+/// use std::time::Duration;
+/// use elastic_cpu_pacer::settings::OutlierThreshold;
+/// let elastic = elastic_cpu_pacer::Elastic::builder()
+///     .outlier_threshold(OutlierThreshold::At(Duration::from_millis(1)))
+///     .build()?;
+/// assert_eq!(elastic.snapshot().outliers.threshold, Some(Duration::from_millis(1)));
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OutlierThreshold {
+    /// The controller's target as it is now (measured, or the builder's), but at least
+    /// [`OUTLIER_FLOOR`]: a measured target can be a fraction of a millisecond, and below a
+    /// millisecond a busy host's preemptions stretch enough ordinary polls past it to bury a
+    /// real holder (docs/results.md).
+    #[default]
+    Target,
+    /// This duration (at least 1 µs).
+    At(Duration),
+    /// No trap: no poll pays more than it does without it.
+    Off,
+}
+
+/// The least threshold [`OutlierThreshold::Target`] sets: a library call of a millisecond.
+pub const OUTLIER_FLOOR: Duration = Duration::from_millis(1);
+
+impl OutlierThreshold {
+    /// The threshold for the controller's `target` (`None`: off).
+    pub(crate) fn threshold(self, target: Duration) -> Option<Duration> {
+        match self {
+            OutlierThreshold::Target => Some(target.max(OUTLIER_FLOOR)),
+            OutlierThreshold::At(d) => Some(d),
+            OutlierThreshold::Off => None,
+        }
+    }
+}
+
 /// Where [`Elastic::spawn`](crate::Elastic::spawn) and
 /// [`Elastic::spawn_blocking`](crate::Elastic::spawn_blocking) run elastic work.
 ///

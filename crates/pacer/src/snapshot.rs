@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 pub use elastic_cpu_core::QueueSnapshot;
-pub use elastic_cpu_probe::{CgroupVersion, Split, Summary, Window};
+pub use elastic_cpu_probe::{
+    site_label, CgroupVersion, Outlier, Outliers, SiteOutliers, Split, Summary, Window,
+};
 
 pub use crate::cpus::CpusSource;
 pub use crate::placement::PlacementReason;
@@ -175,6 +177,12 @@ pub struct Snapshot {
     /// ([`Elastic::spawn`](crate::Elastic::spawn) does so on a host without a CPU quota) or cut
     /// the call into smaller pieces with a `Pacer::pace` between them.
     pub long_polls: u64,
+    /// The outlier trap over the probe window: polls that ran longer than the
+    /// [threshold](crate::settings::OutlierThreshold) (the controller's target by default)
+    /// grouped by the spawn site of their task, most time held first, and the longest
+    /// foreground waits with the sites of the polls that held their worker meanwhile. Without
+    /// `tokio_unstable` only elastic polls, by the place their adapter was made.
+    pub outliers: Outliers,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -244,6 +252,7 @@ impl Snapshot {
             placement: Placement::Auto,
             placement_reason: PlacementReason::Undecided,
             long_polls,
+            outliers: Outliers::default(),
             window,
             queue,
         }

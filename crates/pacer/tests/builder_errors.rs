@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use elastic_cpu_pacer::settings::{Brake, Enforcement, Steps};
+use elastic_cpu_pacer::settings::{Brake, Enforcement, OutlierThreshold, Steps};
 use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder, Profile};
 
 fn err(b: ElasticBuilder) -> BuildError {
@@ -71,6 +71,10 @@ fn every_bad_setting_is_refused_by_name() {
         (
             "brake",
             Elastic::builder().brake(Brake::At(Duration::from_micros(5))),
+        ),
+        (
+            "outlier_threshold",
+            Elastic::builder().outlier_threshold(OutlierThreshold::At(Duration::from_nanos(999))),
         ),
         ("cpus", Elastic::builder().cpus(0.0)),
         ("cpus", Elastic::builder().cpus(nan)),

@@ -30,6 +30,10 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
     elastic
         .probe()
         .record_poll(None, Some(Duration::from_micros(80)), true);
+    // A poll over the outlier threshold (the 1 ms target), for the counter by spawn site.
+    let probe = elastic.probe();
+    let site = format!("{}:{}", file!(), line!() + 1);
+    probe.record_poll(None, Some(Duration::from_millis(3)), false);
     metrics::with_local_recorder(&recorder, || elastic.tick());
 
     let snapshot = snapshotter.snapshot().into_vec();
@@ -41,6 +45,11 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
         assert!(unit.is_some(), "{name} has no unit");
         if name == "elastic_cpu_limit_ratio" {
             assert_eq!(value, &DebugValue::Gauge(0.25.into()));
+        }
+        if name == "elastic_cpu_outlier_polls_total" {
+            let labels: Vec<_> = key.key().labels().map(|l| (l.key(), l.value())).collect();
+            assert_eq!(labels, vec![("site", site.as_str())]);
+            assert_eq!(value, &DebugValue::Counter(1));
         }
         if name == "elastic_cpu_sched_latency_p99_seconds" {
             let DebugValue::Gauge(v) = value else {

@@ -53,6 +53,14 @@ pub struct ProbeConfig {
     /// moment the task is polled rather than at the next window. `None` (the default) never
     /// raises it. Must be > 0.
     pub alarm_at: Option<Duration>,
+    /// The outlier trap's threshold: polls that ran longer, and foreground tasks that waited
+    /// longer in a run queue, are kept with their spawn site ([`Probe::outliers`]). `None` (the
+    /// default) leaves the trap off; [`Probe::set_outlier_threshold`] changes it while the
+    /// probe runs (the pacer keeps it at its controller's target). Must be > 0.
+    ///
+    /// [`Probe::outliers`]: crate::Probe::outliers
+    /// [`Probe::set_outlier_threshold`]: crate::Probe::set_outlier_threshold
+    pub outlier_threshold: Option<Duration>,
 }
 
 impl Default for ProbeConfig {
@@ -65,6 +73,7 @@ impl Default for ProbeConfig {
             significant_figures: 2,
             poll_time_every: 8,
             alarm_at: None,
+            outlier_threshold: None,
         }
     }
 }
@@ -116,6 +125,13 @@ impl ProbeConfig {
         }
         if self.alarm_at == Some(Duration::ZERO) {
             return refuse("alarm_at", &self.alarm_at, "above zero, or None");
+        }
+        if self.outlier_threshold == Some(Duration::ZERO) {
+            return refuse(
+                "outlier_threshold",
+                &self.outlier_threshold,
+                "above zero, or None",
+            );
         }
         Ok(())
     }

@@ -33,6 +33,12 @@
 //!
 //! Each is kept separately for *foreground* and *elastic* polls ([`Split`]).
 //!
+//! * **Outliers** (with [`ProbeConfig::outlier_threshold`]): polls and foreground waits over a
+//!   threshold, each with its task's spawn site, task id, duration and time, and for a wait the
+//!   spawn sites of the polls that held its worker meanwhile; [`Probe::outliers`] groups the
+//!   window's by spawn site. Kept per worker in a bounded ring without a lock; below the
+//!   threshold a poll pays a comparison.
+//!
 //! # Sources and their precision
 //!
 //! [`Probe::source`] tells which one this build uses.
@@ -114,16 +120,18 @@
 
 // Module layering: each module uses only the modules on its right, none uses the crate root, so
 // there is no import cycle.
-//   probe   -> config, hooks, sampler, shared, slot, window
+//   probe   -> config, hooks, outliers, sampler, shared, slot, window
 //   io_probe -> config, runtime_load, shared, slot, window
 //   runtime_load: no crate imports
 //   run_queue -> threads
 //   threads: no crate imports
 //   hooks   -> shared
 //   sampler -> shared
-//   shared  -> config, slot, window
+//   shared  -> config, outliers, sites, slot, window
 //   window  -> hists, slot
-//   slot    -> hists
+//   slot    -> hists, outliers
+//   outliers -> sites
+//   sites: no crate imports
 //   config, hists, cgroup: no crate imports
 mod cgroup;
 mod config;
@@ -131,12 +139,14 @@ mod hists;
 #[cfg(tokio_unstable)]
 mod hooks;
 mod io_probe;
+mod outliers;
 mod poll_state;
 mod probe;
 mod run_queue;
 mod runtime_load;
 mod sampler;
 mod shared;
+mod sites;
 mod slot;
 mod threads;
 mod window;
@@ -148,6 +158,7 @@ pub use cgroup::{
 pub use config::ProbeConfig;
 pub use elastic_cpu_core::SettingError;
 pub use io_probe::{IoCanary, IoProbe, IoProbeConfig, IoProbeError};
+pub use outliers::{site_label, Outlier, Outliers, SiteOutliers};
 pub use poll_state::mark_elastic_poll;
 pub use probe::{Probe, Source};
 pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};

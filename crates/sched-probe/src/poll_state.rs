@@ -19,6 +19,13 @@ pub(crate) struct PollState {
     /// Polls left before the next one whose poll time is measured (`poll_time_every`).
     #[cfg_attr(not(tokio_unstable), allow(dead_code))]
     pub(crate) countdown: Cell<u32>,
+    /// The current poll is the one in `poll_time_every` whose time goes to the histograms.
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    pub(crate) sampled: Cell<bool>,
+    /// Until then every poll on this thread is timed, for the outlier trap: set when this
+    /// thread saw an outlier, so a holder that comes back is caught whole.
+    #[cfg_attr(not(tokio_unstable), allow(dead_code))]
+    pub(crate) alert_until: Cell<Option<Instant>>,
     /// The worker slot this thread owns, as (probe id, slot index); id 0 = none cached. Saves
     /// the after-poll hook tokio's worker-index lookup, the thread token and the owner check
     /// (one thread-local access per hook instead of three).
@@ -32,6 +39,8 @@ thread_local! {
             start: Cell::new(None),
             elastic: Cell::new(false),
             countdown: Cell::new(0),
+            sampled: Cell::new(false),
+            alert_until: Cell::new(None),
             owned: Cell::new((0, 0)),
         }
     };

@@ -1,6 +1,7 @@
 //! The [`Probe`] itself: created from a [`ProbeConfig`], installed on a runtime, rotated and read.
 
 use std::fmt;
+use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::Thread;
@@ -12,6 +13,7 @@ use hdrhistogram::Histogram;
 use crate::config::ProbeConfig;
 #[cfg(tokio_unstable)]
 use crate::hooks;
+use crate::outliers::{Outliers, TrapWindow};
 use crate::sampler::Sampler;
 use crate::shared::{nanos, Shared, SLOTS};
 use crate::slot::Layout;
@@ -96,7 +98,9 @@ impl Probe {
         let quiet = Mutex::new(WindowState::new(&template, config.intervals()));
         // `alarm_at` > 0 (validated): `nanos(at) - 1` cannot underflow.
         let alarm_above = config.alarm_at.map_or(u64::MAX, |at| nanos(at) - 1);
-        Ok(Probe {
+        let outliers = Mutex::new(TrapWindow::new(config.intervals()));
+        let threshold = config.outlier_threshold;
+        let probe = Probe {
             shared: Arc::new(Shared {
                 id: crate::shared::next_id(),
                 config,
@@ -108,8 +112,13 @@ impl Probe {
                 alarms: AtomicU64::new(0),
                 raised: AtomicBool::new(false),
                 listener: Mutex::new(None),
+                outlier_above: AtomicU64::new(u64::MAX),
+                born: quanta::Instant::now(),
+                outliers,
             }),
-        })
+        };
+        probe.set_outlier_threshold(threshold);
+        Ok(probe)
     }
 
     /// The settings this probe was built with.
@@ -217,14 +226,111 @@ impl Probe {
     /// assert_eq!(probe.window().poll_time.elastic.count, 1);
     /// assert_eq!(probe.window().queue_latency.all.count, 0);
     /// ```
+    ///
+    /// A poll over the [outlier threshold](ProbeConfig::outlier_threshold) is also kept as an
+    /// outlier, with the caller's location as its spawn site ([`record_poll_from`] names
+    /// another).
+    ///
+    /// [`record_poll_from`]: Self::record_poll_from
+    #[track_caller]
     pub fn record_poll(
         &self,
         queue_latency: Option<Duration>,
         poll_time: Option<Duration>,
         elastic: bool,
     ) {
+        self.record_poll_from(Location::caller(), queue_latency, poll_time, elastic);
+    }
+
+    /// [`record_poll`](Self::record_poll) for a poll of a task spawned at `site`: an outlier
+    /// is kept under that site. Elastic adapters without task hooks report their polls here,
+    /// with the site they were made at.
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let config = ProbeConfig { outlier_threshold: Some(Duration::from_millis(1)), ..Default::default() };
+    /// let probe = Probe::new(config).unwrap();
+    /// let site = std::panic::Location::caller();
+    /// probe.record_poll_from(site, None, Some(Duration::from_millis(2)), true);
+    /// probe.rotate();
+    /// assert_eq!(probe.outliers().sites[0].site, Some(site));
+    /// assert!(probe.outliers().sites[0].elastic);
+    /// ```
+    pub fn record_poll_from(
+        &self,
+        site: &'static Location<'static>,
+        queue_latency: Option<Duration>,
+        poll_time: Option<Duration>,
+        elastic: bool,
+    ) {
+        self.shared.record_from(
+            site,
+            queue_latency.map(nanos),
+            poll_time.map(nanos),
+            elastic,
+        );
+    }
+
+    /// Keeps a poll of a task spawned at `site` that ran `poll_time` as an outlier if that is
+    /// past the threshold; records nothing in the histograms. Elastic adapters without task
+    /// hooks report every poll they time here (one comparison when it is not an outlier).
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// probe.set_outlier_threshold(Some(Duration::from_millis(1)));
+    /// probe.trap_poll(std::panic::Location::caller(), Duration::from_millis(4), true);
+    /// probe.trap_poll(std::panic::Location::caller(), Duration::from_micros(4), true);
+    /// probe.rotate();
+    /// assert_eq!(probe.outliers().sites[0].count, 1);
+    /// assert_eq!(probe.window().poll_time.all.count, 0);
+    /// ```
+    #[inline]
+    pub fn trap_poll(&self, site: &'static Location<'static>, poll_time: Duration, elastic: bool) {
+        let poll_ns = Some(nanos(poll_time));
+        if self.shared.is_outlier(None, poll_ns, elastic) {
+            self.shared.trap_poll(site, poll_ns, elastic);
+        }
+    }
+
+    /// The window's outliers: the polls over the threshold grouped by spawn site (most time
+    /// held first), the slowest polls and the longest foreground waits with what held their
+    /// worker meanwhile. Collected by [`rotate`](Self::rotate), like the window.
+    ///
+    /// With task hooks every poll's queue latency is compared with the threshold; its poll
+    /// time is compared where it was timed: on one poll in
+    /// [`poll_time_every`](ProbeConfig::poll_time_every), and on every poll of a worker thread
+    /// for one window after it saw an outlier (a wait or a poll), so a task that holds workers
+    /// again and again is caught whole once it is seen. Without hooks the elastic adapters
+    /// report the polls they time ([`record_poll_from`](Self::record_poll_from)).
+    pub fn outliers(&self) -> Outliers {
         self.shared
-            .record(queue_latency.map(nanos), poll_time.map(nanos), elastic);
+            .outliers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .report(self.outlier_threshold())
+    }
+
+    /// Changes the outlier threshold (`None`: the trap is off; see
+    /// [`ProbeConfig::outlier_threshold`]). Takes effect at the next poll.
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig};
+    /// # use std::time::Duration;
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// assert_eq!(probe.outlier_threshold(), None);
+    /// probe.set_outlier_threshold(Some(Duration::from_micros(200)));
+    /// assert_eq!(probe.outlier_threshold(), Some(Duration::from_micros(200)));
+    /// ```
+    pub fn set_outlier_threshold(&self, threshold: Option<Duration>) {
+        self.shared.set_outlier_threshold(threshold);
+    }
+
+    /// The outlier threshold now (`None`: the trap is off).
+    pub fn outlier_threshold(&self) -> Option<Duration> {
+        self.shared.outlier_threshold()
     }
 
     /// Closes the current interval: collects what every slot recorded since the last rotation
@@ -255,6 +361,8 @@ impl Probe {
             }
         }
         state.push(interval);
+        drop(state);
+        shared.collect_outliers();
     }
 
     /// The window's statistics: a snapshot of the intervals closed by [`Probe::rotate`] (samples

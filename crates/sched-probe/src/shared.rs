@@ -9,6 +9,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crate::config::ProbeConfig;
+use crate::outliers::{Record, TrapWindow};
 use crate::slot::{Layout, Slot};
 use crate::window::WindowState;
 
@@ -40,6 +41,25 @@ pub(crate) struct Shared {
     pub(crate) raised: AtomicBool,
     /// Unparked when the alarm is raised.
     pub(crate) listener: Mutex<Option<Thread>>,
+    /// The outlier threshold in nanoseconds: a poll or foreground wait longer is recorded as an
+    /// outlier. `u64::MAX`: the trap is off.
+    pub(crate) outlier_above: AtomicU64,
+    /// What `at` in outlier records counts from.
+    pub(crate) born: quanta::Instant,
+    /// The outliers collected from the slots, a window of them.
+    pub(crate) outliers: Mutex<TrapWindow>,
+}
+
+/// What the hooks (or a caller of `record_poll`) know of a poll found over the threshold.
+pub(crate) struct Suspect {
+    pub(crate) site: &'static std::panic::Location<'static>,
+    /// tokio's task id, 0 unknown.
+    pub(crate) task: u64,
+    pub(crate) queue_ns: Option<u64>,
+    pub(crate) poll_ns: Option<u64>,
+    /// When the poll ended, if the clock was read.
+    pub(crate) end: Option<quanta::Instant>,
+    pub(crate) elastic: bool,
 }
 
 impl Shared {
@@ -53,6 +73,48 @@ impl Shared {
                 t.unpark();
             }
         }
+    }
+
+    /// Whether a poll with these measures is an outlier: one comparison each.
+    #[inline]
+    pub(crate) fn is_outlier(
+        &self,
+        queue_ns: Option<u64>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) -> bool {
+        let above = self.outlier_above.load(Ordering::Relaxed);
+        poll_ns.is_some_and(|p| p > above) || (!elastic && queue_ns.is_some_and(|q| q > above))
+    }
+
+    /// Records an outlier poll and / or wait into slot `index`'s ring (the overflow slot for
+    /// `None`). Returns when it ended (read now if the caller had not).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn trap(&self, index: Option<usize>, s: Suspect) -> quanta::Instant {
+        let above = self.outlier_above.load(Ordering::Relaxed);
+        let end = s.end.unwrap_or_else(quanta::Instant::now);
+        let at = nanos(end.saturating_duration_since(self.born));
+        let slot = self.slot(index.unwrap_or(OVERFLOW));
+        let site = crate::sites::intern(s.site);
+        let record = |wait, nanos, at| Record {
+            wait,
+            elastic: s.elastic,
+            site,
+            nanos,
+            at,
+            task: s.task,
+            holders: [None, None],
+        };
+        let poll_ns = s.poll_ns.unwrap_or(0);
+        if let Some(q) = s.queue_ns.filter(|&q| q > above && !s.elastic) {
+            // The wait ended where the poll began.
+            slot.push_outlier(record(true, q, at.saturating_sub(poll_ns)));
+        }
+        if poll_ns > above {
+            slot.push_outlier(record(false, poll_ns, at));
+        }
+        end
     }
 
     /// Slot `index`, allocated on first use.
@@ -94,6 +156,78 @@ impl Shared {
         None
     }
 
+    /// [`record`](Self::record), and the outlier trap for a poll spawned at `site`.
+    #[inline]
+    pub(crate) fn record_from(
+        self: &Arc<Self>,
+        site: &'static std::panic::Location<'static>,
+        queue_ns: Option<u64>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
+        let index = self.record(queue_ns, poll_ns, elastic);
+        if self.is_outlier(queue_ns, poll_ns, elastic) {
+            let task = tokio::task::try_id().map_or(0, task_number);
+            let suspect = Suspect {
+                site,
+                task,
+                queue_ns,
+                poll_ns,
+                end: None,
+                elastic,
+            };
+            self.trap(index, suspect);
+        }
+    }
+
+    /// The outlier trap for a poll that was not recorded into the histograms.
+    #[cold]
+    pub(crate) fn trap_poll(
+        self: &Arc<Self>,
+        site: &'static std::panic::Location<'static>,
+        poll_ns: Option<u64>,
+        elastic: bool,
+    ) {
+        // Finds (or claims) the thread's slot; records nothing.
+        let index = self.record(None, None, elastic);
+        let task = tokio::task::try_id().map_or(0, task_number);
+        let suspect = Suspect {
+            site,
+            task,
+            queue_ns: None,
+            poll_ns,
+            end: None,
+            elastic,
+        };
+        self.trap(index, suspect);
+    }
+
+    /// Sets the outlier threshold (`None`: off).
+    pub(crate) fn set_outlier_threshold(&self, threshold: Option<Duration>) {
+        let above = threshold.map_or(u64::MAX, |t| nanos(t).min(u64::MAX - 1));
+        self.outlier_above.store(above, Ordering::Relaxed);
+    }
+
+    /// The outlier threshold (`None`: off).
+    pub(crate) fn outlier_threshold(&self) -> Option<Duration> {
+        match self.outlier_above.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            above => Some(Duration::from_nanos(above)),
+        }
+    }
+
+    /// Collects every slot's new outlier records into one interval of the outlier window.
+    pub(crate) fn collect_outliers(&self) {
+        let mut window = self.outliers.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut records, mut missed) = (Vec::new(), 0);
+        for (index, slot) in self.slots.iter().enumerate() {
+            if let Some(ring) = slot.get().and_then(|s| s.outliers.get()) {
+                missed += window.collect_from(index, ring, &mut records);
+            }
+        }
+        window.push(records, missed);
+    }
+
     /// Records into worker slot `index`, which the calling thread owns (cached from `record`).
     #[cfg_attr(not(tokio_unstable), allow(dead_code))]
     #[inline]
@@ -116,6 +250,22 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// A fresh probe id (see [`Shared::id`]).
 pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Relaxed)
+}
+
+/// tokio's task id as a number (its `Display` is the number).
+pub(crate) fn task_number(id: tokio::task::Id) -> u64 {
+    struct Digits(u64);
+    impl std::fmt::Write for Digits {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            for b in s.bytes().filter(u8::is_ascii_digit) {
+                self.0 = self.0.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+            }
+            Ok(())
+        }
+    }
+    let mut d = Digits(0);
+    let _ = std::fmt::write(&mut d, format_args!("{id}"));
+    d.0
 }
 
 #[inline]

@@ -12,10 +12,20 @@
 //! maps to exactly one bucket of the interval histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
+use elastic_cpu_core::EventRing;
 use hdrhistogram::Histogram;
 
 use crate::hists::Hists;
+use crate::outliers::{Record, WORDS};
+
+/// Outlier records a worker's ring holds: what it may record between two collections (a tick)
+/// before it overwrites records not yet read.
+pub(crate) const OUTLIER_RING: usize = 128;
+
+/// How many of its latest records a worker searches for the polls that held up a wait.
+const HOLDER_LOOKBACK: u64 = 16;
 
 /// Series per slot: queue latency foreground / elastic, poll time foreground / elastic.
 const SERIES: usize = 4;
@@ -87,6 +97,10 @@ pub(crate) struct Slot {
     shared: bool,
     /// `SERIES` runs of `layout.len` cumulative counters.
     counts: Box<[AtomicU64]>,
+    /// The outlier records of this slot's polls, made at its first outlier.
+    pub(crate) outliers: OnceLock<EventRing<WORDS>>,
+    /// Serialises the writers of a shared slot's ring (its one-writer rule).
+    outlier_writers: Mutex<()>,
 }
 
 impl Slot {
@@ -97,7 +111,41 @@ impl Slot {
             counts: (0..SERIES * layout.len)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            outliers: OnceLock::new(),
+            outlier_writers: Mutex::new(()),
         }
+    }
+
+    /// Appends an outlier record; for a wait (whose `holders` it fills), first finds the
+    /// outlier polls recorded here that overlap it. Only the slot's writer calls it (or, for
+    /// a shared slot, one writer at a time).
+    #[cold]
+    pub(crate) fn push_outlier(&self, mut record: Record) {
+        let _one_writer = self.shared.then(|| {
+            self.outlier_writers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
+        let ring = self.outliers.get_or_init(|| EventRing::new(OUTLIER_RING));
+        if record.wait {
+            let from = record.at.saturating_sub(record.nanos);
+            let head = ring.pushed();
+            let mut found = 0;
+            for n in (head.saturating_sub(HOLDER_LOOKBACK)..head).rev() {
+                let Some(held) = ring.get(n).map(Record::decode) else {
+                    continue;
+                };
+                // A poll that ended inside the wait, or ran across its start.
+                if !held.wait && held.at > from && held.at.saturating_sub(held.nanos) < record.at {
+                    record.holders[found] = Some((held.site, held.elastic));
+                    found += 1;
+                    if found == record.holders.len() {
+                        break;
+                    }
+                }
+            }
+        }
+        ring.push(record.encode());
     }
 
     #[inline]

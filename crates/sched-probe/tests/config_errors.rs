@@ -182,6 +182,16 @@ fn zero_alarm() {
 }
 
 #[test]
+fn zero_outlier_threshold() {
+    let e = err(ProbeConfig {
+        outlier_threshold: Some(Duration::ZERO),
+        ..base()
+    });
+    refuses(&e, "outlier_threshold", "Some(0ns)");
+    assert_eq!(base().outlier_threshold, None, "off by default");
+}
+
+#[test]
 fn is_a_std_error() {
     let e: Box<dyn std::error::Error + Send + Sync> = Box::new(err(ProbeConfig {
         tick: Duration::ZERO,

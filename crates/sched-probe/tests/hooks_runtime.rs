@@ -141,3 +141,40 @@ fn default_times_one_poll_in_eight() {
     assert_eq!(w.queue_latency.all.count, polls, "{w:#?}");
     assert_eq!(w.poll_time.all.count, polls.div_ceil(8), "{w:#?}");
 }
+
+/// A task that holds its worker (a busy poll past the threshold) is reported under the line it
+/// was spawned at, and the foreground task queued behind it names it as the holder. Only the
+/// order of events is asserted: the poll spins until it has run past the threshold.
+#[test]
+fn the_trap_names_the_spawn_site_of_a_long_poll() {
+    let threshold = std::time::Duration::from_millis(2);
+    let probe = Probe::new(ProbeConfig {
+        outlier_threshold: Some(threshold),
+        ..every_poll()
+    })
+    .unwrap();
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    probe.instrument(&mut builder);
+    let rt = builder.build().unwrap();
+    let line = rt.block_on(async {
+        let queued = tokio::spawn(async {}); // waits behind the holder on the one worker
+        let line = line!() + 1;
+        let holder = tokio::spawn(async move {
+            let start = std::time::Instant::now();
+            while start.elapsed() <= 2 * threshold {
+                std::hint::spin_loop();
+            }
+        });
+        holder.await.unwrap();
+        queued.await.unwrap();
+        line
+    });
+    probe.rotate();
+    let o = probe.outliers();
+    let top = &o.sites[0];
+    assert_eq!(top.site.unwrap().line(), line, "{o:#?}");
+    assert!(top.site.unwrap().file().ends_with("hooks_runtime.rs"));
+    assert!(!top.elastic);
+    assert!(top.worst > threshold && top.count >= 1);
+    assert!(o.slowest_polls[0].task.is_some());
+}

@@ -6,6 +6,7 @@ use super::{PhaseResult, Point, Report};
 use elastic_cpu_examples::latency::Latency;
 use elastic_cpu_examples::report::json::{self, opt, Num};
 use elastic_cpu_examples::report::Bar;
+use elastic_cpu_examples::stats::mean;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -64,6 +65,20 @@ struct Phase<'a> {
     quota_cpus: Option<Num>,
     process_cpus: Option<Num>,
     throttled: Throttled,
+    /// The outlier trap's polls over its threshold, by spawn site, most time held first.
+    outliers: Vec<OutlierJ>,
+    /// Task polls per second on the runtime under test (mean of one reading per window).
+    polls_per_sec: Option<Num>,
+}
+
+#[derive(Serialize)]
+struct OutlierJ {
+    spawned_at: String,
+    kind: &'static str,
+    count: u64,
+    worst_poll_us: Num,
+    held_ms: Num,
+    waits_held: u64,
 }
 
 /// The quota cgroup's throttling over the measurement window (zeros on the host).
@@ -255,6 +270,17 @@ impl<'a> Phase<'a> {
                 ms: Num(p.throttled_ms.unwrap_or(0.0)),
                 of_periods: p.periods.unwrap_or(0),
             },
+            outliers: (p.outliers.iter())
+                .map(|o| OutlierJ {
+                    spawned_at: o.spawned_at.clone(),
+                    kind: if o.elastic { "elastic" } else { "foreground" },
+                    count: o.count,
+                    worst_poll_us: Num(o.worst_poll_us),
+                    held_ms: Num(o.held_ms),
+                    waits_held: o.waits_held,
+                })
+                .collect(),
+            polls_per_sec: opt(mean(&p.polls_per_sec)),
         }
     }
 }

@@ -141,6 +141,57 @@ pub struct PhaseResult {
     /// Every request of the window, pauses included, and its p99.
     pub raw_hist: Option<Histogram<u64>>,
     pub raw_p99_us: Option<f64>,
+    /// The outlier trap's polls over its threshold in the measurement window, by spawn site,
+    /// summed over consecutive probe windows; most time held first.
+    pub outliers: Vec<SiteRow>,
+    pub outlier_threshold_us: Option<f64>,
+    /// Task polls per second on the runtime under test, one reading per probe window.
+    pub polls_per_sec: Vec<f64>,
+    /// The `culprit` phase: where the planted offender was spawned (`path:line`).
+    pub planted_at: Option<String>,
+}
+
+/// One spawn site's polls over the outlier threshold in a phase.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SiteRow {
+    pub spawned_at: String,
+    pub elastic: bool,
+    pub count: u64,
+    pub worst_poll_us: f64,
+    pub held_ms: f64,
+    /// Foreground waits over the threshold these polls held up.
+    pub waits_held: u64,
+}
+
+/// Adds one probe window's outliers to `rows` (merged by site and kind), most held first.
+pub fn add_outliers(rows: &mut Vec<SiteRow>, o: &elastic_cpu::snapshot::Outliers) {
+    for s in &o.sites {
+        let row = SiteRow {
+            spawned_at: s.spawned_at(),
+            elastic: s.elastic,
+            count: s.count,
+            worst_poll_us: s.worst.as_secs_f64() * 1e6,
+            held_ms: s.held.as_secs_f64() * 1e3,
+            waits_held: s.waits_held,
+        };
+        merge_row(rows, &row);
+    }
+}
+
+fn merge_row(rows: &mut Vec<SiteRow>, row: &SiteRow) {
+    match rows
+        .iter_mut()
+        .find(|r| r.spawned_at == row.spawned_at && r.elastic == row.elastic)
+    {
+        Some(r) => {
+            r.count += row.count;
+            r.worst_poll_us = r.worst_poll_us.max(row.worst_poll_us);
+            r.held_ms += row.held_ms;
+            r.waits_held += row.waits_held;
+        }
+        None => rows.push(row.clone()),
+    }
+    rows.sort_by(|a, b| b.held_ms.total_cmp(&a.held_ms));
 }
 
 impl PhaseResult {
@@ -186,6 +237,10 @@ impl PhaseResult {
             left_out: 0,
             raw_hist: None,
             raw_p99_us: None,
+            outliers: Vec::new(),
+            outlier_threshold_us: None,
+            polls_per_sec: Vec::new(),
+            planted_at: None,
         }
     }
 
@@ -291,6 +346,16 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
             }
             r.raw_p99_us = q_us(&raw, 0.99);
             r.raw_hist = Some(raw);
+            for g in &group {
+                for row in &g.outliers {
+                    merge_row(&mut r.outliers, row);
+                }
+            }
+            r.outlier_threshold_us = group.iter().find_map(|g| g.outlier_threshold_us);
+            r.polls_per_sec = (group.iter())
+                .flat_map(|g| g.polls_per_sec.iter().copied())
+                .collect();
+            r.planted_at = group.iter().find_map(|g| g.planted_at.clone());
             r
         })
         .collect()

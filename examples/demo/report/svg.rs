@@ -31,7 +31,7 @@ fn fill(kind: Kind) -> &'static str {
         Kind::Dedicated => PHASE_COLORS[5],
         Kind::IdleRuntime => PHASE_COLORS[1],
         Kind::Paced | Kind::PacedIdle => PHASE_COLORS[3],
-        Kind::Default => PHASE_COLORS[9],
+        Kind::Default | Kind::Culprit => PHASE_COLORS[9],
         Kind::Low => PHASE_COLORS[4],
         Kind::High => PHASE_COLORS[8],
         Kind::Step => PHASE_COLORS[7],

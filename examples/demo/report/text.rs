@@ -3,6 +3,7 @@
 use super::Report;
 use elastic_cpu_examples::latency::fmt_us;
 use elastic_cpu_examples::report::text::TextTable;
+use elastic_cpu_examples::stats::mean;
 use std::fmt::Write as _;
 
 /// The summary table's columns: header and width.
@@ -80,6 +81,37 @@ impl Report {
                     String::new()
                 }
             );
+        }
+        let _ = writeln!(
+            s,
+            "\noutliers (polls over the trap's threshold, by spawn site, most time held first):"
+        );
+        for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
+            let secs = p.measured_secs.max(1e-9);
+            let _ = writeln!(
+                s,
+                "  {:<22} threshold {}, {:.0} polls/s{}{}",
+                p.label(),
+                fmt_us(p.outlier_threshold_us),
+                mean(&p.polls_per_sec).unwrap_or(0.0),
+                p.planted_at
+                    .as_ref()
+                    .map(|at| format!("; planted at {at}"))
+                    .unwrap_or_default(),
+                if p.outliers.is_empty() { "; none" } else { "" }
+            );
+            for o in p.outliers.iter().take(3) {
+                let _ = writeln!(
+                    s,
+                    "    {:<44} {:<10} {:>6.1}/s worst {:>7} held {:>7.1} ms/s, held up {} fg waits",
+                    o.spawned_at,
+                    if o.elastic { "elastic" } else { "foreground" },
+                    o.count as f64 / secs,
+                    fmt_us(Some(o.worst_poll_us)),
+                    o.held_ms / secs,
+                    o.waits_held
+                );
+            }
         }
         let rounds = self.rounds();
         if rounds > 1 {

@@ -26,7 +26,7 @@ use crate::overhead::{Overhead, TickReading};
 use crate::quiet::{Quiet, QuietStep, TargetSource};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
-use crate::settings::DEFAULT_TARGET;
+use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalSource, SignalStage};
 use crate::snapshot::Snapshot;
@@ -52,6 +52,8 @@ pub(crate) struct Plan {
     pub(crate) auto_target: bool,
     /// A poll quantum: the least latency elastic work may add with a measured target.
     pub(crate) quantum: Duration,
+    /// The outlier trap's threshold, as set.
+    pub(crate) outliers: OutlierThreshold,
     /// Until a runtime is attached.
     pub(crate) default_cpus: f64,
 }
@@ -95,6 +97,8 @@ pub(crate) struct Governor {
     /// The builder gave no target: it is measured (`quiet.rs`), from a poll quantum up.
     auto_target: bool,
     quantum: Duration,
+    /// The outlier trap's threshold, as set: it follows the target.
+    outliers: OutlierThreshold,
     quiet: Quiet,
     /// The target the `Elastic`'s own controller stepped on at the last tick, and its source.
     target: Duration,
@@ -165,6 +169,7 @@ impl Governor {
             quiet: Quiet::new(shared.probe.config().intervals()),
             target,
             quantum: plan.quantum,
+            outliers: plan.outliers,
             target_source: if plan.auto_target {
                 TargetSource::Default
             } else {
@@ -173,6 +178,7 @@ impl Governor {
             brakes: 0,
         };
         g.last_signal = g.idle_signal();
+        g.set_outlier_threshold();
         g.apply();
         Ok(g)
     }
@@ -209,6 +215,7 @@ impl Governor {
         self.read_quiet();
         let absolute = signal.value;
         let (value, source) = self.steer_by(&signal);
+        self.set_outlier_threshold();
         let mut signal = Signal {
             value,
             source,
@@ -263,6 +270,14 @@ impl Governor {
                     class.hold(Hold::Quiet, false, in_quota);
                 }
             }
+        }
+    }
+
+    /// The outlier trap's threshold for the target now.
+    fn set_outlier_threshold(&self) {
+        let threshold = self.outliers.threshold(self.target);
+        if self.probe.outlier_threshold() != threshold {
+            self.probe.set_outlier_threshold(threshold);
         }
     }
 
@@ -686,7 +701,7 @@ impl Control {
             .map(|class| class.queue.snapshot());
         #[cfg(not(feature = "idle-pool"))]
         let idle_queue = None;
-        Snapshot::new(
+        let mut s = Snapshot::new(
             &self.record(),
             window,
             shared.queue.snapshot(),
@@ -694,7 +709,9 @@ impl Control {
             shared.braked(),
             shared.os_yields.load(Ordering::Relaxed),
             shared.long_polls.count(),
-        )
+        );
+        s.outliers = shared.probe.outliers();
+        s
     }
 
     /// Whether [`shutdown`](Self::shutdown) was called.

@@ -243,6 +243,7 @@ impl IdleRuntime {
     }
 
     /// Spawn `future` on the pool as paced elastic work (as [`Elastic::spawn_on`](crate::Elastic::spawn_on) does).
+    #[track_caller]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
