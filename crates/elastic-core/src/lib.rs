@@ -71,5 +71,5 @@ pub use gate::{
 };
 pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
-pub use ring::{EventRing, ReadSince, Words};
 pub use retry::{Attempt, RetryBudget};
+pub use ring::{EventRing, ReadSince, Words};

@@ -1,6 +1,6 @@
 //! `tracing` events (feature `tracing`) for what a person debugging latency asks about: an
 //! admission that waited, a refused or expired connection attempt, a backlog brake, a class's
-//! share moving. Nothing per grant or per `pace()`: these are the rare paths. Without the
+//! share moving, a poll or wait far past the outlier trap's threshold. Nothing per grant or per `pace()`: these are the rare paths. Without the
 //! feature every function here is empty and inlined away.
 //!
 //! Events go to the target `elastic_cpu` at `DEBUG`. A share is reported only once it moved by
@@ -12,6 +12,25 @@ use crate::record::ClassKind;
 
 /// A class's share is reported once it moved this far from the last report.
 pub(crate) const SHARE_STEP: f64 = 0.05;
+
+/// An outlier gets an event of its own from this many times the trap's threshold (the trap
+/// itself records from 1×; an event for each would be a flood).
+#[cfg(feature = "tracing")]
+pub(crate) const OUTLIER_EVENT_FACTOR: u32 = 4;
+
+/// A poll that held its worker, or a foreground wait, `FACTOR` × past the trap's threshold.
+#[cfg(feature = "tracing")]
+pub(crate) fn outlier(what: &'static str, o: &elastic_cpu_probe::Outlier) {
+    tracing::debug!(
+        target: "elastic_cpu",
+        what,
+        spawned_at = %elastic_cpu_probe::site_label(o.site),
+        kind = if o.elastic { "elastic" } else { "foreground" },
+        task = o.task,
+        duration_us = o.duration.as_micros() as u64,
+        "outlier"
+    );
+}
 
 #[cfg(feature = "tracing")]
 fn class_name(kind: ClassKind) -> String {

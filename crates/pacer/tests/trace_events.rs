@@ -97,3 +97,42 @@ fn refusals_waits_and_share_moves_are_events() {
         assert!(new.iter().all(|l| l.contains("signal_us")), "{new:?}");
     });
 }
+
+#[test]
+fn an_outlier_far_past_the_threshold_is_an_event_once() {
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let elastic = elastic_cpu_pacer::Elastic::builder()
+            .manual(ManualClock::new())
+            .fixed_share(0.5)
+            .cpus(2.0)
+            .outlier_threshold(elastic_cpu_pacer::settings::OutlierThreshold::At(MS))
+            .build()
+            .unwrap();
+        let site = std::panic::Location::caller();
+        // 5 ms is past 4 × the 1 ms threshold; 2 ms is an outlier, but no event.
+        elastic
+            .probe()
+            .record_poll_from(site, None, Some(5 * MS), false);
+        elastic
+            .probe()
+            .record_poll_from(site, None, Some(2 * MS), false);
+        elastic.tick();
+        let events = out.lines(" outlier ");
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].contains("duration_us=5000"), "{events:?}");
+        assert!(
+            events[0].contains(&format!("{}:{}", file!(), site.line())),
+            "{events:?}"
+        );
+        // Still in the window at the next tick: no second event.
+        elastic.tick();
+        assert_eq!(out.lines(" outlier ").len(), 1);
+    });
+}

@@ -99,6 +99,9 @@ pub(crate) struct Governor {
     quantum: Duration,
     /// The outlier trap's threshold, as set: it follows the target.
     outliers: OutlierThreshold,
+    /// The newest outlier an event was sent for (its end, on the probe's clock).
+    #[cfg(feature = "tracing")]
+    outliers_traced: Duration,
     quiet: Quiet,
     /// The target the `Elastic`'s own controller stepped on at the last tick, and its source.
     target: Duration,
@@ -170,6 +173,8 @@ impl Governor {
             target,
             quantum: plan.quantum,
             outliers: plan.outliers,
+            #[cfg(feature = "tracing")]
+            outliers_traced: Duration::ZERO,
             target_source: if plan.auto_target {
                 TargetSource::Default
             } else {
@@ -205,6 +210,8 @@ impl Governor {
     pub(crate) fn tick(&mut self, period: Duration) -> TickRecord {
         self.brake_step();
         self.probe.rotate();
+        #[cfg(feature = "tracing")]
+        self.trace_outliers();
         let window = self.probe.window();
         let intervals = self.probe.config().intervals();
         let signal = self
@@ -271,6 +278,30 @@ impl Governor {
                 }
             }
         }
+    }
+
+    /// An event for each outlier of the last tick past `OUTLIER_EVENT_FACTOR` × the trap's
+    /// threshold (only while someone listens: the report allocates).
+    #[cfg(feature = "tracing")]
+    fn trace_outliers(&mut self) {
+        if !tracing::enabled!(target: "elastic_cpu", tracing::Level::DEBUG) {
+            return;
+        }
+        let Some(threshold) = self.probe.outlier_threshold() else {
+            return;
+        };
+        let at_least = threshold.saturating_mul(trace::OUTLIER_EVENT_FACTOR);
+        let report = self.probe.outliers();
+        let polls = report.slowest_polls.iter().map(|o| ("poll", o));
+        let waits = report.longest_waits.iter().map(|o| ("wait", o));
+        let mut newest = self.outliers_traced;
+        for (what, o) in polls.chain(waits) {
+            if o.at > self.outliers_traced && o.duration >= at_least {
+                trace::outlier(what, o);
+                newest = newest.max(o.at);
+            }
+        }
+        self.outliers_traced = newest;
     }
 
     /// The outlier trap's threshold for the target now.
