@@ -38,13 +38,8 @@ impl Captured {
     }
 }
 
-fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    let (_c, waker) = CountingWaker::new();
-    Pin::new(f).poll(&mut Context::from_waker(&waker))
-}
-
-#[test]
-fn refusals_waits_and_share_moves_are_events() {
+/// A subscriber that writes `DEBUG` and up to the returned buffer.
+fn capture() -> (Captured, impl tracing::Subscriber) {
     let out = Captured::default();
     let writer = out.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -52,6 +47,17 @@ fn refusals_waits_and_share_moves_are_events() {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
+    (out, subscriber)
+}
+
+fn poll<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let (_c, waker) = CountingWaker::new();
+    Pin::new(f).poll(&mut Context::from_waker(&waker))
+}
+
+#[test]
+fn refusals_waits_and_share_moves_are_events() {
+    let (out, subscriber) = capture();
     tracing::subscriber::with_default(subscriber, || {
         let clock = ManualClock::new();
         let elastic = manual_elastic(&clock, 0.1, 1.0);
@@ -100,13 +106,7 @@ fn refusals_waits_and_share_moves_are_events() {
 
 #[test]
 fn an_outlier_far_past_the_threshold_is_an_event_once() {
-    let out = Captured::default();
-    let writer = out.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
+    let (out, subscriber) = capture();
     tracing::subscriber::with_default(subscriber, || {
         let elastic = elastic_cpu_pacer::Elastic::builder()
             .manual(ManualClock::new())
