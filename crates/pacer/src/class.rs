@@ -172,10 +172,10 @@ impl Class {
         floor: f64,
     ) -> Class {
         let charged = queue.upgrade().map_or(Duration::ZERO, |q| q.charged());
-        let limit_share = limit.share();
+        let share = limit.share();
         Class {
             kind,
-            applied: limit.share(),
+            applied: share,
             queue,
             limit,
             policy,
@@ -186,7 +186,7 @@ impl Class {
             waited: false,
             held: 0,
             long_watch: LongPollWatch::new(),
-            reported: limit_share,
+            reported: share,
         }
     }
 

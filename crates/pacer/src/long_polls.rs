@@ -28,6 +28,12 @@ pub(crate) const MIN_RUN: Duration = Duration::from_millis(20);
 #[cfg(feature = "gate")]
 pub(crate) const LONG_POLL_MAX: Duration = Duration::from_millis(100);
 
+/// Whether a poll that ran `wall` is a long one at `quantum`.
+#[inline]
+pub(crate) fn is_long(wall: Duration, quantum: Duration) -> bool {
+    wall > quantum * LONG_POLL_QUANTA
+}
+
 /// What the adapters of one class count, and the governor's verdict (shared by both).
 #[derive(Debug, Default)]
 pub(crate) struct LongPolls {
@@ -53,8 +59,8 @@ impl LongPolls {
         quantum: Duration,
         slice: Duration,
     ) {
-        let long = quantum * LONG_POLL_QUANTA;
-        if wall > long {
+        if is_long(wall, quantum) {
+            let long = quantum * LONG_POLL_QUANTA;
             self.count.fetch_add(1, Ordering::Relaxed);
             if let Some(cpu) = cpu.filter(|cpu| *cpu > long) {
                 let nanos = u64::try_from(cpu.min(slice).as_nanos()).unwrap_or(u64::MAX);

@@ -104,10 +104,14 @@ impl GatedListener {
     /// The next admitted connection, with its permit. Errors of the underlying `accept` are
     /// passed on (the loop keeps accepting).
     pub async fn accept(&mut self) -> io::Result<(TcpStream, SocketAddr, SetupPermit)> {
-        match self.incoming.recv().await {
-            Some(accepted) => accepted,
-            None => Err(io::Error::other("the accept loop has ended")),
-        }
+        self.next()
+            .await
+            .unwrap_or_else(|| Err(io::Error::other("the accept loop has ended")))
+    }
+
+    /// The next admitted connection or accept error; `None` once the accept loop has ended.
+    pub(crate) async fn next(&mut self) -> Option<Accepted> {
+        self.incoming.recv().await
     }
 
     /// The address the listener is bound to.

@@ -13,7 +13,7 @@ use elastic_cpu_core::SetupGrant;
 use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
-use crate::long_polls::LONG_POLL_MAX;
+use crate::long_polls::{is_long, LONG_POLL_MAX};
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
 
@@ -129,12 +129,10 @@ impl SetupPermit {
         // The CPU clock of another thread says nothing about ours.
         let same_thread = id == thread::current().id();
         let took = if same_thread { running } else { wall };
-        let exact = same_thread && self.gate.running.is_running_time(mark);
-        #[cfg(feature = "idle-pool")]
-        let on_idle_pool = crate::thread_class::on_idle_pool();
-        #[cfg(not(feature = "idle-pool"))]
-        let on_idle_pool = false;
-        if !on_idle_pool {
+        // Most chunks are short: one comparison. A long one on an idle-pool thread holds no
+        // runtime worker (the OS cuts it), so it is not counted.
+        if is_long(wall, self.gate.quantum) && !on_idle_pool() {
+            let exact = same_thread && self.gate.running.is_running_time(mark);
             self.gate.long_polls.note(
                 wall,
                 exact.then_some(running),
@@ -151,6 +149,14 @@ impl SetupPermit {
             }
         }
     }
+}
+
+/// Whether the calling thread is one of an idle pool's.
+fn on_idle_pool() -> bool {
+    #[cfg(feature = "idle-pool")]
+    return crate::thread_class::on_idle_pool();
+    #[cfg(not(feature = "idle-pool"))]
+    false
 }
 
 impl Drop for SetupPermit {

@@ -77,11 +77,13 @@ impl<Io: Send + 'static> SetupListener<Io> {
         let local_addr = listener.local_addr();
         let (tx, incoming) = mpsc::channel(READY);
         let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, addr, permit)) = listener.accept().await else {
-                    if tx.is_closed() {
-                        return;
-                    }
+            // Ends with the accept loop, or once this listener is dropped.
+            while let Some(accepted) = listener.next().await {
+                if tx.is_closed() {
+                    return;
+                }
+                // An accept error (out of descriptors): the accept loop has backed off.
+                let Ok((stream, addr, permit)) = accepted else {
                     continue;
                 };
                 let setup = permit.run(setup(stream));
