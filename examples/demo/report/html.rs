@@ -179,6 +179,8 @@ impl Report {
             otherwise rows/s over the single-threaded rows per CPU-second). process CPUs: the process's CPU time per wall second. \
             throttled: enforcement periods of the quota cgroup in which it ran out of quota, and the time its threads were held back.</div>");
 
+        h.push_str(&self.outliers_html());
+
         // Plots.
         h.push_str("<h2>Over time</h2>");
         let timeline = self.timeline();
@@ -277,6 +279,47 @@ impl Report {
                 last segment).</div>");
         }
         h.push_str(&html::foot(&m.command));
+        h
+    }
+}
+
+impl Report {
+    /// The outlier trap's sites per phase (the three that held their workers longest), as the
+    /// text report lists them; the planted offender's row is marked.
+    fn outliers_html(&self) -> String {
+        let mut h = String::from(
+            "<h2>Outliers: polls over the trap's threshold, by spawn site</h2><table><tr><th>phase</th>\
+             <th>threshold</th><th>spawned at</th><th>kind</th><th>polls/s</th><th>worst</th>\
+             <th>held ms/s</th><th>fg waits held up</th></tr>",
+        );
+        for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
+            let secs = p.measured_secs.max(1e-9);
+            let threshold = fmt_us(p.outlier_threshold_us);
+            if p.outliers.is_empty() {
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{threshold}</td><td colspan=\"6\" class=\"na\">none</td></tr>",
+                    esc(&p.label())
+                );
+            }
+            for o in p.outliers.iter().take(3) {
+                let planted = p.planted_at.as_deref() == Some(o.spawned_at.as_str());
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{threshold}</td><td{}>{}{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
+                    esc(&p.label()),
+                    if planted { " class=\"bad\"" } else { "" },
+                    esc(&o.spawned_at),
+                    if planted { " (planted)" } else { "" },
+                    if o.elastic { "elastic" } else { "foreground" },
+                    o.count as f64 / secs,
+                    fmt_us(Some(o.worst_poll_us)),
+                    o.held_ms / secs,
+                    o.waits_held
+                );
+            }
+        }
+        h.push_str("</table>");
         h
     }
 }
