@@ -19,10 +19,12 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Barrier};
-use std::thread;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::concurrent;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu_core::{
     Admit, Clock, ElasticHandle, MonotonicClock, WorkQueue, MAX_RATE, MAX_SLICE,
@@ -63,32 +65,6 @@ fn over_limit(c: &mut Criterion) {
         b.iter(|| black_box(clock.now()));
     });
     g.finish();
-}
-
-/// Wall time for `threads` threads, released together, to each run `op` `iters` times.
-fn concurrent<F>(threads: usize, iters: u64, op: F) -> Duration
-where
-    F: Fn() + Send + Sync + 'static,
-{
-    let op = Arc::new(op);
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let (op, barrier) = (op.clone(), barrier.clone());
-            thread::spawn(move || {
-                barrier.wait();
-                for _ in 0..iters {
-                    op();
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    for h in handles {
-        h.join().unwrap();
-    }
-    start.elapsed()
 }
 
 fn admit_done(c: &mut Criterion) {

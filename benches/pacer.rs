@@ -38,6 +38,15 @@
 //!   other worker is ever parked, so every quantum yields; with and without the OS yield
 //!   (`sched_yield`) at each: what `os_yield` costs elastic work.
 //!
+//! * `classes/admit/{1,4}/{8,32}` — admission with one class of elastic work and with four
+//!   (`Elastic::class`): 8 or 32 OS threads released together, each polling a ready future
+//!   `.paced(..)` to completion per iteration (admission on the fast path, the poll, the
+//!   settle), with thread `i` in class `i % classes`. Wall time per admission; tokens are never
+//!   the bottleneck.
+//! * `classes/tick/{1,64}` (with `--features test-util`) — one governor tick with the own
+//!   class alone and with 64 classes made with `Elastic::class`, half of them with a waiting
+//!   admission, on a manual clock: the split's cost per tick.
+//!
 //! `cargo bench --bench pacer` runs it in about a minute.
 
 use std::future::Future;
@@ -46,6 +55,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::concurrent;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu::gate::GateSettings;
 use elastic_cpu::prelude::*;
@@ -650,5 +662,112 @@ fn quantum_cost(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, paced_overhead, pace_loop, gate, quantum_cost);
+/// Admission through one class of elastic work or four, from 8 and 32 threads.
+fn classes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("classes");
+    group
+        .sample_size(SAMPLES)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASURE);
+    for n in [1usize, 4] {
+        let elastic = unlimited();
+        let handles: Vec<Elastic> = if n == 1 {
+            vec![elastic.clone()]
+        } else {
+            (0..n)
+                .map(|i| {
+                    let settings = elastic_cpu::settings::ClassSettings::new(format!("c{i}"));
+                    elastic.class(settings).expect("class")
+                })
+                .collect()
+        };
+        // The split gives each class its part at the governor's next tick.
+        std::thread::sleep(Duration::from_millis(300));
+        for threads in WORKERS {
+            let handles = std::sync::Arc::new(handles.clone());
+            let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            group.bench_with_input(
+                BenchmarkId::new(format!("admit/{n}"), threads),
+                &threads,
+                |b, &threads| {
+                    b.iter_custom(|iters| {
+                        let (handles, next) = (handles.clone(), next.clone());
+                        let op = move || {
+                            thread_local!(static MINE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) });
+                            let i = MINE.with(|m| {
+                                if m.get() == usize::MAX {
+                                    m.set(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+                                }
+                                m.get()
+                            });
+                            let class = &handles[i % handles.len()];
+                            let mut fut = std::pin::pin!(std::future::ready(()).paced(class));
+                            let mut cx = Context::from_waker(std::task::Waker::noop());
+                            while fut.as_mut().poll(&mut cx).is_pending() {
+                                std::hint::spin_loop();
+                            }
+                        };
+                        concurrent(threads, iters, op) / threads as u32
+                    })
+                },
+            );
+        }
+        let s = elastic.snapshot();
+        let waits: u64 = s.waits;
+        println!(
+            "    {n} class(es): waits on the own class {waits}, classes {:?}",
+            (s.classes.iter())
+                .map(|c| (c.name.to_string(), c.waiters))
+                .collect::<Vec<_>>()
+        );
+    }
+    #[cfg(feature = "test-util")]
+    tick_cost(&mut group);
+    group.finish();
+}
+
+/// One governor tick on a manual clock, with the own class alone and with 64 classes.
+#[cfg(feature = "test-util")]
+fn tick_cost(group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>) {
+    for n in [1usize, 64] {
+        let clock = elastic_cpu_core::ManualClock::new();
+        let elastic = Elastic::builder()
+            .manual(clock.clone())
+            .running_clock(clock.clone())
+            .fixed_share(0.5)
+            .cpus(8.0)
+            .build()
+            .expect("elastic settings");
+        let classes: Vec<Elastic> = (1..n)
+            .map(|i| {
+                let settings = elastic_cpu::settings::ClassSettings::new(format!("c{i}"));
+                elastic.class(settings).expect("class")
+            })
+            .collect();
+        // Half the classes with work waiting: the split has both kinds to sort.
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut waiting: Vec<_> = (classes.iter().step_by(2))
+            .map(|c| Box::pin(std::future::pending::<()>().paced(c)))
+            .collect();
+        for w in &mut waiting {
+            let _ = w.as_mut().poll(&mut cx);
+        }
+        group.bench_function(BenchmarkId::new("tick", n), |b| {
+            b.iter(|| {
+                clock.advance(Duration::from_millis(100));
+                elastic.tick();
+            })
+        });
+        drop(waiting);
+    }
+}
+
+criterion_group!(
+    benches,
+    paced_overhead,
+    pace_loop,
+    gate,
+    quantum_cost,
+    classes
+);
 criterion_main!(benches);

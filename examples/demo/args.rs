@@ -39,10 +39,13 @@ pub enum Kind {
     /// `default`, plus a foreground task that holds its worker 2 ms every 100 ms: the outlier
     /// trap must name its spawn site.
     Culprit,
+    /// Three scans paced in three classes of elastic work (weights 3, 1, 1; the third capped
+    /// at 0.1 of the CPUs), the controller on as in `paced`; the first stops midway.
+    Classes,
 }
 
 /// Every kind, in the order of the help text.
-const ALL_KINDS: [Kind; 13] = [
+const ALL_KINDS: [Kind; 14] = [
     Kind::Baseline,
     Kind::Unthrottled,
     Kind::Static,
@@ -53,6 +56,7 @@ const ALL_KINDS: [Kind; 13] = [
     Kind::PacedIdle,
     Kind::Default,
     Kind::Culprit,
+    Kind::Classes,
     Kind::Low,
     Kind::High,
     Kind::Step,
@@ -71,6 +75,7 @@ impl Kind {
             Kind::PacedIdle => "paced-idle",
             Kind::Default => "default",
             Kind::Culprit => "culprit",
+            Kind::Classes => "classes",
             Kind::Low => "low",
             Kind::High => "high",
             Kind::Step => "step",

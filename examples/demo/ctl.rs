@@ -193,7 +193,11 @@ impl Control {
     }
 
     pub fn snapshot(&self) -> Snap {
-        let s = self.elastic.snapshot();
+        self.snap_of(&self.elastic.snapshot())
+    }
+
+    /// [`snapshot`](Self::snapshot) from a library snapshot already taken.
+    pub fn snap_of(&self, s: &elastic_cpu::Snapshot) -> Snap {
         let us = |d: Option<Duration>| d.map(|d| d.as_nanos() as f64 / 1e3);
         Snap {
             // On the idle pool the scan runs in its class: its limit is the one that paces it.
@@ -226,10 +230,15 @@ impl Control {
         self.elastic.snapshot()
     }
 
-    /// CPU time paced work ran, both classes (same-runtime and idle pool).
+    /// CPU time paced work ran: the own class, the idle pool's and the classes made with
+    /// `class` (charged so far).
     pub fn used(&self) -> Duration {
         let s = self.elastic.snapshot();
-        s.used + Duration::from_nanos(s.idle_queue.map_or(0, |q| q.used_nanos))
+        let classes: Duration = (s.classes.iter())
+            .filter(|c| &*c.name != elastic_cpu::settings::DEFAULT_CLASS)
+            .map(|c| c.cpu)
+            .sum();
+        s.used + Duration::from_nanos(s.idle_queue.map_or(0, |q| q.used_nanos)) + classes
     }
 
     /// Wrap a stream so it is paced by this runtime's elastic handle.
@@ -238,6 +247,13 @@ impl Control {
         S: Stream,
     {
         s.paced(&self.elastic)
+    }
+
+    /// A class of elastic work of this runtime's elastic handle.
+    pub fn class(&self, settings: elastic_cpu::settings::ClassSettings) -> Result<Elastic, String> {
+        self.elastic
+            .class(settings)
+            .map_err(|e| format!("class: {e}"))
     }
 
     /// A `Pacer` for one loop of elastic work, paced by this runtime's elastic handle.

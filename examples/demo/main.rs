@@ -12,6 +12,7 @@
 //! line a second, a summary table, and writes a JSON and an HTML report.
 
 mod args;
+mod classes;
 mod ctl;
 mod culprit;
 mod mix;

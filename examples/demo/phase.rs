@@ -25,7 +25,7 @@ fn mode_of(ctx: &Ctx, spec: &PhaseSpec) -> Mode {
         Kind::Static => Mode::Fixed(ctx.args.static_limit),
         // Later rounds resume where the last paced phase ended, like a service whose
         // controller has been running all along.
-        Kind::Paced | Kind::PacedIdle => Mode::Controlled {
+        Kind::Paced | Kind::PacedIdle | Kind::Classes => Mode::Controlled {
             profile,
             initial: ctx
                 .rest_by_name
@@ -138,6 +138,7 @@ fn run_phase_inner(
     let counters = Arc::new(Counters::default());
     let mut dedicated = None;
     let mut idle_pool = None;
+    let mut classes = None;
     if spec.kind != Kind::Baseline {
         // The machine's cores (inside a quota, available_parallelism rounds the quota down).
         let cores = ctx.machine_cpus;
@@ -210,6 +211,21 @@ fn run_phase_inner(
             Vec::new()
         } else {
             scan::ranges(ctx.table.rows.len(), a.elastic_tasks)
+        };
+        if spec.kind == Kind::Classes {
+            classes = Some(crate::classes::spawn(
+                &ctl,
+                &ctx.table,
+                a.chunk_rows,
+                a.elastic_tasks,
+                &stop_scan,
+                &counters,
+            )?);
+        }
+        let stream_ranges = if spec.kind == Kind::Classes {
+            Vec::new()
+        } else {
+            stream_ranges
         };
         for (from, to) in stream_ranges {
             let s = ScanStream::new(ctx.table.clone(), from, to, a.chunk_rows, stop_scan.clone());
@@ -289,6 +305,23 @@ fn run_phase_inner(
                 stepped = 2;
             }
         }
+        // The classes phase reads the full snapshot once a sample, for its classes and the rest.
+        let full = classes.as_ref().map(|_| ctl.full_snapshot());
+        if let (Some(running), Some(s)) = (&classes, &full) {
+            if res.first_class_stop_ms.is_none() && el >= phase / 2 {
+                running.stop_first.store(true, Ordering::SeqCst);
+                res.first_class_stop_ms = Some(ctx.run_start.elapsed().as_millis() as u64);
+            }
+            let t_ms = ctx.run_start.elapsed().as_millis() as u64;
+            let p = crate::classes::sample(
+                s,
+                t_ms,
+                name,
+                res.first_class_stop_ms.is_none(),
+                res.class_samples.last(),
+            );
+            res.class_samples.push(p);
+        }
         if let Some(m) = &measuring {
             let due = *next_outliers.get_or_insert(m.at + outlier_window);
             if now >= due {
@@ -301,7 +334,10 @@ fn run_phase_inner(
                 next_outliers = Some(due + outlier_window);
             }
         }
-        let snap = ctl.snapshot();
+        let snap = match &full {
+            Some(s) => ctl.snap_of(s),
+            None => ctl.snapshot(),
+        };
         let h = stats.take_sample();
         let rows = counters.rows.load(Ordering::Relaxed);
         let rps = (rows - last_rows) as f64 / (now - last_t).as_secs_f64();
@@ -372,6 +408,9 @@ fn run_phase_inner(
     res.interrupted = stopped();
     res.unanswered = lg.stop_and_drain(Duration::from_secs(3));
     stop_scan.store(true, Ordering::SeqCst);
+    if let Some(running) = &classes {
+        running.stop();
+    }
     ctl.shutdown();
     if let Some(rt) = dedicated {
         rt.shutdown_timeout(Duration::from_secs(3));
@@ -430,6 +469,15 @@ fn run_phase_inner(
             res.periods = Some(d.periods);
             res.throttled_periods = Some(d.throttled_periods);
             res.throttled_ms = Some(d.throttled_time.as_secs_f64() * 1e3);
+        }
+        if classes.is_some() {
+            let from = m0.duration_since(ctx.run_start).as_millis() as u64;
+            res.classes = crate::report::ClassesResult::of(
+                &res.class_samples,
+                from,
+                res.first_class_stop_ms,
+                res.end_of_samples(),
+            );
         }
         if let (Some((b0, t0)), Some((b1, t1))) = (busy0, busy_end) {
             let dt = (t1 - t0).as_secs_f64();

@@ -63,6 +63,27 @@ impl<C: Clock> TokenBucket<C> {
         self.core.set_rate(rate_nanos_per_sec, nanos(&self.clock));
     }
 
+    /// Change the rate without moving the balance: a raise adds no tokens, a cut trims the
+    /// balance to the new burst. For a rate that is one part of a share split among several
+    /// buckets each tick: moving the balance by every change of part would hand a bucket a burst
+    /// each time another one goes idle. Debt stays (capped at the new burst while the rate is
+    /// above zero), so an overrun stays charged to the bucket that ran it.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ManualClock, TokenBucket};
+    ///
+    /// let mut b = TokenBucket::new(ManualClock::new(), 100_000_000); // full: 0.1 s of tokens
+    /// assert!(b.try_take(100_000_000));
+    /// b.retune(400_000_000);
+    /// assert_eq!(b.balance(), 0); // a raise adds nothing
+    /// b.charge(50_000_000);
+    /// b.retune(0);
+    /// assert_eq!(b.balance(), -50_000_000); // idle at rate 0, the debt is still owed
+    /// ```
+    pub fn retune(&mut self, rate_nanos_per_sec: u64) {
+        self.core.retune(rate_nanos_per_sec, nanos(&self.clock));
+    }
+
     /// Take `n` tokens if the balance covers `want = min(n, burst)`; the whole `n` is taken, so a
     /// request larger than the burst takes a full bucket into debt rather than never succeeding.
     pub fn try_take(&mut self, n: u64) -> bool {
@@ -183,6 +204,18 @@ impl Core {
         let delta = new as i128 - self.rate as i128;
         self.rate = new;
         self.set_balance(self.balance as i128 + delta);
+    }
+
+    pub(crate) fn retune(&mut self, rate_nanos_per_sec: u64, now: u64) {
+        self.refill(now);
+        self.rate = rate_nanos_per_sec.min(MAX_RATE);
+        let balance = (self.balance as i128).min(self.rate as i128);
+        if self.rate == 0 {
+            // No refill to pay debt back from: keep it owed until the rate is up again.
+            self.balance = sat_i64(balance);
+        } else {
+            self.set_balance(balance);
+        }
     }
 
     /// Set the balance, capping debt at one burst: what lies beyond is forgiven (and counted).

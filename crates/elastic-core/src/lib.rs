@@ -57,6 +57,7 @@ mod recent_low;
 mod retry;
 mod ring;
 mod shared;
+mod split;
 mod sync;
 mod tally;
 
@@ -73,3 +74,4 @@ pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
 pub use retry::{Attempt, RetryBudget};
 pub use ring::{EventRing, ReadSince, Words};
+pub use split::{split_share, Want, FLOORS_AT_MOST};

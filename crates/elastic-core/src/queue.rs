@@ -14,6 +14,10 @@ use crate::sync::Arc;
 
 /// The shortest slice a grant carries; shorter requests are rounded up.
 pub const MIN_SLICE: Duration = Duration::from_millis(10);
+/// The least a queued grant is cut down to for a bucket whose second of refill is less than
+/// the slice asked for.
+const MIN_GRANT: u64 = MIN_SLICE.as_nanos() as u64;
+
 /// The longest slice a grant carries; longer requests are cut down.
 pub const MAX_SLICE: Duration = Duration::from_millis(100);
 
@@ -129,7 +133,10 @@ impl State {
             let Some(w) = self.line.waiters.pop_front() else {
                 break;
             };
-            let slice = w.terms;
+            // At most a second of refill (a slow class asks for less than a slice): a grant
+            // past that would push the balance below the debt cap, and the part forgiven
+            // would let the class run over its rate.
+            let slice = w.terms.min(self.bucket.rate().max(MIN_GRANT));
             self.bucket.take_unchecked(slice, now);
             fast.add_holder();
             fast.count_grant(slice);
@@ -263,17 +270,20 @@ impl<C: Clock> WorkQueue<C> {
     fn admit_locked(&self, n: u64) -> Admit<C> {
         let now = self.shared.now();
         let mut st = self.shared.lock();
+        // A slow bucket's grant is cut to a second of its refill (see `grant_waiters`); a
+        // waiter keeps its ask, cut by the rate when it is granted.
+        let cut = n.min(st.bucket.rate().max(MIN_GRANT));
         let id = st.line.new_id();
         if !st.line.is_closed() {
             if st.line.waiters.is_empty()
                 && !st.line.is_paused()
                 && self.shared.lock_free.holders() < st.max_holders
-                && st.bucket.try_take(n, now)
+                && st.bucket.try_take(cut, now)
             {
                 self.shared.lock_free.add_holder();
-                self.shared.lock_free.count_grant(n);
+                self.shared.lock_free.count_grant(cut);
                 self.shared.unlock(st);
-                return Admit::Granted(Grant { nanos: n });
+                return Admit::Granted(Grant { nanos: cut });
             }
             st.line.push(id, now, n, None);
         }
@@ -326,6 +336,16 @@ impl<C: Clock> WorkQueue<C> {
         let now = self.shared.now();
         self.shared.update(|st, wake| {
             st.bucket.set_rate(rate_nanos_per_sec, now);
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+        });
+    }
+
+    /// Change the token rate without moving the balance (see
+    /// [`TokenBucket::retune`](crate::TokenBucket::retune)), then grant waiters.
+    pub fn retune(&self, rate_nanos_per_sec: u64) {
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.bucket.retune(rate_nanos_per_sec, now);
             st.grant_waiters(&self.shared.lock_free, now, wake);
         });
     }

@@ -458,3 +458,33 @@ fn a_counter_cell_changes_owner_without_losing_counts() {
         assert_eq!((s.acquired_nanos, s.returned_nanos), (20 * MS, 12 * MS));
     });
 }
+
+/// The governor retunes a class's rate (its part of a split share moved) while a waiter
+/// registers its waker: the retune refills at the old rate and grants; whichever goes first,
+/// the waiter is granted once, woken once if it saw `Pending`, and the raise adds no tokens
+/// (`set_rate` would have added the 900 ms of the larger burst).
+#[test]
+fn retune_grants_a_concurrently_polled_waiter_once() {
+    loom::model(|| {
+        let (clock, q, g) = drained();
+        q.done(g, Duration::from_millis(100));
+        let mut t = queued(q.admit(Duration::from_millis(10)));
+        let (count, w) = waker();
+        // 1 ms at 0.1 CPU: 0.1 ms of tokens, taken in by the retune's refill.
+        clock.advance(Duration::from_millis(1));
+        let h = on_a_thread(&q, move |q| q.retune(1_000 * MS));
+        let first = t.poll_grant(&w);
+        h.join().unwrap();
+        let grant = after_one_wake(first, &count, || t.poll_grant(&w)).expect("granted");
+        assert_eq!(grant.allotted(), Duration::from_millis(10));
+        let s = q.snapshot();
+        assert_eq!(s.waiters, 0);
+        assert_eq!(
+            s.balance_nanos,
+            -(99 * MS as i64) / 10,
+            "a raise added tokens"
+        );
+        q.done(grant, Duration::ZERO);
+        assert_ledger(&q.snapshot(), 0);
+    });
+}

@@ -5,14 +5,14 @@
 //! ([`Policy`]), and the governor's tick is a loop over them.
 
 use std::collections::VecDeque;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use elastic_cpu_core::{rate_for, StepController};
+use elastic_cpu_core::{rate_for, StepController, Want};
 
 use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::Overhead;
-use crate::record::{ClassKind, ClassRecord};
+use crate::record::{ClassKind, ClassRecord, PartRecord};
 use crate::trace;
 
 /// The queue of one class as the governor drives it.
@@ -21,6 +21,18 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn tick(&self) -> bool;
     /// The token rate, in CPU nanoseconds per second.
     fn set_rate(&self, rate: u64);
+    /// The token rate, without moving the balance (a part of a split share).
+    fn retune(&self, rate: u64) {
+        self.set_rate(rate);
+    }
+    /// Work waiting for a grant now.
+    fn waiters(&self) -> usize {
+        0
+    }
+    /// Whether its bucket holds tokens now (work that waits then is held by something else).
+    fn has_tokens(&self) -> bool {
+        false
+    }
     /// At most `cap` grants held at once.
     fn set_holder_cap(&self, cap: usize);
     /// The longest wait since the last call (a waiter still queued counts).
@@ -131,6 +143,55 @@ pub(crate) struct Policy {
     pub(crate) whole_workers: bool,
 }
 
+/// A class's part of the elastic share: the `Elastic`'s own class and every class made with
+/// `Elastic::class` have one, and the governor splits the share the own class's controller
+/// decides among them by weight (see `elastic_cpu_core::split_share`).
+pub(crate) struct Part {
+    pub(crate) name: Arc<str>,
+    pub(crate) weight: f64,
+    pub(crate) cap: Option<f64>,
+    pub(crate) floor: f64,
+    /// What the last split gave it.
+    pub(crate) entitled: f64,
+    /// The share the controller decided (held to the quota's headroom): its holder cap. A
+    /// class's part bounds its CPU through its rate; the grants it may hold at once are the
+    /// whole share's, since a holder shares its worker with the other classes' and rarely runs
+    /// the whole time.
+    pub(crate) total: f64,
+}
+
+/// What a class that ran but never waited may take next tick, over what it ran: room to
+/// grow, so it is never held to what it happened to use.
+const DEMAND_ROOM: f64 = 1.5;
+/// ...and at least this share more.
+const DEMAND_MIN: f64 = 0.01;
+
+impl Part {
+    /// The `Elastic`'s own class's part.
+    pub(crate) fn default_class() -> Part {
+        Part {
+            name: Arc::from(crate::settings::DEFAULT_CLASS),
+            weight: 1.0,
+            cap: None,
+            floor: 0.0,
+            entitled: 0.0,
+            total: 0.0,
+        }
+    }
+
+    /// Of `settings`.
+    pub(crate) fn new(settings: &crate::settings::ClassSettings) -> Part {
+        Part {
+            name: Arc::from(settings.name()),
+            weight: settings.weight_of(),
+            cap: settings.cap_of(),
+            floor: settings.floor_of(),
+            entitled: 0.0,
+            total: 0.0,
+        }
+    }
+}
+
 /// What every class's rate depends on this tick.
 pub(crate) struct Rates<'a> {
     pub(crate) cpus: f64,
@@ -161,6 +222,11 @@ pub(crate) struct Class {
     long_watch: LongPollWatch,
     /// The share last reported to `tracing`.
     reported: f64,
+    /// Its part of the elastic share, for the classes that split it.
+    pub(crate) part: Option<Part>,
+    /// The rate moves without moving the balance (set while the share is split among more
+    /// than one class: the parts move every tick).
+    pub(crate) retune: bool,
 }
 
 impl Class {
@@ -187,7 +253,36 @@ impl Class {
             held: 0,
             long_watch: LongPollWatch::new(),
             reported: share,
+            part: None,
+            retune: false,
         }
+    }
+
+    /// The class with a part of the elastic share.
+    pub(crate) fn with_part(mut self, part: Part) -> Class {
+        self.part = Some(part);
+        self
+    }
+
+    /// What it asks of the split this tick (see [`Want`]), read after
+    /// [`measure`](Self::measure) and the queue's tick.
+    pub(crate) fn want(&self, cpus: f64) -> Option<Want> {
+        let part = self.part.as_ref()?;
+        let busy = self.queue().is_some_and(|q| q.busy());
+        let demand = if self.waited {
+            f64::INFINITY
+        } else if cpus > 0.0 {
+            self.used_cpus / cpus * DEMAND_ROOM + DEMAND_MIN
+        } else {
+            f64::INFINITY
+        };
+        Some(Want {
+            weight: part.weight,
+            cap: part.cap.unwrap_or(f64::INFINITY),
+            floor: part.floor,
+            active: self.waited || busy || self.used_cpus > 0.0,
+            demand,
+        })
     }
 
     /// The class's queue, while any handle, adapter or permit holds it.
@@ -230,16 +325,32 @@ impl Class {
     /// Grant at the old rate, then step the share on `signal` unless `frozen` (a quiet reading
     /// is under way). Returns whether work waited or the class steers, or `None` once its queue
     /// is gone.
+    /// Grant waiters at the old rate; notes whether work waited since the last tick.
+    pub(crate) fn tick_queue(&mut self) {
+        if let Some(queue) = self.queue() {
+            self.waited = queue.tick();
+        }
+    }
+
+    /// Whether work waited for a grant in the last tick.
+    pub(crate) fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// Step the share on `signal` unless `frozen` (a quiet reading is under way), after
+    /// [`tick_queue`](Self::tick_queue); `waited` is whether the work it decides for waited (the
+    /// own class decides for every class that splits the share). Returns whether work waited or
+    /// the class steers, or `None` once its queue is gone.
     pub(crate) fn step(
         &mut self,
         signal: Option<Duration>,
         period: Duration,
         frozen: bool,
+        waited: bool,
     ) -> Option<bool> {
         let queue = self.queue()?;
-        self.waited = queue.tick();
         if !frozen {
-            let to = self.limit.step(signal, period, self.waited);
+            let to = self.limit.step(signal, period, waited);
             if (to - self.reported).abs() >= trace::SHARE_STEP {
                 trace::share_moved(self.kind, self.reported, to, signal);
                 self.reported = to;
@@ -269,14 +380,18 @@ impl Class {
     }
 
     /// Apply the share: the rate and holder cap for `rates`, held to `headroom_cpus` (what the
-    /// quota's headroom leaves this class) where the policy says so.
+    /// quota's headroom leaves this class) where the policy says so. A class with a part
+    /// applies its part: the headroom held the split's total already.
     pub(crate) fn apply(&mut self, rates: &Rates<'_>, headroom_cpus: Option<f64>) {
         let Some(queue) = self.queue() else {
             return;
         };
         let share = self.limit.share();
-        self.applied = match headroom_cpus.filter(|_| self.policy.headroom) {
-            Some(cap) if rates.cpus > 0.0 => share.min(cap / rates.cpus).max(self.floor.min(share)),
+        self.applied = match (&self.part, headroom_cpus.filter(|_| self.policy.headroom)) {
+            (Some(part), _) => part.entitled,
+            (None, Some(cap)) if rates.cpus > 0.0 => {
+                share.min(cap / rates.cpus).max(self.floor.min(share))
+            }
             _ => share,
         };
         let rate = rate_for(self.applied, rates.cpus);
@@ -285,12 +400,35 @@ impl Class {
         } else {
             rate
         };
-        queue.set_rate(rate);
+        if self.retune {
+            queue.retune(rate);
+        } else {
+            queue.set_rate(rate);
+        }
         if self.policy.cap_holders {
             let whole =
                 self.policy.whole_workers && queue.long_polls().is_some_and(LongPolls::mostly);
-            queue.set_holder_cap(holder_cap(self.applied, rates.cpus, whole));
+            let share = match &self.part {
+                Some(part) if self.retune => part.total,
+                _ => self.applied,
+            };
+            queue.set_holder_cap(holder_cap(share, rates.cpus, whole));
         }
+    }
+
+    /// The share the split divides, if this class decides it: its controller's, held to
+    /// `headroom_cpus` as [`apply`](Self::apply) holds a class without a part.
+    pub(crate) fn split_total(&self, cpus: f64, headroom_cpus: Option<f64>) -> f64 {
+        let share = self.limit.share();
+        match headroom_cpus.filter(|_| self.policy.headroom) {
+            Some(cap) if cpus > 0.0 => share.min(cap / cpus).max(self.floor.min(share)),
+            _ => share,
+        }
+    }
+
+    /// Whether this class's controller decides the share the parts split.
+    pub(crate) fn decides_split(&self) -> bool {
+        self.kind == ClassKind::Elastic
     }
 
     /// Close the tick: note the longest wait over a window of `intervals` ticks and publish.
@@ -311,11 +449,20 @@ impl Class {
 
     /// What the class looks like now.
     pub(crate) fn snapshot(&self) -> ClassRecord {
+        let queue = self.queue();
         ClassRecord {
             kind: self.kind,
             share: self.limit.share(),
             applied: self.applied,
             longest_wait: self.waits.iter().copied().max().unwrap_or_default(),
+            part: self.part.as_ref().map(|p| PartRecord {
+                name: p.name.clone(),
+                weight: p.weight,
+                cap: p.cap,
+                floor: p.floor,
+                charged: self.charged,
+                waiters: queue.as_ref().map_or(0, |q| q.waiters()),
+            }),
         }
     }
 
@@ -337,6 +484,27 @@ impl Class {
                 q.set_braked(self.held != 0);
             }
         }
+    }
+
+    /// Whether its work waited in the last tick with tokens to spare and ran under `used_at_least`
+    /// of its part: held by the CPUs (or its holder cap), not by its bucket.
+    pub(crate) fn bound_elsewhere(&self, cpus: f64, used_at_least: f64) -> bool {
+        let Some(part) = &self.part else {
+            return false;
+        };
+        let used = if cpus > 0.0 {
+            self.used_cpus / cpus
+        } else {
+            0.0
+        };
+        self.waited
+            && used < used_at_least * part.entitled
+            && self.queue().is_some_and(|q| q.has_tokens())
+    }
+
+    /// Whether the quiet readings or the brake hold it back now.
+    pub(crate) fn is_held(&self) -> bool {
+        self.held != 0
     }
 
     /// Whether its queue is still held by anyone.

@@ -7,7 +7,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "gate")]
 use elastic_cpu_core::SettingError;
 use elastic_cpu_probe::Probe;
 #[cfg(feature = "idle-pool")]
@@ -30,6 +29,7 @@ use crate::placement::Placer;
 #[cfg(feature = "idle-pool")]
 use crate::placement::{Environment, Route};
 use crate::record::ClassKind;
+use crate::settings::ClassSettings;
 use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
@@ -138,8 +138,9 @@ impl Elastic {
     /// [`Inputs::run_queue`](crate::settings::Inputs::run_queue)): hooks of those names set before are replaced, so
     /// set your own after this call, and yours replace ours (that signal then sees no thread).
     pub fn instrument<'a>(&self, builder: &'a mut Builder) -> &'a mut Builder {
-        self.shared.threads.instrument(builder);
-        self.shared.probe.instrument(builder)
+        let root = self.shared.root_class();
+        root.threads.instrument(builder);
+        root.probe.instrument(builder)
     }
 
     /// Start the I/O wake-up probe ([`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) on `handle`'s runtime, which
@@ -187,8 +188,8 @@ impl Elastic {
         if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler)
             && !self.control.is_manual()
         {
-            self.shared
-                .keep_sampler(self.shared.probe.start_sampler(handle));
+            let root = self.shared.root_class();
+            root.keep_sampler(root.probe.start_sampler(handle));
         }
     }
 
@@ -217,11 +218,53 @@ impl Elastic {
     #[cfg(feature = "idle-pool")]
     pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
         IdleRuntime::check_workers(workers)?;
+        let root = self.shared.root_class();
         let class = self
             .control
-            .idle_class(&self.shared)
+            .idle_class(root)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        IdleRuntime::new(self.shared.clone(), class, workers)
+        IdleRuntime::new(root.clone(), class, workers)
+    }
+
+    /// A class of this `Elastic`'s elastic work: a handle like this one (everything it offers
+    /// for elastic work: [`paced`](crate::PacedExt::paced), [`pacer`](Self::pacer),
+    /// [`spawn`](Self::spawn), [`spawn_blocking`](Self::spawn_blocking), on the idle pool too)
+    /// whose work gets its own part of the elastic share. The governor splits the share its
+    /// controller decides among the classes with work, by weight, within caps, floors kept
+    /// ([`ClassSettings`]); a class whose work stops gives its part to the others at the next
+    /// tick. Work paced through this handle itself is the class `"default"`, of weight 1:
+    /// nothing changes until a second class exists. Within a class grants are FIFO; each class
+    /// has its own bucket, so an overrun is debt of the class that ran it. Settings, the
+    /// snapshot, the gates and [`shutdown`](Self::shutdown) are the `Elastic`'s: the same from
+    /// every handle. [`Snapshot::classes`] lists the classes. The class ends with its last
+    /// handle and paced work.
+    ///
+    /// Fails with a [`SettingError`] on a bad setting (weight 0, a cap above 1, a floor above
+    /// the cap) or a name another live class has.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::{settings::ClassSettings, Elastic, PacedExt};
+    /// let elastic = Elastic::builder().build()?;
+    /// let backups = elastic.class(ClassSettings::new("backup").weight(3.0))?;
+    /// let exports = elastic.class(ClassSettings::new("export"))?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let backup = rt.spawn(async { (0..1000u64).sum::<u64>() }.paced(&backups));
+    /// let export = rt.spawn(async { (0..10u64).product::<u64>() }.paced(&exports));
+    /// assert_eq!(rt.block_on(backup)?, 499_500);
+    /// assert_eq!(rt.block_on(export)?, 0);
+    /// assert!(elastic.class(ClassSettings::new("export")).is_err(), "the name is taken");
+    /// assert!(elastic.class(ClassSettings::new("bad").weight(0.0)).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn class(&self, settings: ClassSettings) -> Result<Elastic, SettingError> {
+        let shared = self
+            .control
+            .add_member(self.shared.root_class(), &settings)?;
+        Ok(Elastic {
+            shared,
+            control: self.control.clone(),
+            placer: self.placer.clone(),
+        })
     }
 
     /// A [`Pacer`] for one loop of elastic work.
@@ -264,7 +307,12 @@ impl Elastic {
         F::Output: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let future = match self.route(|pool, future| pool.spawn(future), future) {
+        let on_pool = |pool: &IdleRuntime, future| {
+            // In this handle's class: on the pool the own class's work becomes idle work, and
+            // a class made with `class` keeps its part.
+            pool.handle().spawn(Paced::new(future, self.shared.clone()))
+        };
+        let future = match self.route(on_pool, future) {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
             Routed::Watch(future) => {
@@ -381,8 +429,8 @@ impl Elastic {
     /// [`ElasticBuilder::manual`] tests call it by hand.
     #[cfg(feature = "test-util")]
     pub fn tick(&self) {
-        let period = self.shared.probe.config().tick;
-        self.control.tick(&self.shared, period);
+        let root = self.shared.root_class();
+        self.control.tick(root, root.probe.config().tick);
     }
 
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
@@ -405,15 +453,15 @@ impl Elastic {
     /// ```
     #[cfg(feature = "gate")]
     pub fn connection_gate(&self, settings: GateSettings) -> Result<ConnectionGate, SettingError> {
-        let shared = self.control.add_gate(&self.shared, &settings)?;
+        let shared = self.control.add_gate(self.shared.root_class(), &settings)?;
         Ok(ConnectionGate { shared })
     }
 
     /// Everything at once: the share, the signal and its components, the token ledger, the
     /// brake.
     pub fn snapshot(&self) -> Snapshot {
-        let window = self.shared.probe.window();
-        let mut s = self.control.snapshot(&self.shared, window);
+        let root = self.shared.root_class();
+        let mut s = self.control.snapshot(root, root.probe.window());
         (s.placement, s.placement_reason) = self.placer.decided();
         s
     }
@@ -432,7 +480,7 @@ impl Elastic {
     /// ```
     pub fn shutdown(&self) {
         self.control.shutdown();
-        self.shared.stop_samplers();
+        self.shared.root_class().stop_samplers();
         self.placer.shutdown(POOL_SHUTDOWN);
     }
 }

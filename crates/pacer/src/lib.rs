@@ -42,6 +42,7 @@
 mod brake;
 mod builder;
 mod class;
+mod class_settings;
 mod cpus;
 mod elastic;
 mod ext;

@@ -134,6 +134,26 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Inside a CPU quota: the CPUs elastic work may take, 90 % of what the foreground leaves",
     ),
     (
+        "elastic_cpu_class_share_ratio",
+        "ratio",
+        "A class's part of the elastic share now (0 while it has no work and others do), label class=NAME",
+    ),
+    (
+        "elastic_cpu_class_cpu_seconds",
+        "seconds",
+        "CPU time charged to a class's elastic work since start, label class=NAME",
+    ),
+    (
+        "elastic_cpu_class_waiters",
+        "count",
+        "A class's elastic tasks waiting for a grant, label class=NAME",
+    ),
+    (
+        "elastic_cpu_class_longest_wait_seconds",
+        "seconds",
+        "A class's longest wait for a grant over the probe window, label class=NAME",
+    ),
+    (
         "elastic_cpu_gate_admitted_total",
         "count",
         "Connection attempts admitted to setup since start, label gate=N",
@@ -240,4 +260,12 @@ pub(crate) fn emit(s: &Snapshot) {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);
     }
     gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
+    for c in &s.classes {
+        let class = c.name.to_string();
+        gauge!("elastic_cpu_class_share_ratio", "class" => class.clone()).set(c.share);
+        gauge!("elastic_cpu_class_cpu_seconds", "class" => class.clone()).set(c.cpu.as_secs_f64());
+        gauge!("elastic_cpu_class_waiters", "class" => class.clone()).set(c.waiters as f64);
+        gauge!("elastic_cpu_class_longest_wait_seconds", "class" => class)
+            .set(c.longest_wait.as_secs_f64());
+    }
 }

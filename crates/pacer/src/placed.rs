@@ -61,7 +61,10 @@ where
         let State::Here(paced) = mem::replace(&mut self.state, State::Moving) else {
             return;
         };
-        self.state = match placer.on_pool(|pool, f| pool.spawn(f), paced.into_inner()) {
+        let shared = self.shared.clone();
+        let on_pool =
+            |pool: &crate::idle::IdleRuntime, f| pool.handle().spawn(Paced::new(f, shared));
+        self.state = match placer.on_pool(on_pool, paced.into_inner()) {
             Ok(task) => State::There(task),
             Err(future) => {
                 self.placer = Weak::new();

@@ -17,10 +17,25 @@ pub(crate) enum ClassKind {
     /// A connection gate's setups: its number among the `Elastic`'s gates.
     #[cfg(feature = "gate")]
     Gate(usize),
+    /// A class made with `Elastic::class`: its number among them.
+    Member(usize),
+}
+
+/// A class's part of the elastic share at a tick.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PartRecord {
+    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) weight: f64,
+    pub(crate) cap: Option<f64>,
+    pub(crate) floor: f64,
+    /// Running time charged to it so far.
+    pub(crate) charged: Duration,
+    /// Work waiting for a grant.
+    pub(crate) waiters: usize,
 }
 
 /// One class at a tick.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct ClassRecord {
     pub(crate) kind: ClassKind,
     /// The share its controller (or fixed share) decided.
@@ -29,6 +44,8 @@ pub(crate) struct ClassRecord {
     pub(crate) applied: f64,
     /// The longest wait for a grant over the window (a waiter still queued counts).
     pub(crate) longest_wait: Duration,
+    /// Its part of the elastic share, for the classes that split it.
+    pub(crate) part: Option<PartRecord>,
 }
 
 /// Everything the governor decided at one tick.

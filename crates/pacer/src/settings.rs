@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use elastic_cpu_core::ControllerConfig;
 
+pub use crate::class_settings::{ClassSettings, DEFAULT_CLASS};
+
 /// How fast the share moves: a named set of [`Steps`], or steps of your own.
 ///
 /// ```

@@ -83,9 +83,12 @@ pub(crate) struct Shared {
     governor_thread: OnceLock<Thread>,
     /// Fallback probes started by `attach` (without `tokio_unstable`); stop on drop.
     samplers: Mutex<Vec<Sampler>>,
-    /// The idle class's link to the `Elastic` it belongs to: its governor runs as long as idle
-    /// work does (`None` for the `Elastic`'s own class).
+    /// The link of an idle class or a class made with `Elastic::class` to the `Elastic` it
+    /// belongs to: its governor runs as long as their work does (`None` for the `Elastic`'s
+    /// own class).
     parent: Option<Arc<Shared>>,
+    /// An idle pool's class: it steers by the signal as long as it exists.
+    idle: bool,
 }
 
 impl Shared {
@@ -119,6 +122,7 @@ impl Shared {
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
             parent: None,
+            idle: false,
         }
     }
 
@@ -144,7 +148,36 @@ impl Shared {
             governor_thread: OnceLock::new(),
             samplers: Mutex::new(Vec::new()),
             parent: Some(parent.clone()),
+            idle: true,
         }
+    }
+
+    /// A class of `root`'s elastic work made with `Elastic::class`: its own `queue` and ledger,
+    /// the rest as `root`'s. It shares `root`'s long-poll count: where elastic work goes
+    /// (`Elastic::spawn`) is decided for all of it.
+    pub(crate) fn member_class(root: &Arc<Shared>, queue: Queue) -> Shared {
+        Shared {
+            queue,
+            slice: root.slice,
+            quantum: root.quantum,
+            os_yield: root.os_yield,
+            os_yields: AtomicU64::new(0),
+            long_polls: root.long_polls.clone(),
+            running: root.running.clone(),
+            probe: root.probe.clone(),
+            charged: Charged::default(),
+            threads: root.threads.clone(),
+            braked: AtomicBool::new(false),
+            governor_thread: OnceLock::new(),
+            samplers: Mutex::new(Vec::new()),
+            parent: Some(root.clone()),
+            idle: false,
+        }
+    }
+
+    /// The `Elastic`'s own class this one belongs to (itself, for the own class).
+    pub(crate) fn root_class(self: &Arc<Self>) -> &Arc<Shared> {
+        self.parent.as_ref().unwrap_or(self)
     }
 
     /// The `Elastic` this class belongs to, as a number: the address of its own class (an idle
@@ -204,6 +237,18 @@ impl ClassQueue for Shared {
         self.queue.set_rate(rate);
     }
 
+    fn retune(&self, rate: u64) {
+        self.queue.retune(rate);
+    }
+
+    fn waiters(&self) -> usize {
+        self.queue.snapshot().waiters
+    }
+
+    fn has_tokens(&self) -> bool {
+        self.queue.snapshot().balance_nanos > 0
+    }
+
     fn set_holder_cap(&self, cap: usize) {
         self.queue.set_max_holders(Some(cap));
     }
@@ -226,7 +271,7 @@ impl ClassQueue for Shared {
     fn steering(&self) -> bool {
         // An idle pool steers by the signal as long as it exists; the `Elastic`'s own work
         // while it holds grants.
-        self.parent.is_some() || self.queue.snapshot().holders > 0
+        self.idle || self.queue.snapshot().holders > 0
     }
 
     fn charged(&self) -> Duration {

@@ -12,7 +12,7 @@ pub use crate::cpus::CpusSource;
 pub use crate::placement::PlacementReason;
 pub use crate::quiet::TargetSource;
 pub use crate::readings::Availability;
-use crate::record::{ClassKind, TickRecord};
+use crate::record::{ClassKind, ClassRecord, TickRecord};
 use crate::settings::Placement;
 pub use crate::signal::{SignalSource, IO_TARGET_FACTOR};
 
@@ -183,6 +183,10 @@ pub struct Snapshot {
     /// foreground waits with the sites of the polls that held their worker meanwhile. Without
     /// `tokio_unstable` only elastic polls, by the place their adapter was made.
     pub outliers: Outliers,
+    /// The classes that split the elastic share, as of the last tick: `"default"` (work paced
+    /// through the `Elastic` handle itself) first, then every live class made with
+    /// [`Elastic::class`](crate::Elastic::class).
+    pub classes: Vec<ClassSnapshot>,
     /// The whole probe window.
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
@@ -253,6 +257,11 @@ impl Snapshot {
             placement_reason: PlacementReason::Undecided,
             long_polls,
             outliers: Outliers::default(),
+            classes: record
+                .classes
+                .iter()
+                .filter_map(ClassSnapshot::of)
+                .collect(),
             window,
             queue,
         }
@@ -266,5 +275,44 @@ impl Snapshot {
     /// ```
     pub fn balance_secs_f64(&self) -> f64 {
         self.tokens.as_secs_f64() - self.debt.as_secs_f64()
+    }
+}
+
+/// One class of elastic work in a [`Snapshot`] (see [`Elastic::class`](crate::Elastic::class)).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ClassSnapshot {
+    /// Its name: the `class` label of its metrics.
+    pub name: std::sync::Arc<str>,
+    /// Its weight, cap and floor, as set.
+    pub weight: f64,
+    /// A share of the CPUs it never exceeds.
+    pub cap: Option<f64>,
+    /// A share it gets while it has work, within the elastic share.
+    pub floor: f64,
+    /// Its part of the elastic share now: what it is entitled to (0 while it has no work and
+    /// others do).
+    pub share: f64,
+    /// CPU time charged to its work since it was made.
+    pub cpu: Duration,
+    /// Its work waiting for a grant.
+    pub waiters: usize,
+    /// The longest its work waited for a grant over the probe window.
+    pub longest_wait: Duration,
+}
+
+impl ClassSnapshot {
+    fn of(record: &ClassRecord) -> Option<ClassSnapshot> {
+        let part = record.part.as_ref()?;
+        Some(ClassSnapshot {
+            name: part.name.clone(),
+            weight: part.weight,
+            cap: part.cap,
+            floor: part.floor,
+            share: record.applied,
+            cpu: part.charged,
+            waiters: part.waiters,
+            longest_wait: record.longest_wait,
+        })
     }
 }

@@ -39,6 +39,7 @@ fn class_name(kind: ClassKind) -> String {
         ClassKind::Idle => "idle".to_string(),
         #[cfg(feature = "gate")]
         ClassKind::Gate(id) => format!("gate-{id}"),
+        ClassKind::Member(id) => format!("class-{id}"),
     }
 }
 

@@ -180,6 +180,7 @@ impl Report {
             throttled: enforcement periods of the quota cgroup in which it ran out of quota, and the time its threads were held back.</div>");
 
         h.push_str(&self.outliers_html());
+        h.push_str(&self.classes_html());
 
         // Plots.
         h.push_str("<h2>Over time</h2>");
@@ -320,6 +321,53 @@ impl Report {
             }
         }
         h.push_str("</table>");
+        h
+    }
+
+    /// The `classes` phase: entitled against charged share per class, and each class's CPUs
+    /// over time.
+    fn classes_html(&self) -> String {
+        let mut h = String::new();
+        for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
+            let Some(c) = &p.classes else {
+                continue;
+            };
+            let _ = write!(
+                h,
+                "<h2>Classes of elastic work ({})</h2><table><tr><th>class</th><th>weight</th>\
+                 <th>cap</th><th>entitled, all busy</th><th>charged, all busy</th>\
+                 <th>entitled after backup</th><th>charged after backup</th><th>longest wait</th></tr>",
+                esc(&p.label())
+            );
+            for (i, b) in c.busy.iter().enumerate() {
+                let after = c.after_first.as_ref().and_then(|a| a.get(i));
+                let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+                let _ = write!(
+                    h,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} ms</td></tr>",
+                    esc(b.name),
+                    b.weight,
+                    share(b.cap),
+                    share(Some(b.entitled_share)),
+                    share(Some(b.cpu_share)),
+                    share(after.map(|a| a.entitled_share)),
+                    share(after.map(|a| a.cpu_share)),
+                    b.longest_wait_ms
+                );
+            }
+            let _ = write!(
+                h,
+                "</table><div class=\"note\">Shares of the CPUs. Entitled: what the classes ran \
+                 together, split by weight among those with work, a capped class held at its cap \
+                 (computed by the demo, per sample, not read from the library). Charged: CPU time \
+                 charged to the class over wall time × CPUs. backup stops midway; export reached \
+                 90 % of its new part (over half a second) {} after.</div>",
+                c.rise_ms.map_or("never".into(), |ms| format!("{ms} ms"))
+            );
+        }
+        if let Some(seg) = self.segments.iter().find(|p| !p.class_samples.is_empty()) {
+            h.push_str(&self.class_chart(seg));
+        }
         h
     }
 }

@@ -69,6 +69,39 @@ struct Phase<'a> {
     outliers: Vec<OutlierJ>,
     /// Task polls per second on the runtime under test (mean of one reading per window).
     polls_per_sec: Option<Num>,
+    /// The `classes` phase: each class while all three were busy, and after the first
+    /// (`backup`) stopped; how long the second took to reach its new part (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    classes: Option<Vec<ClassJ>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    after_backup: Option<Vec<ClassJ>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export_rise_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct ClassJ {
+    name: &'static str,
+    weight: Num,
+    cap: Option<Num>,
+    cpu_share: Num,
+    entitled_share: Num,
+    longest_wait_ms: Num,
+}
+
+impl ClassJ {
+    fn all(stats: &[crate::classes::ClassStats]) -> Vec<ClassJ> {
+        (stats.iter())
+            .map(|c| ClassJ {
+                name: c.name,
+                weight: Num(c.weight),
+                cap: opt(c.cap),
+                cpu_share: Num(c.cpu_share),
+                entitled_share: Num(c.entitled_share),
+                longest_wait_ms: Num(c.longest_wait_ms),
+            })
+            .collect()
+    }
 }
 
 #[derive(Serialize)]
@@ -281,6 +314,11 @@ impl<'a> Phase<'a> {
                 })
                 .collect(),
             polls_per_sec: opt(mean(&p.polls_per_sec)),
+            classes: p.classes.as_ref().map(|c| ClassJ::all(&c.busy)),
+            after_backup: (p.classes.as_ref())
+                .and_then(|c| c.after_first.as_deref())
+                .map(ClassJ::all),
+            export_rise_ms: p.classes.as_ref().and_then(|c| c.rise_ms),
         }
     }
 }

@@ -149,6 +149,50 @@ pub struct PhaseResult {
     pub polls_per_sec: Vec<f64>,
     /// The `culprit` phase: where the planted offender was spawned (`path:line`).
     pub planted_at: Option<String>,
+    /// The `classes` phase: when its first class stopped (run clock), its samples, and what
+    /// they add up to.
+    pub first_class_stop_ms: Option<u64>,
+    pub class_samples: Vec<crate::classes::ClassSample>,
+    pub classes: Option<ClassesResult>,
+}
+
+/// The `classes` phase's classes: while all three were busy, and after the first stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassesResult {
+    pub busy: Vec<crate::classes::ClassStats>,
+    pub after_first: Option<Vec<crate::classes::ClassStats>>,
+    /// How long after the first class stopped the second one's CPU (over half a second)
+    /// reached 90 % of its new entitlement.
+    pub rise_ms: Option<u64>,
+}
+
+impl ClassesResult {
+    /// From `samples`: busy over `[from_ms, stop_ms]`, the rest over `[stop_ms, end_ms]`.
+    pub fn of(
+        samples: &[crate::classes::ClassSample],
+        from_ms: u64,
+        stop_ms: Option<u64>,
+        end_ms: u64,
+    ) -> Option<ClassesResult> {
+        let stop = stop_ms.unwrap_or(end_ms);
+        let busy = crate::classes::over(samples, from_ms, stop)?;
+        let after_first = stop_ms.and_then(|s| crate::classes::over(samples, s, end_ms));
+        let rise_ms = match (&after_first, stop_ms) {
+            (Some(after), Some(s)) => crate::classes::rise_ms(
+                samples,
+                1,
+                s,
+                after[1].entitled_share,
+                std::time::Duration::from_millis(500),
+            ),
+            _ => None,
+        };
+        Some(ClassesResult {
+            busy,
+            after_first,
+            rise_ms,
+        })
+    }
 }
 
 /// One spawn site's polls over the outlier threshold in a phase.
@@ -241,7 +285,15 @@ impl PhaseResult {
             outlier_threshold_us: None,
             polls_per_sec: Vec::new(),
             planted_at: None,
+            first_class_stop_ms: None,
+            class_samples: Vec::new(),
+            classes: None,
         }
+    }
+
+    /// The run-clock time of the last class sample (0 with none).
+    pub fn end_of_samples(&self) -> u64 {
+        self.class_samples.last().map_or(0, |s| s.t_ms)
     }
 
     pub(super) fn ran(&self) -> bool {
@@ -356,6 +408,12 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
                 .flat_map(|g| g.polls_per_sec.iter().copied())
                 .collect();
             r.planted_at = group.iter().find_map(|g| g.planted_at.clone());
+            // Classes are read from the first round that has them.
+            if let Some(g) = group.iter().find(|g| g.classes.is_some()) {
+                r.classes = g.classes.clone();
+                r.class_samples = g.class_samples.clone();
+                r.first_class_stop_ms = g.first_class_stop_ms;
+            }
             r
         })
         .collect()

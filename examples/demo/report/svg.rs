@@ -30,7 +30,7 @@ fn fill(kind: Kind) -> &'static str {
         Kind::Yield => PHASE_COLORS[6],
         Kind::Dedicated => PHASE_COLORS[5],
         Kind::IdleRuntime => PHASE_COLORS[1],
-        Kind::Paced | Kind::PacedIdle => PHASE_COLORS[3],
+        Kind::Paced | Kind::PacedIdle | Kind::Classes => PHASE_COLORS[3],
         Kind::Default | Kind::Culprit => PHASE_COLORS[9],
         Kind::Low => PHASE_COLORS[4],
         Kind::High => PHASE_COLORS[8],
@@ -39,6 +39,39 @@ fn fill(kind: Kind) -> &'static str {
 }
 
 impl Report {
+    /// The `classes` phase's chart: each class's CPUs per sample over the phase alone (its
+    /// clock from the phase's start), its first class's stop a dotted line.
+    pub(super) fn class_chart(&self, p: &PhaseResult) -> String {
+        use elastic_cpu_examples::report::svg::{Axis, Line};
+        let from = p.start_ms;
+        let shifted: Vec<crate::classes::ClassSample> = (p.class_samples.iter())
+            .map(|c| crate::classes::ClassSample {
+                t_ms: c.t_ms.saturating_sub(from),
+                ..c.clone()
+            })
+            .collect();
+        let steps: Vec<u64> = (p.first_class_stop_ms.iter())
+            .map(|ms| ms.saturating_sub(from))
+            .collect();
+        let span = Span::new(
+            0..p.end_ms.saturating_sub(from),
+            &steps,
+            fill(p.kind),
+            p.label(),
+        );
+        let cpus = shifted.last().map_or(1.0, |c| c.cpus);
+        Timeline::new(&STYLE, [span], &shifted).chart(
+            "CPUs each class ran (per sample; dotted: backup stops)",
+            &Axis::linear(cpus),
+            &[
+                Line::new("#1f5fbf", "backup (3)", |c| c.cpus_used[0]),
+                Line::new("#2a7", "export (1)", |c| c.cpus_used[1]),
+                Line::new("#c60", "tenant-b (1, cap 0.1)", |c| c.cpus_used[2]),
+            ],
+            &[],
+        )
+    }
+
     /// The timeline to chart, every phase that ran shaded.
     pub(super) fn timeline(&self) -> Timeline<'_, Point> {
         let spans = (self.segments.iter().filter(|p| p.skipped.is_none()))

@@ -113,6 +113,9 @@ impl Report {
                 );
             }
         }
+        for p in self.phases.iter().filter(|p| p.classes.is_some()) {
+            let _ = writeln!(s, "\n{}", crate::classes::table_text(p));
+        }
         let rounds = self.rounds();
         if rounds > 1 {
             let _ = writeln!(s, "\nfg p99 of each round:");

@@ -61,6 +61,7 @@ impl GateShared {
                 share,
                 applied: share,
                 longest_wait: Duration::ZERO,
+                part: None,
             }),
             closed: AtomicBool::new(false),
         }
@@ -68,7 +69,10 @@ impl GateShared {
 
     /// What the governor decided for the gate at its last tick.
     pub(crate) fn record(&self) -> ClassRecord {
-        *self.record.lock().unwrap_or_else(|p| p.into_inner())
+        self.record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -120,7 +124,7 @@ impl ClassQueue for GateShared {
     }
 
     fn publish(&self, record: &ClassRecord) {
-        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = *record;
+        *self.record.lock().unwrap_or_else(|p| p.into_inner()) = record.clone();
     }
 
     /// The `elastic_cpu_gate_*` metrics (in `METRICS`), labelled with the gate's number.

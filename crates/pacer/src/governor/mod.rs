@@ -7,19 +7,20 @@
 
 mod thread;
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use elastic_cpu_core::{Clock, ControllerConfig, SettingError, StepController};
+use elastic_cpu_core::{split_share, Clock, ControllerConfig, SettingError, StepController};
 use elastic_cpu_probe::{Probe, ProbeConfig, QuotaReading, Window};
 use tokio::runtime::Handle;
 
 pub(crate) use self::thread::spawn;
 use crate::brake::{Brake, Change};
-use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Policy, Rates};
+use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Part, Policy, Rates};
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
@@ -108,7 +109,29 @@ pub(crate) struct Governor {
     target_source: TargetSource,
     /// Times the backlog brake engaged.
     brakes: u64,
+    /// Classes made with `Elastic::class` so far (their numbers).
+    members_made: usize,
+    /// The last split's parts, in class order (kept to reuse its memory).
+    parts: Vec<f64>,
+    /// With more than one class splitting the share and some waiting for tokens: what they
+    /// reached (the larger of the last tick they ran unheld and the mean of `REACH_TICKS` such
+    /// ticks) with room to grow (`REACH_GROWTH`, `REACH_STEP`). The split divides no more.
+    reach: f64,
+    /// Those ticks' readings, newest last.
+    reached: VecDeque<f64>,
 }
+
+/// Ticks over which what the classes reached is averaged: a grant's slice is often spent in
+/// one burst, so a single tick can see far less than the classes use.
+const REACH_TICKS: usize = 5;
+
+/// Unless a class that waited with tokens in its bucket used less than this part of its
+/// share (the CPUs or its holder cap bound it), tokens bound every class...
+const REACH_USED: f64 = 0.95;
+/// ...and the reach grows by a quarter a tick; otherwise the others may take only...
+const REACH_GROWTH: f64 = 1.25;
+/// ...this much share more than the classes reached (at least this much more, always).
+const REACH_STEP: f64 = 0.02;
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
 /// brake holds it back).
@@ -140,7 +163,8 @@ impl Governor {
             limit,
             elastic_policy(plan.cap_concurrency, HoldWhen::Always),
             plan.controller.min_share,
-        );
+        )
+        .with_part(Part::default_class());
         let target = plan.controller.target_p99;
         let mut g = Governor {
             clock: plan.clock,
@@ -181,6 +205,10 @@ impl Governor {
                 TargetSource::Builder
             },
             brakes: 0,
+            members_made: 0,
+            parts: Vec::new(),
+            reach: 1.0,
+            reached: VecDeque::new(),
         };
         g.last_signal = g.idle_signal();
         g.set_outlier_threshold();
@@ -219,6 +247,7 @@ impl Governor {
             .read(&mut self.sources, window.queue_latency.all.p99, intervals);
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period, intervals);
+        self.read_reach();
         self.read_quiet();
         let absolute = signal.value;
         let (value, source) = self.steer_by(&signal);
@@ -230,6 +259,11 @@ impl Governor {
         };
         let frozen = self.quiet.holding();
         let mut steering = false;
+        // Grant at the old rates first.
+        for class in &mut self.classes {
+            class.tick_queue();
+        }
+        let split_waited = self.classes.iter().any(|c| c.part.is_some() && c.waited());
         for class in &mut self.classes {
             // A gate steps on the latency itself, held quiet readings or not.
             let (on, frozen) = if class.policy.measured {
@@ -237,7 +271,12 @@ impl Governor {
             } else {
                 (absolute, false)
             };
-            steering |= class.step(on, period, frozen).unwrap_or(false);
+            let waited = if class.decides_split() {
+                split_waited
+            } else {
+                class.waited()
+            };
+            steering |= class.step(on, period, frozen, waited).unwrap_or(false);
         }
         self.apply();
         // The I/O canaries matter only while something steers by the signal; otherwise each
@@ -364,21 +403,100 @@ impl Governor {
         }
     }
 
-    /// Set every class's rate and holder cap for its share on the CPUs. The quota's headroom is
-    /// handed to the classes in order: each gets what the ones before it did not run in the
-    /// last tick.
+    /// Set every class's rate and holder cap for its share on the CPUs. The quota's headroom
+    /// holds the split share's total, then is handed to the other classes in order: each gets
+    /// what the ones before it did not run in the last tick.
     fn apply(&mut self) {
+        let total = self.headroom.as_ref().and_then(Headroom::cap_cpus);
+        self.split(total);
         let rates = Rates {
             cpus: self.cpus,
             overhead: &self.overhead,
         };
-        let total = self.headroom.as_ref().and_then(Headroom::cap_cpus);
-        let mut taken = 0.0;
+        // The classes that split the share come first: the headroom held their total.
+        let mut taken: f64 = self
+            .classes
+            .iter()
+            .filter(|c| c.part.is_some())
+            .map(Class::used_cpus)
+            .sum();
         for class in &mut self.classes {
+            if class.part.is_some() {
+                class.apply(&rates, None);
+                continue;
+            }
             class.apply(&rates, total.map(|cap| (cap - taken).max(0.0)));
             if class.policy.headroom {
                 taken += class.used_cpus();
             }
+        }
+    }
+
+    /// What the classes that split the share reached in the last tick, if more than one does
+    /// and none was held back. Each class's bucket bounds it by its part, but when the CPUs
+    /// bound a class before its tokens do, a class with tokens to spare takes whatever it
+    /// leaves, whatever the weights: so the split divides what the classes reach plus a step,
+    /// and grows fast only while every class with work uses its part. With no class waiting
+    /// for tokens nothing is bound by them: no reach.
+    fn read_reach(&mut self) {
+        let cpus = self.cpus;
+        let parts = || self.classes.iter().filter(|c| c.part.is_some());
+        if parts().count() < 2 || parts().any(Class::is_held) {
+            return;
+        }
+        if !parts().any(Class::waited) {
+            self.reach = 1.0;
+            self.reached.clear();
+            return;
+        }
+        let used = |c: &Class| {
+            if cpus > 0.0 {
+                c.used_cpus() / cpus
+            } else {
+                0.0
+            }
+        };
+        let total: f64 = parts().map(used).sum();
+        let token_bound = !parts().any(|c| c.bound_elsewhere(cpus, REACH_USED));
+        self.reached.push_back(total);
+        while self.reached.len() > REACH_TICKS {
+            self.reached.pop_front();
+        }
+        // The mean keeps one tick's burst from lifting the reach; the last tick lets it grow
+        // while the classes use all of it.
+        let mean = self.reached.iter().sum::<f64>() / self.reached.len() as f64;
+        let reached = mean.max(total);
+        let growth = if token_bound { REACH_GROWTH } else { 1.0 };
+        self.reach = (reached * growth).max(reached + REACH_STEP);
+    }
+
+    /// Split the `Elastic`'s share (held to the quota's `headroom` CPUs) among the classes with
+    /// a part: by weight among those with work, within caps, floors kept. Alone, the own class
+    /// gets all of it, as if nothing were split.
+    fn split(&mut self, headroom: Option<f64>) {
+        let Some(own) = self.classes.iter().find(|c| c.decides_split()) else {
+            return;
+        };
+        let share = own.split_total(self.cpus, headroom);
+        let wants: Vec<_> = self
+            .classes
+            .iter()
+            .filter_map(|c| c.want(self.cpus))
+            .collect();
+        let total = if wants.len() > 1 {
+            share.min(self.reach)
+        } else {
+            share
+        };
+        split_share(total, &wants, &mut self.parts);
+        let retune = wants.len() > 1;
+        let parts = self.classes.iter_mut().filter_map(|c| {
+            c.retune = retune;
+            c.part.as_mut()
+        });
+        for (part, entitled) in parts.zip(&self.parts) {
+            part.entitled = *entitled;
+            part.total = share;
         }
     }
 
@@ -526,6 +644,44 @@ impl Governor {
             at,
         );
         Ok(gate)
+    }
+
+    /// A new class of `root`'s elastic work, its part of the share split with the others from
+    /// the next tick on. Fails on a bad setting or a name another class has.
+    fn add_member(
+        &mut self,
+        root: &Arc<Shared>,
+        settings: &crate::settings::ClassSettings,
+    ) -> Result<Arc<Shared>, SettingError> {
+        settings.validate()?;
+        let taken = self
+            .classes
+            .iter()
+            .filter_map(|c| c.part.as_ref())
+            .any(|p| &*p.name == settings.name());
+        if taken {
+            return Err(SettingError::new(
+                "ClassSettings::name",
+                format!("{:?}", settings.name()),
+                "a name no other live class of this `Elastic` has",
+            ));
+        }
+        // No tokens until the split gives it a part: it starts empty, not with a burst.
+        let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), 0);
+        let shared = Arc::new(Shared::member_class(root, queue));
+        let weak: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
+        let class = Class::new(
+            ClassKind::Member(self.members_made),
+            weak,
+            Limit::Fixed(0.0),
+            elastic_policy(self.cap_concurrency, HoldWhen::Always),
+            self.controller.min_share,
+        )
+        .with_part(Part::new(settings));
+        self.members_made += 1;
+        let at = self.classes.len();
+        self.add(class, at);
+        Ok(shared)
     }
 
     /// Close every class and stop the I/O probe: the governor is shutting down.
@@ -719,6 +875,20 @@ impl Control {
         drop(g);
         self.publish(record);
         Ok(gate)
+    }
+
+    /// [`Governor::add_member`].
+    pub(crate) fn add_member(
+        &self,
+        root: &Arc<Shared>,
+        settings: &crate::settings::ClassSettings,
+    ) -> Result<Arc<Shared>, SettingError> {
+        let mut g = self.lock();
+        let class = g.add_member(root, settings)?;
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+        Ok(class)
     }
 
     /// Everything at once: the record, the probe `window`, the queue ledgers.

@@ -1,0 +1,258 @@
+//! Classes of elastic work on a manual clock: the share split by weight among the busy
+//! classes, a cap held, an idle class's part handed on within a tick, each class charged for
+//! its own work, and bad settings refused.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Context;
+use std::time::Duration;
+
+use common::*;
+use elastic_cpu_core::{Clock, ManualClock};
+use elastic_cpu_pacer::settings::ClassSettings;
+use elastic_cpu_pacer::{Elastic, Paced, PacedExt};
+
+type Work = Pin<Box<Paced<Burn>>>;
+
+fn work(clock: &ManualClock, class: &Elastic) -> Work {
+    Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: MS,
+            polls: usize::MAX,
+        }
+        .paced(class),
+    )
+}
+
+/// Run `works` on one simulated CPU for `for_` of the clock: each round polls every one once
+/// (a poll that runs advances the clock by its 1 ms); a round in which none ran passes 1 ms
+/// idle; a governor tick every 100 ms.
+fn run(clock: &ManualClock, elastic: &Elastic, works: &mut [Work], for_: Duration) {
+    let (_n, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let end = clock.now() + for_;
+    let mut next_tick = clock.now() + 100 * MS;
+    while clock.now() < end {
+        let before = clock.now();
+        for w in works.iter_mut() {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+        }
+        if clock.now() == before {
+            clock.advance(MS);
+        }
+        while clock.now() >= next_tick {
+            elastic.tick();
+            next_tick += 100 * MS;
+        }
+    }
+}
+
+fn cpu_of(elastic: &Elastic) -> Vec<(String, Duration)> {
+    elastic
+        .snapshot()
+        .classes
+        .iter()
+        .map(|c| (c.name.to_string(), c.cpu))
+        .collect()
+}
+
+fn cpu(of: &[(String, Duration)], name: &str) -> f64 {
+    of.iter()
+        .find(|(n, _)| n == name)
+        .map_or(0.0, |(_, d)| d.as_secs_f64())
+}
+
+#[test]
+fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
+    let clock = ManualClock::new();
+    // 0.1 of 4 CPUs: 0.4 CPU of tokens a second, on one simulated CPU.
+    let elastic = manual_elastic(&clock, 0.1, 4.0);
+    let backup = elastic
+        .class(ClassSettings::new("backup").weight(3.0))
+        .unwrap();
+    let export = elastic.class(ClassSettings::new("export")).unwrap();
+    let tenant = elastic
+        .class(ClassSettings::new("tenant-b").cap(0.015))
+        .unwrap();
+    let mut works = vec![
+        work(&clock, &backup),
+        work(&clock, &export),
+        work(&clock, &tenant),
+    ];
+    run(&clock, &elastic, &mut works, Duration::from_secs(5));
+    let from = cpu_of(&elastic);
+    let secs = 60.0;
+    run(&clock, &elastic, &mut works, Duration::from_secs(60));
+    let to = cpu_of(&elastic);
+    let used = |name| (cpu(&to, name) - cpu(&from, name)) / secs;
+    // The split: tenant-b at its cap (0.015 × 4 = 0.06 CPU), the rest 3 : 1.
+    let (b, e, t) = (used("backup"), used("export"), used("tenant-b"));
+    assert!(
+        (b - 0.255).abs() < 0.255 * 0.1,
+        "backup ran {b:.3} CPU, entitled 0.255"
+    );
+    assert!(
+        (e - 0.085).abs() < 0.085 * 0.1,
+        "export ran {e:.3} CPU, entitled 0.085"
+    );
+    assert!(
+        t <= 0.06 * 1.05,
+        "tenant-b ran {t:.3} CPU over its cap 0.06"
+    );
+    assert!(t > 0.06 * 0.9, "tenant-b ran {t:.3} CPU, entitled 0.06");
+    let s = elastic.snapshot();
+    let names: Vec<_> = s.classes.iter().map(|c| c.name.to_string()).collect();
+    assert_eq!(names, ["default", "backup", "export", "tenant-b"]);
+    assert_eq!(s.classes[0].share, 0.0, "no default work: no part");
+
+    // Backup's work stops: its part goes to export at the next tick, and export's part grows
+    // with what export runs, to all of it within a second.
+    drop(works.remove(0));
+    run(&clock, &elastic, &mut works, 200 * MS);
+    let s = elastic.snapshot();
+    assert!(s.classes[2].share > 0.021250 * 2.0, "{:?}", s.classes[2]);
+    run(&clock, &elastic, &mut works, 800 * MS);
+    let s = elastic.snapshot();
+    let export_share = s.classes[2].share;
+    assert!(
+        (export_share - 0.085).abs() < 1e-6,
+        "export's part after backup stopped: {export_share}"
+    );
+    assert_eq!(s.classes[1].share, 0.0, "backup has no work");
+    assert!(s.classes[3].share <= 0.015 + 1e-9);
+    for c in &s.classes {
+        assert!(c.share <= c.cap.unwrap_or(1.0) + 1e-9);
+    }
+}
+
+#[test]
+fn alone_the_default_class_gets_the_whole_share() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.3, 2.0);
+    let mut works = vec![work(&clock, &elastic)];
+    run(&clock, &elastic, &mut works, Duration::from_secs(2));
+    let s = elastic.snapshot();
+    assert_eq!(s.classes.len(), 1);
+    assert_eq!(s.classes[0].share, 0.3);
+    assert_eq!(s.queue.rate_nanos_per_sec, 600_000_000);
+    // A class made and gone leaves it so.
+    let other = elastic.class(ClassSettings::new("other")).unwrap();
+    drop(other);
+    run(&clock, &elastic, &mut works, 200 * MS);
+    let s = elastic.snapshot();
+    assert_eq!(s.classes.len(), 1, "{:?}", s.classes);
+    assert_eq!(s.classes[0].share, 0.3);
+}
+
+#[test]
+fn an_overrun_is_charged_to_the_class_that_ran_it() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 4.0);
+    let a = elastic.class(ClassSettings::new("a")).unwrap();
+    let b = elastic.class(ClassSettings::new("b")).unwrap();
+    let mut works = vec![work(&clock, &a), work(&clock, &b)];
+    run(&clock, &elastic, &mut works, Duration::from_secs(3));
+    // The work that holds a's grant stops first (a class holds as many grants as its share
+    // pays for), then one poll of a runs 2 s, far past any slice.
+    works.clear();
+    elastic.tick();
+    let before = cpu_of(&elastic);
+    let mut long = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_secs(2),
+            polls: 1,
+        }
+        .paced(&a),
+    );
+    let (_n, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut waited = Duration::ZERO;
+    while long.as_mut().poll(&mut cx).is_pending() {
+        clock.advance(100 * MS);
+        elastic.tick();
+        waited += 100 * MS;
+        assert!(waited < Duration::from_secs(10), "the long poll never ran");
+    }
+    elastic.tick();
+    let after = cpu_of(&elastic);
+    let ran = |n| cpu(&after, n) - cpu(&before, n);
+    assert_eq!(ran("a"), 2.0, "all of the overrun is a's");
+    assert_eq!(ran("b"), 0.0, "none of it is b's");
+}
+
+#[test]
+fn bad_class_settings_are_typed_errors() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.3, 2.0);
+    let cases = [
+        (ClassSettings::new("w").weight(0.0), "ClassSettings::weight"),
+        (
+            ClassSettings::new("w").weight(f64::NAN),
+            "ClassSettings::weight",
+        ),
+        (ClassSettings::new("c").cap(1.5), "ClassSettings::cap"),
+        (ClassSettings::new("c").cap(0.0), "ClassSettings::cap"),
+        (
+            ClassSettings::new("f").cap(0.2).floor(0.3),
+            "ClassSettings::floor",
+        ),
+        (ClassSettings::new("f").floor(-0.1), "ClassSettings::floor"),
+        (ClassSettings::new(""), "ClassSettings::name"),
+        (ClassSettings::new("default"), "ClassSettings::name"),
+        (ClassSettings::new("x".repeat(65)), "ClassSettings::name"),
+    ];
+    for (settings, setting) in cases {
+        let err = elastic.class(settings.clone()).unwrap_err();
+        assert_eq!(err.setting, setting, "{settings:?}");
+    }
+    let _a = elastic.class(ClassSettings::new("a")).unwrap();
+    let err = elastic.class(ClassSettings::new("a")).unwrap_err();
+    assert_eq!(err.setting, "ClassSettings::name");
+    assert_eq!(elastic.snapshot().classes.len(), 2);
+}
+
+#[test]
+fn a_class_cancelled_at_each_await_point_leaves_no_waiter_and_no_grant_behind() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.1, 4.0);
+    let a = elastic.class(ClassSettings::new("a")).unwrap();
+    let (_n, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    elastic.tick();
+    let waiters = |e: &Elastic| e.snapshot().classes[1].waiters;
+    // Waiting for its first grant (a new class starts with no tokens).
+    let mut held = work(&clock, &a);
+    assert!(held.as_mut().poll(&mut cx).is_pending());
+    clock.advance(10 * MS);
+    elastic.tick();
+    assert_eq!(waiters(&elastic), 0, "granted at the tick");
+    // Holding its grant between polls: one poll ran.
+    assert!(held.as_mut().poll(&mut cx).is_pending());
+    // A second one waits behind the holder (one grant at a time at this share).
+    let mut queued = work(&clock, &a);
+    assert!(queued.as_mut().poll(&mut cx).is_pending());
+    elastic.tick();
+    assert_eq!(waiters(&elastic), 1);
+    drop(queued);
+    elastic.tick();
+    assert_eq!(waiters(&elastic), 0, "a cancelled waiter leaves the queue");
+    drop(held);
+    elastic.tick();
+    let s = elastic.snapshot();
+    assert_eq!(s.classes[1].cpu, MS, "the one poll that ran, no more");
+    assert_eq!(s.classes[1].waiters, 0);
+    // The grant went back: new work of the class is granted within a second of refill.
+    let mut next = work(&clock, &a);
+    let mut ticks = 0;
+    while elastic.snapshot().classes[1].cpu == MS {
+        let _ = next.as_mut().poll(&mut cx);
+        clock.advance(10 * MS);
+        elastic.tick();
+        ticks += 1;
+        assert!(ticks < 100, "the class's work never ran again");
+    }
+}
