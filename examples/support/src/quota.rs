@@ -1,15 +1,15 @@
-//! `--cpu-quota F`: run the service under a CFS bandwidth limit of F CPUs, as in a container
-//! with a CPU limit. The demo makes a child cgroup next to its own (cgroup v1's `cpu`
-//! controller: `cpu.cfs_quota_us` / `cpu.cfs_period_us`; or v2: `cpu.max`), moves the whole
-//! process into it (every thread: the pid goes to `cgroup.procs`), and at the end moves it
-//! back and removes the cgroup, also after Ctrl-C (see `main`) and on an early return or a
-//! panic (the guard's `Drop`).
+//! Running a process under a CFS bandwidth limit of F CPUs, as in a container with a CPU limit
+//! (the demo's `--cpu-quota`, each of the fleet's nodes). The process makes a child cgroup next
+//! to its own (cgroup v1's `cpu` controller: `cpu.cfs_quota_us` / `cpu.cfs_period_us`; or v2:
+//! `cpu.max`), moves itself whole into it (every thread: the pid goes to `cgroup.procs`), and at
+//! the end moves back and removes the cgroup, also after Ctrl-C ([`cleanup_active`]) and on an
+//! early return or a panic (the guard's `Drop`).
 
 use elastic_cpu_probe::CpuThrottling;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// CFS enforcement period the demo sets (the kernel's default).
+/// CFS enforcement period set (the kernel's default).
 const PERIOD_US: u64 = 100_000;
 
 /// The cgroup to clean up if the process is told to quit at once (second Ctrl-C).
@@ -64,10 +64,10 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("writing {text:?} to {}: {e}", path.display()))
 }
 
-/// Make the child cgroup under `parent` with the quota set; the process is not in it yet.
-fn make(version: &'static str, parent: &Path, cpus: f64) -> Result<PathBuf, String> {
+/// Make the child cgroup `name` under `parent` with the quota set; the process is not in it yet.
+fn make(version: &'static str, parent: &Path, name: &str, cpus: f64) -> Result<PathBuf, String> {
     let quota_us = (cpus * PERIOD_US as f64).round() as u64;
-    let dir = parent.join(format!("elastic-cpu-demo-{}", std::process::id()));
+    let dir = parent.join(name);
     let settings = match version {
         "v1" => {
             if !parent.join("cpu.cfs_quota_us").exists() {
@@ -122,9 +122,15 @@ impl QuotaCgroup {
     /// Make a child cgroup with a quota of `cpus` CPUs and move this whole process into it.
     /// The error says why neither cgroup version worked.
     pub fn enter(cpus: f64) -> Result<QuotaCgroup, String> {
+        Self::enter_named("elastic-cpu-demo", cpus)
+    }
+
+    /// [`enter`](Self::enter) with the cgroup named `prefix-<pid>`.
+    pub fn enter_named(prefix: &str, cpus: f64) -> Result<QuotaCgroup, String> {
+        let name = format!("{prefix}-{}", std::process::id());
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = cpus;
+            let _ = (cpus, &name);
             return Err("CPU quotas (cgroups) are Linux only".into());
         }
         let mut why = Vec::new();
@@ -136,7 +142,7 @@ impl QuotaCgroup {
             if !parent.is_dir() {
                 continue;
             }
-            match make(version, &parent, cpus) {
+            match make(version, &parent, &name, cpus) {
                 Ok(dir) => {
                     let pid = std::process::id().to_string();
                     if let Err(e) = write(&dir.join("cgroup.procs"), &pid) {
@@ -235,12 +241,12 @@ mod tests {
     fn a_cgroup_without_the_cpu_files_is_refused_with_why() {
         let dir = std::env::temp_dir().join(format!("demo-quota-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let v1 = make("v1", &dir, 1.5).unwrap_err();
+        let v1 = make("v1", &dir, "q", 1.5).unwrap_err();
         assert!(v1.contains("cpu.cfs_quota_us"), "{v1}");
-        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        let v2 = make("v2", &dir, "q", 1.5).unwrap_err();
         assert!(v2.contains("cgroup.controllers"), "{v2}");
         std::fs::write(dir.join("cgroup.controllers"), "memory io").unwrap();
-        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        let v2 = make("v2", &dir, "q", 1.5).unwrap_err();
         assert!(v2.contains("does not offer the cpu controller"), "{v2}");
         let _ = std::fs::remove_dir_all(&dir);
     }
