@@ -72,6 +72,10 @@ pub struct Args {
     /// each load generator's connections to its node
     #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
     pub conns: usize,
+    /// the library's slice in ms on every node (10 ..= 100), to try smaller grants against
+    /// sub-CPU quotas [default: the library's, every other setting is always its default]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=100))]
+    pub slice_ms: Option<u64>,
     /// run the load generators at normal priority (on the nodes' cores, competing with them)
     /// instead of real-time
     #[arg(long)]

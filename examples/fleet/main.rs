@@ -189,6 +189,7 @@ fn main() {
             quota: m.quota,
             workers: args.workers,
             work_us: args.work_us,
+            slice_ms: args.slice_ms,
         };
         match NodeProc::start(&spec) {
             Ok(n) => {
@@ -336,6 +337,7 @@ fn main() {
                 "real-time"
             },
             pause_watchdog: pauses.realtime,
+            slice_ms: args.slice_ms,
             command: std::env::args().collect::<Vec<_>>().join(" "),
         },
         interrupted,

@@ -7,6 +7,7 @@
 
 use crate::wire::{Command, Hello, Sample};
 use elastic_cpu::prelude::*;
+use elastic_cpu::settings::Enforcement;
 use elastic_cpu::snapshot::SignalSource;
 use elastic_cpu::Elastic;
 use elastic_cpu_examples::cpu_time::process_cpu;
@@ -36,6 +37,8 @@ pub struct NodeSpec {
     pub workers: usize,
     /// CPU work per request in µs.
     pub work_us: f64,
+    /// The library's slice in ms (None: its default; every other setting is its default).
+    pub slice_ms: Option<u64>,
 }
 
 impl NodeSpec {
@@ -46,14 +49,15 @@ impl NodeSpec {
             self.quota.to_string(),
             self.workers.to_string(),
             self.work_us.to_string(),
+            self.slice_ms.map_or("default".into(), |ms| ms.to_string()),
         ]
     }
 
     /// Read the arguments [`to_args`](Self::to_args) wrote.
     pub fn parse(args: &[String]) -> Result<NodeSpec, String> {
-        let [name, quota, workers, work_us] = args else {
+        let [name, quota, workers, work_us, slice] = args else {
             return Err(format!(
-                "{NODE_FLAG} takes: NAME QUOTA WORKERS WORK_US (got {} values)",
+                "{NODE_FLAG} takes: NAME QUOTA WORKERS WORK_US SLICE_MS (got {} values)",
                 args.len()
             ));
         };
@@ -72,6 +76,12 @@ impl NodeSpec {
                 .filter(|w| *w > 0)
                 .ok_or_else(|| format!("{NODE_FLAG}: workers {workers:?} is not a count"))?,
             work_us: num("work", work_us)?,
+            slice_ms: match slice.as_str() {
+                "default" => None,
+                ms => Some(ms.parse().map_err(|_| {
+                    format!("{NODE_FLAG}: slice {ms:?} is neither `default` nor whole ms")
+                })?),
+            },
         })
     }
 }
@@ -159,9 +169,14 @@ struct Means {
 
 /// Serve until told to quit (or stdin closes).
 fn serve(spec: &NodeSpec, cgroup: &QuotaCgroup) -> Result<(), String> {
-    let elastic = Elastic::builder()
-        .build()
-        .map_err(|e| format!("elastic: {e}"))?;
+    let mut b = Elastic::builder();
+    if let Some(ms) = spec.slice_ms {
+        b = b.enforcement(Enforcement {
+            slice: Duration::from_millis(ms),
+            ..Enforcement::default()
+        });
+    }
+    let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
     let rt = elastic
         .runtime(fg::runtime_builder(spec.workers))
         .build()
@@ -314,6 +329,12 @@ mod tests {
             quota: 0.6,
             workers: 2,
             work_us: 100.0,
+            slice_ms: None,
+        };
+        assert_eq!(NodeSpec::parse(&spec.to_args()), Ok(spec.clone()));
+        let spec = NodeSpec {
+            slice_ms: Some(10),
+            ..spec
         };
         assert_eq!(NodeSpec::parse(&spec.to_args()), Ok(spec));
     }
@@ -324,12 +345,15 @@ mod tests {
         assert!(NodeSpec::parse(&a(&["n", "0.5", "2"]))
             .unwrap_err()
             .contains("got 3"));
-        assert!(NodeSpec::parse(&a(&["n", "-1", "2", "50"]))
+        assert!(NodeSpec::parse(&a(&["n", "-1", "2", "50", "default"]))
             .unwrap_err()
             .contains("quota"));
-        assert!(NodeSpec::parse(&a(&["n", "0.5", "0", "50"]))
+        assert!(NodeSpec::parse(&a(&["n", "0.5", "0", "50", "default"]))
             .unwrap_err()
             .contains("workers"));
+        assert!(NodeSpec::parse(&a(&["n", "0.5", "2", "50", "x"]))
+            .unwrap_err()
+            .contains("slice"));
     }
 
     #[test]

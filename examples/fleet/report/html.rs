@@ -114,11 +114,13 @@ impl Run {
             "elastic-cpu: nodes that differ find their own elastic CPU levels",
             self.interrupted,
         );
+        // The charts shrink to the window (they keep their aspect through their viewBox).
+        h.push_str("<style>svg{max-width:100%;height:auto}</style>");
         let _ = write!(
             h,
             "<div class=\"note\">{} node processes on one machine of {} CPUs, each in a cgroup of its own with a CPU quota \
              ({:.2} CPUs together), each the demo's loopback service ({} workers, {} us of CPU per request, {} connections) \
-             on a runtime built through the library with every setting at its default, plus a paced scan (2 tasks, the quick \
+             on a runtime built through the library with every setting at its default{}, plus a paced scan (2 tasks, the quick \
              start's stream). One open-loop load generator per node runs in the parent, outside the quotas, at {} priority. \
              The nodes share the machine's cores: what one node's quota lets it run, the others' threads wait for; \
              the host's busy CPUs at rest: {}, the parent's: {}. Machine pauses (the whole VM descheduled) are {}.</div>",
@@ -128,6 +130,8 @@ impl Run {
             m.workers,
             m.work_us,
             m.conns,
+            m.slice_ms
+                .map_or(String::new(), |ms| format!(" but the slice ({ms} ms)")),
             m.client_priority,
             f2(self.host_mean(&self.plan.rest(), |x| x.busy_cpus)),
             f2(self.host_mean(&self.plan.rest(), |x| x.parent_cpus)),

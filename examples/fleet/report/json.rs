@@ -70,6 +70,8 @@ struct Machine<'a> {
     pause_watchdog: bool,
     step_node: String,
     step_factor: Num,
+    /// The library's slice where `--slice-ms` set one (null: its default).
+    slice_ms: Option<u64>,
     /// Means over the paced phase at rest.
     host_busy_cpus_at_rest: Option<Num>,
     parent_cpus_at_rest: Option<Num>,
@@ -186,6 +188,7 @@ impl Run {
                     .get(self.step_node)
                     .map_or_else(String::new, |n| n.name.clone()),
                 step_factor: Num(self.step_factor),
+                slice_ms: self.machine.slice_ms,
                 host_busy_cpus_at_rest: opt(self.host_mean(&rest, |h| h.busy_cpus)),
                 parent_cpus_at_rest: opt(self.host_mean(&rest, |h| h.parent_cpus)),
                 command: &self.machine.command,

@@ -109,6 +109,8 @@ pub struct Machine {
     pub conns: usize,
     pub client_priority: &'static str,
     pub pause_watchdog: bool,
+    /// The library's slice, where the flag set one (None: the library's default).
+    pub slice_ms: Option<u64>,
     pub command: String,
 }
 

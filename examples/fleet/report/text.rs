@@ -60,14 +60,19 @@ impl Run {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fleet: {} nodes on {} cores (quotas {:.2} CPUs together), the step x{} on {}",
+            "fleet: {} nodes on {} cores (quotas {:.2} CPUs together), the step x{} on {}, {}",
             self.nodes.len(),
             self.machine.cpus,
             self.nodes.iter().map(|n| n.quota).sum::<f64>(),
             self.step_factor,
             self.nodes
                 .get(self.step_node)
-                .map_or("-", |n| n.name.as_str())
+                .map_or("-", |n| n.name.as_str()),
+            match self.machine.slice_ms {
+                Some(ms) =>
+                    format!("the library's slice set to {ms} ms, every other setting its default"),
+                None => "every library setting its default".into(),
+            }
         );
         let _ = writeln!(s, "{}", t.header());
         for f in &figs {
