@@ -272,6 +272,7 @@ fn main() {
                 Fg::Rate(_) => None,
             },
             lib_cpus: n.hello.lib_cpus,
+            rows_per_cpu_s: n.hello.rows_per_cpu_s,
             lib_cpus_source: n.hello.lib_cpus_source.clone().unwrap_or_default(),
             cgroup: n.hello.cgroup.clone().unwrap_or_default(),
             ..NodeRun::default()
@@ -514,10 +515,13 @@ fn sample_all(
                 p.limit = Some(c.limit);
                 p.share = Some(c.share);
                 p.cpus = Some((c.cpu_s - b.cpu_s) / dt);
-                p.elastic_cpus = Some((c.elastic_s - b.elastic_s) / dt);
+                p.ledger_cpus = Some((c.elastic_s - b.elastic_s) / dt);
                 p.periods = c.periods.saturating_sub(b.periods);
                 p.throttled = c.throttled.saturating_sub(b.throttled);
                 p.rows_per_s = c.rows.saturating_sub(b.rows) as f64 / dt;
+                p.elastic_cpus = (runs[i].rows_per_cpu_s)
+                    .filter(|r| *r > 0.0)
+                    .map(|r| p.rows_per_s / r);
                 p.signal_us = c.signal_us;
                 p.target_us = Some(c.target_us);
                 p.source = c.source.clone();

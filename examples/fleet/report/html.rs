@@ -153,6 +153,7 @@ impl Run {
             "throttled %",
             "limit at rest",
             "elastic CPUs at rest",
+            "ledger",
             "/ spare",
             "step: limit before &gt; during &gt; after",
             "moved within",
@@ -170,7 +171,9 @@ impl Run {
         let _ = write!(
             h,
             "</table><div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
-             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; throttled %: of the CFS periods while \
+             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the scan's rows over the \
+             rows a CPU-second encodes (measured by the node before its quota bound), ledger: the elastic CPU the library's \
+             ledger charged; throttled %: of the CFS periods while \
              the scan ran; limit: the controller's share as the bucket applies it (held to the quota's headroom), of the \
              node's quota; * the stepped node (foreground x{}), moved within: seconds until its limit was half way to \
              its new level.</div>",
@@ -208,7 +211,7 @@ impl Run {
             .chain(figs.iter().filter_map(|f| f.spare))
             .fold(0.2f64, f64::max);
         h.push_str(&self.chart(
-            "elastic CPUs per node (dashed: its spare quota)",
+            "elastic CPUs per node: the scan's rows over its rows per CPU-second (dashed: the spare quota)",
             |p| p.elastic_cpus,
             Axis::linear(cpu_max * 1.1),
             &spare_refs,

@@ -35,8 +35,11 @@ pub struct Point {
     pub limit: Option<f64>,
     /// The controller's share, mean over the second.
     pub share: Option<f64>,
-    /// CPUs elastic work ran (the library's ledger).
+    /// CPUs the scan's work took: its rows over the rows a CPU-second encodes (measured by the
+    /// node before its quota bound).
     pub elastic_cpus: Option<f64>,
+    /// CPUs elastic work ran as the library's ledger charged them (`Snapshot::used`).
+    pub ledger_cpus: Option<f64>,
     /// CPUs the node process used.
     pub cpus: Option<f64>,
     /// The cgroup's CFS periods with runnable tasks, and those throttled.
@@ -84,6 +87,8 @@ pub struct NodeRun {
     pub rate: f64,
     /// The node's CPU per request the calibration measured, µs.
     pub cpu_per_request_us: Option<f64>,
+    /// Rows the node's scan encodes per CPU-second.
+    pub rows_per_cpu_s: Option<f64>,
     /// The CPUs the library computes its rate for, and their source.
     pub lib_cpus: Option<f64>,
     pub lib_cpus_source: String,
@@ -156,6 +161,8 @@ pub struct NodeFigures {
     pub limit_at_rest: Option<f64>,
     pub share_at_rest: Option<f64>,
     pub elastic_at_rest: Option<f64>,
+    /// The library's ledger of elastic CPUs at rest.
+    pub ledger_at_rest: Option<f64>,
     /// The node's CPUs beside elastic work at rest.
     pub fg_cpus_at_rest: Option<f64>,
     /// Throttled periods and periods while the scan ran.
@@ -260,6 +267,7 @@ pub fn node_figures(n: &NodeRun, plan: &Plan, stepped: bool) -> NodeFigures {
         limit_at_rest: mean_in(&n.points, &rest, |p| p.limit),
         share_at_rest: mean_in(&n.points, &rest, |p| p.share),
         elastic_at_rest: mean_in(&n.points, &rest, |p| p.elastic_cpus),
+        ledger_at_rest: mean_in(&n.points, &rest, |p| p.ledger_cpus),
         fg_cpus_at_rest: mean_in(&n.points, &rest, Point::fg_cpus),
         throttled_periods: sum(&plan.scanning(), |p| p.throttled),
         periods: sum(&plan.scanning(), |p| p.periods),
