@@ -516,6 +516,10 @@ fn sample_all(
                 p.share = Some(c.share);
                 p.cpus = Some((c.cpu_s - b.cpu_s) / dt);
                 p.ledger_cpus = Some((c.elastic_s - b.elastic_s) / dt);
+                p.granted_cpus = Some((c.acquired_s - b.acquired_s) / dt);
+                p.over_limit_cpus = Some((c.over_limit_s - b.over_limit_s) / dt);
+                p.forgiven_cpus = Some((c.forgiven_s - b.forgiven_s) / dt);
+                p.rate_cpus = Some(c.rate_cpus);
                 p.periods = c.periods.saturating_sub(b.periods);
                 p.throttled = c.throttled.saturating_sub(b.throttled);
                 p.rows_per_s = c.rows.saturating_sub(b.rows) as f64 / dt;

@@ -330,6 +330,10 @@ fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) 
         periods: t.map_or(0, |t| t.periods),
         throttled: t.map_or(0, |t| t.throttled_periods),
         lib_throttled: s.throttled_periods,
+        acquired_s: s.acquired.as_secs_f64(),
+        over_limit_s: s.over_limit.as_secs_f64(),
+        forgiven_s: s.queue.debt_forgiven_nanos as f64 / 1e9,
+        rate_cpus: s.queue.rate_nanos_per_sec as f64 / 1e9,
         rows: rows.load(Ordering::Relaxed),
         signal_us: s
             .signal_p99

@@ -79,6 +79,13 @@ pub struct Sample {
     pub throttled: u64,
     /// Throttled periods the library counted (`Snapshot::throttled_periods`).
     pub lib_throttled: u64,
+    /// The library's queue ledger, seconds of CPU: granted, run past grants, and debt forgiven
+    /// beyond the one-second cap.
+    pub acquired_s: f64,
+    pub over_limit_s: f64,
+    pub forgiven_s: f64,
+    /// The token rate now, CPUs.
+    pub rate_cpus: f64,
     /// Rows the scan encoded.
     pub rows: u64,
     /// What the controller stepped on last, and its target, µs (None: no data).
@@ -117,6 +124,10 @@ mod tests {
             periods: 10,
             throttled: 1,
             lib_throttled: 1,
+            acquired_s: 0.5,
+            over_limit_s: 0.25,
+            forgiven_s: 0.125,
+            rate_cpus: 0.03,
             rows: 99,
             signal_us: None,
             target_us: 120.0,

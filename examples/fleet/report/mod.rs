@@ -40,6 +40,12 @@ pub struct Point {
     pub elastic_cpus: Option<f64>,
     /// CPUs elastic work ran as the library's ledger charged them (`Snapshot::used`).
     pub ledger_cpus: Option<f64>,
+    /// The ledger per second, CPUs: granted, run past grants, debt forgiven; and the token
+    /// rate at the end of the second.
+    pub granted_cpus: Option<f64>,
+    pub over_limit_cpus: Option<f64>,
+    pub forgiven_cpus: Option<f64>,
+    pub rate_cpus: Option<f64>,
     /// CPUs the node process used.
     pub cpus: Option<f64>,
     /// The cgroup's CFS periods with runnable tasks, and those throttled.
