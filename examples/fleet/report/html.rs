@@ -1,5 +1,5 @@
-//! The HTML report: what ran, the table per node, the bars, and four charts over time with a
-//! line per node (limit, elastic CPU, foreground p99, throttled periods).
+//! The HTML report: what ran, the table per node, the bars, and charts over time with a line
+//! per node (limit, elastic CPU, the node's CPU, foreground p99, throttled periods).
 
 use super::text::row;
 use super::{bars, f2, Point, Run};
@@ -153,6 +153,7 @@ impl Run {
             "throttled %",
             "limit at rest",
             "elastic CPUs at rest",
+            "rows",
             "ledger",
             "/ spare",
             "step: limit before &gt; during &gt; after",
@@ -171,9 +172,9 @@ impl Run {
         let _ = write!(
             h,
             "</table><div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
-             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the scan's rows over the \
-             rows a CPU-second encodes (measured by the node before its quota bound), ledger: the elastic CPU the library's \
-             ledger charged; throttled %: of the CFS periods while \
+             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the node's CPUs at rest over \
+             its baseline; rows: the scan's rows over the rows a CPU-second encodes (measured by the node alone, at its best, \
+             before its quota bound: a lower bound); ledger: the elastic CPU the library's ledger charged; throttled %: of the CFS periods while \
              the scan ran; limit: the controller's share as the bucket applies it (held to the quota's headroom), of the \
              node's quota; * the stepped node (foreground x{}), moved within: seconds until its limit was half way to \
              its new level.</div>",
@@ -215,6 +216,29 @@ impl Run {
             |p| p.elastic_cpus,
             Axis::linear(cpu_max * 1.1),
             &spare_refs,
+        ));
+        let quota_refs: Vec<RefLine> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                RefLine::new(
+                    n.quota,
+                    NODE_COLORS[i],
+                    format!("{} quota {}", n.name, n.quota),
+                )
+            })
+            .collect();
+        let node_max = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.points.iter().filter_map(|p| p.cpus).chain([n.quota]))
+            .fold(0.2f64, f64::max);
+        h.push_str(&self.chart(
+            "CPUs each node process used (dashed: its quota)",
+            |p| p.cpus,
+            Axis::linear(node_max * 1.1),
+            &quota_refs,
         ));
         h.push_str(
             &self.chart(

@@ -16,6 +16,7 @@ const COLUMNS: &[(&str, usize)] = &[
     ("thr %", 5),
     ("limit", 5),
     ("elastic", 7),
+    ("rows", 5),
     ("ledger", 6),
     ("/spare", 6),
     ("step: before>during>after", 25),
@@ -37,6 +38,7 @@ pub fn row(f: &NodeFigures) -> Vec<String> {
             .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
         f2(f.limit_at_rest),
         f2(f.elastic_at_rest),
+        f2(f.rows_at_rest),
         f2(f.ledger_at_rest),
         f2(f.elastic_to_spare()),
         format!(
@@ -84,8 +86,9 @@ impl Run {
             s,
             "fg CPU: the node's CPUs in the baseline; spare = quota - fg CPU; p99s without requests \
              in flight across a machine pause; paced p99, limit and elastic CPUs at rest: the paced \
-             phase's last {} s; elastic: the scan's rows over the rows a CPU-second encodes, ledger: the \
-             elastic CPU the library's ledger charged; thr %: throttled periods while the scan ran; limit: the share as the \
+             phase's last {} s; elastic: the node's CPUs at rest over its baseline, rows: the scan's \
+             rows over the rows a CPU-second encodes (alone, at best), ledger: the elastic CPU the \
+             library's ledger charged; thr %: throttled periods while the scan ran; limit: the share as the \
              bucket applies it (held to the quota's headroom), of the node's quota; * the stepped node",
             self.plan.lengths.rest
         );
