@@ -432,8 +432,11 @@ pub fn bars(figs: &[NodeFigures]) -> Vec<Bar> {
             pass: (s.limit_during.is_some())
                 .then(|| s.moved_within_s.is_some_and(|t| t <= MOVE_BAR_S)),
         });
+        // Back is judged only after a move: a limit that never left cannot come back.
         let back = match (s.limit_before, s.limit_during, s.limit_after) {
-            (Some(b), Some(d), Some(a)) => Some((a - b).abs() < (a - d).abs()),
+            (Some(b), Some(d), Some(a)) => {
+                Some(s.moved_within_s.is_some() && (a - b).abs() < (a - d).abs())
+            }
             _ => None,
         };
         out.push(Bar {
@@ -635,6 +638,7 @@ mod tests {
         let b = bars(&still);
         assert_eq!(b[4].pass, Some(false));
         assert!(b[4].value.contains("did not move"), "{}", b[4].value);
+        assert_eq!(b[5].pass, Some(false), "no way back without a move");
         // One node alone has no others to hold still.
         let alone = bars(&[fig("node1", 0.4, 0.3, 1.2, true)]);
         assert_eq!(alone[6].pass, None);
