@@ -224,12 +224,23 @@ impl FgStats {
 
     /// The window's requests that were not in flight during one of `pauses` (machine pauses,
     /// see `pauses.rs`), passed to `f` under the lock; returns how many were left out.
-    fn samples_without(&self, pauses: &[(Instant, Instant)], mut f: impl FnMut(&Sample)) -> u64 {
+    fn samples_without(&self, pauses: &[(Instant, Instant)], f: impl FnMut(&Sample)) -> u64 {
+        self.samples_in(0..u64::MAX, pauses, f)
+    }
+
+    /// [`samples_without`](Self::samples_without) for the requests whose intended send time
+    /// (ns since the epoch) is in `sent`.
+    fn samples_in(
+        &self,
+        sent: std::ops::Range<u64>,
+        pauses: &[(Instant, Instant)],
+        mut f: impl FnMut(&Sample),
+    ) -> u64 {
         let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
         let pauses: Vec<(u64, u64)> = pauses.iter().map(|&(a, b)| (ns(a), ns(b))).collect();
         let h = self.hists.lock().unwrap();
         let mut left_out = 0;
-        for x in &h.samples {
+        for x in h.samples.iter().filter(|x| sent.contains(&x.intended)) {
             let (sent, done) = (x.intended, x.intended + x.latency);
             if pauses.iter().any(|&(a, b)| sent <= b && done >= a) {
                 left_out += 1;
@@ -285,6 +296,29 @@ impl FgStats {
             raw,
             pauses,
             left_out,
+        }
+    }
+}
+
+impl FgStats {
+    /// The latencies of the requests sent in `[from, to)`, a part of the measurement window
+    /// (one window over a whole run, cut in parts afterwards), with and without those in flight
+    /// during a machine pause, as [`window`](Self::window).
+    pub fn window_between(&self, watchdog: &Pauses, from: Instant, to: Instant) -> Window {
+        let ns = |t: Instant| t.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let pauses = watchdog.between(from, Instant::now());
+        let (mut raw, mut clean) = (new_hist(), new_hist());
+        let left_out =
+            self.samples_in(ns(from)..ns(to), &pauses, |x| record(&mut clean, x.latency));
+        self.samples_in(ns(from)..ns(to), &[], |x| record(&mut raw, x.latency));
+        if !watchdog.realtime {
+            clean = raw.clone();
+        }
+        Window {
+            hist: clean,
+            raw,
+            pauses,
+            left_out: if watchdog.realtime { left_out } else { 0 },
         }
     }
 }

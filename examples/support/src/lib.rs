@@ -1,6 +1,6 @@
 //! What the examples share: the foreground service with its open-loop load generator (`fg`),
 //! real connection setups (`handshake`: TLS 1.3 and SCRAM-SHA-256), the machine-pause watchdog
-//! (`pauses`), the CPU and latency helpers they
+//! (`pauses`), CPU quotas in a child cgroup (`quota`), the CPU and latency helpers they
 //! measure with, Ctrl-C handling (`interrupt`), common flags (`cli`), and the pieces of their
 //! text, JSON and HTML reports (`report`).
 
@@ -12,6 +12,7 @@ pub mod interrupt;
 pub mod latency;
 pub mod pauses;
 pub mod priority;
+pub mod quota;
 pub mod report;
 pub mod spin;
 pub mod stats;

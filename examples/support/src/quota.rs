@@ -1,15 +1,15 @@
-//! `--cpu-quota F`: run the service under a CFS bandwidth limit of F CPUs, as in a container
-//! with a CPU limit. The demo makes a child cgroup next to its own (cgroup v1's `cpu`
-//! controller: `cpu.cfs_quota_us` / `cpu.cfs_period_us`; or v2: `cpu.max`), moves the whole
-//! process into it (every thread: the pid goes to `cgroup.procs`), and at the end moves it
-//! back and removes the cgroup, also after Ctrl-C (see `main`) and on an early return or a
-//! panic (the guard's `Drop`).
+//! Running a process under a CFS bandwidth limit of F CPUs, as in a container with a CPU limit
+//! (the demo's `--cpu-quota`, each of the fleet's nodes). The process makes a child cgroup next
+//! to its own (cgroup v1's `cpu` controller: `cpu.cfs_quota_us` / `cpu.cfs_period_us`; or v2:
+//! `cpu.max`), moves itself whole into it (every thread: the pid goes to `cgroup.procs`), and at
+//! the end moves back and removes the cgroup, also after Ctrl-C ([`cleanup_active`]) and on an
+//! early return or a panic (the guard's `Drop`).
 
 use elastic_cpu_probe::CpuThrottling;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// CFS enforcement period the demo sets (the kernel's default).
+/// CFS enforcement period set (the kernel's default).
 const PERIOD_US: u64 = 100_000;
 
 /// The cgroup to clean up if the process is told to quit at once (second Ctrl-C).
@@ -64,10 +64,17 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("writing {text:?} to {}: {e}", path.display()))
 }
 
-/// Make the child cgroup under `parent` with the quota set; the process is not in it yet.
-fn make(version: &'static str, parent: &Path, cpus: f64) -> Result<PathBuf, String> {
+/// Make the child cgroup `name` under `parent` with the quota set (and real-time runtime, for a
+/// process with `realtime` threads); the process is not in it yet.
+fn make(
+    version: &'static str,
+    parent: &Path,
+    name: &str,
+    cpus: f64,
+    realtime: bool,
+) -> Result<PathBuf, String> {
     let quota_us = (cpus * PERIOD_US as f64).round() as u64;
-    let dir = parent.join(format!("elastic-cpu-demo-{}", std::process::id()));
+    let dir = parent.join(name);
     let settings = match version {
         "v1" => {
             if !parent.join("cpu.cfs_quota_us").exists() {
@@ -103,7 +110,7 @@ fn make(version: &'static str, parent: &Path, cpus: f64) -> Result<PathBuf, Stri
     // Real-time threads are outside the CFS quota (the load generator stands in for clients
     // on other machines); the quota binds the service's runtimes.
     let rt = dir.join("cpu.rt_runtime_us");
-    if version == "v1" && rt.exists() {
+    if realtime && version == "v1" && rt.exists() {
         let ok = ["500000", "200000", "100000", "50000"]
             .into_iter()
             .any(|us| std::fs::write(&rt, us).is_ok());
@@ -122,9 +129,17 @@ impl QuotaCgroup {
     /// Make a child cgroup with a quota of `cpus` CPUs and move this whole process into it.
     /// The error says why neither cgroup version worked.
     pub fn enter(cpus: f64) -> Result<QuotaCgroup, String> {
+        Self::enter_named("elastic-cpu-demo", cpus, true)
+    }
+
+    /// [`enter`](Self::enter) with the cgroup named `prefix-<pid>`; `realtime`: the process has
+    /// real-time threads (a cgroup v1 with real-time group scheduling then needs real-time
+    /// runtime to take it in, and each child takes some of its parent's).
+    pub fn enter_named(prefix: &str, cpus: f64, realtime: bool) -> Result<QuotaCgroup, String> {
+        let name = format!("{prefix}-{}", std::process::id());
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = cpus;
+            let _ = (cpus, &name, realtime);
             return Err("CPU quotas (cgroups) are Linux only".into());
         }
         let mut why = Vec::new();
@@ -136,7 +151,7 @@ impl QuotaCgroup {
             if !parent.is_dir() {
                 continue;
             }
-            match make(version, &parent, cpus) {
+            match make(version, &parent, &name, cpus, realtime) {
                 Ok(dir) => {
                     let pid = std::process::id().to_string();
                     if let Err(e) = write(&dir.join("cgroup.procs"), &pid) {
@@ -235,12 +250,12 @@ mod tests {
     fn a_cgroup_without_the_cpu_files_is_refused_with_why() {
         let dir = std::env::temp_dir().join(format!("demo-quota-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let v1 = make("v1", &dir, 1.5).unwrap_err();
+        let v1 = make("v1", &dir, "q", 1.5, true).unwrap_err();
         assert!(v1.contains("cpu.cfs_quota_us"), "{v1}");
-        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        let v2 = make("v2", &dir, "q", 1.5, true).unwrap_err();
         assert!(v2.contains("cgroup.controllers"), "{v2}");
         std::fs::write(dir.join("cgroup.controllers"), "memory io").unwrap();
-        let v2 = make("v2", &dir, 1.5).unwrap_err();
+        let v2 = make("v2", &dir, "q", 1.5, true).unwrap_err();
         assert!(v2.contains("does not offer the cpu controller"), "{v2}");
         let _ = std::fs::remove_dir_all(&dir);
     }

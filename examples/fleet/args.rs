@@ -1,0 +1,298 @@
+//! Command-line flags of the fleet example (clap, derive API), and the per-node mix they give.
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use elastic_cpu_examples::cli::{at_least_1, parse_or_exit, positive};
+use elastic_cpu_examples::report::ReportArgs;
+
+/// The default mix, node by node (cycled for more nodes): different quotas, and foreground
+/// shares of them chosen so that the spare quota's order is not the quota's.
+pub const DEFAULT_QUOTAS: [f64; 3] = [0.5, 0.6, 0.8];
+/// See [`DEFAULT_QUOTAS`].
+pub const DEFAULT_FG_SHARES: [f64; 3] = [0.2, 0.6, 0.4];
+
+/// Most nodes a run takes (the charts draw one line per node).
+pub const MAX_NODES: usize = 8;
+
+const ABOUT: &str = "\
+The fleet: nodes that differ find their own elastic CPU levels. One command starts N node
+processes (this binary again), each in a cgroup of its own with its own CPU quota, each the
+demo's loopback service on a runtime built through elastic-cpu with every setting at its
+default, plus a paced scan. One open-loop load generator per node runs here, outside the
+quotas (real-time priority: clients on other machines). Phases: every node's baseline (no
+scan), all scans on until they settle, a foreground step (x1.5) on one node, and back.
+Prints a line a second and a summary, writes a JSON and an HTML report. Needs a writable
+cgroup `cpu` controller (v1 or v2; exits 2 and says why otherwise).";
+
+/// Parsed flags (the lists are `std::vec::Vec`, so that clap takes each as one value).
+#[derive(Clone, Debug, Parser)]
+#[command(name = "fleet", about = ABOUT)]
+pub struct Args {
+    /// nodes [default: the length of the longest of --quotas, --fg-shares, --rates, or 3]
+    #[arg(long, value_name = "N", value_parser = at_least_1)]
+    pub nodes: Option<usize>,
+    /// each node's CPU quota in CPUs, comma-separated; one value is every node's
+    /// [default: 0.5,0.6,0.8]
+    #[arg(long, value_name = "LIST", value_parser = list)]
+    pub quotas: Option<std::vec::Vec<f64>>,
+    /// each node's foreground as a share of its quota (its rate calibrated to it at the start:
+    /// the node's CPU per request); one value is every node's [default: 0.2,0.6,0.4]
+    #[arg(long, value_name = "LIST", value_parser = list, conflicts_with = "rates")]
+    pub fg_shares: Option<std::vec::Vec<f64>>,
+    /// each node's foreground in requests per second instead of --fg-shares (no calibration)
+    #[arg(long, value_name = "LIST", value_parser = list)]
+    pub rates: Option<std::vec::Vec<f64>>,
+    /// the node whose foreground steps, 1-based [default: the last]
+    #[arg(long, value_name = "K", value_parser = at_least_1)]
+    pub step_node: Option<usize>,
+    /// the step's factor on that node's foreground rate
+    #[arg(long, value_name = "X", default_value = "1.5", value_parser = positive)]
+    pub step_factor: f64,
+    /// length of the baseline phase (no scan), warm-up included
+    #[arg(long, value_name = "SECS", default_value = "20", value_parser = at_least_1)]
+    pub baseline_secs: usize,
+    /// length of the paced phase (every node's scan on); its last --rest-secs are "at rest"
+    #[arg(long, value_name = "SECS", default_value = "70", value_parser = at_least_1)]
+    pub paced_secs: usize,
+    /// the end of the paced phase the at-rest figures are taken over
+    #[arg(long, value_name = "SECS", default_value = "20", value_parser = at_least_1)]
+    pub rest_secs: usize,
+    /// length of the step phase (one node's foreground x --step-factor), and of the phase back
+    #[arg(long, value_name = "SECS", default_value = "25", value_parser = at_least_1)]
+    pub step_secs: usize,
+    /// start of the baseline and paced phases left out of their latency and CPU figures
+    #[arg(long, value_name = "SECS", default_value = "4")]
+    pub warmup_secs: usize,
+    /// worker threads of each node's runtime
+    #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
+    pub workers: usize,
+    /// CPU work per request in microseconds
+    #[arg(long, value_name = "N", default_value = "100", value_parser = positive)]
+    pub work_us: f64,
+    /// each load generator's connections to its node
+    #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
+    pub conns: usize,
+    /// the library's slice in ms on every node (10 ..= 100), to try smaller grants against
+    /// sub-CPU quotas [default: the library's, every other setting is always its default]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=100))]
+    pub slice_ms: Option<u64>,
+    /// run the load generators at normal priority (on the nodes' cores, competing with them)
+    /// instead of real-time
+    #[arg(long)]
+    pub client_normal: bool,
+    #[command(flatten)]
+    pub reports: ReportArgs,
+    /// RNG seed
+    #[arg(long, value_name = "N", default_value = "1")]
+    pub seed: u64,
+}
+
+/// A comma-separated list of positive numbers.
+pub fn list(v: &str) -> Result<Vec<f64>, String> {
+    let out: Vec<f64> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| positive(s).map_err(|e| format!("{s:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    if out.is_empty() {
+        return Err("an empty list".into());
+    }
+    Ok(out)
+}
+
+/// How a node's foreground rate is given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fg {
+    /// A share of its quota: the rate is calibrated at the start.
+    Share(f64),
+    /// Requests per second.
+    Rate(f64),
+}
+
+/// One node's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeMix {
+    /// `node1`, `node2`, ...
+    pub name: String,
+    /// CPU quota in CPUs.
+    pub quota: f64,
+    /// Its foreground.
+    pub fg: Fg,
+}
+
+/// `list` for `n` nodes: one value for every node, `n` values one each; `default` cycled
+/// without a list. `flag` names it in the error.
+fn per_node(
+    flag: &str,
+    list: Option<&[f64]>,
+    n: usize,
+    default: &[f64],
+) -> Result<Vec<f64>, String> {
+    match list {
+        None => Ok((0..n).map(|i| default[i % default.len()]).collect()),
+        Some([one]) => Ok(vec![*one; n]),
+        Some(l) if l.len() == n => Ok(l.to_vec()),
+        Some(l) => Err(format!(
+            "{flag} has {} values for {n} nodes: give one, or one per node",
+            l.len()
+        )),
+    }
+}
+
+impl Args {
+    /// Parse the process's flags, or exit (see [`parse_or_exit`]).
+    pub fn from_env() -> Args {
+        parse_or_exit(Args::finish)
+    }
+
+    fn finish(self) -> Result<Args, clap::Error> {
+        let err = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
+        let mix = self.mix().map_err(err)?;
+        if let Some(k) = self.step_node {
+            if k > mix.len() {
+                return Err(err(format!(
+                    "--step-node {k}: there are {} nodes",
+                    mix.len()
+                )));
+            }
+        }
+        if self.rest_secs + self.warmup_secs > self.paced_secs {
+            return Err(err(
+                "--rest-secs and --warmup-secs together must fit in --paced-secs".into(),
+            ));
+        }
+        if self.warmup_secs + 2 > self.baseline_secs {
+            return Err(err(
+                "--baseline-secs must be at least --warmup-secs + 2".into()
+            ));
+        }
+        if self.step_secs < 2 {
+            return Err(err("--step-secs must be at least 2".into()));
+        }
+        Ok(self)
+    }
+
+    /// How many nodes run.
+    pub fn node_count(&self) -> usize {
+        self.nodes.unwrap_or_else(|| {
+            [&self.quotas, &self.fg_shares, &self.rates]
+                .iter()
+                .filter_map(|l| l.as_ref().map(Vec::len))
+                .max()
+                .unwrap_or(DEFAULT_QUOTAS.len())
+        })
+    }
+
+    /// Every node's settings, or why the flags do not give them.
+    pub fn mix(&self) -> Result<Vec<NodeMix>, String> {
+        let n = self.node_count();
+        if n > MAX_NODES {
+            return Err(format!("{n} nodes: at most {MAX_NODES}"));
+        }
+        let quotas = per_node("--quotas", self.quotas.as_deref(), n, &DEFAULT_QUOTAS)?;
+        let fg: Vec<Fg> = match &self.rates {
+            Some(r) => per_node("--rates", Some(r), n, &[])?
+                .into_iter()
+                .map(Fg::Rate)
+                .collect(),
+            None => per_node(
+                "--fg-shares",
+                self.fg_shares.as_deref(),
+                n,
+                &DEFAULT_FG_SHARES,
+            )?
+            .into_iter()
+            .map(Fg::Share)
+            .collect(),
+        };
+        if let Some((i, s)) = fg.iter().enumerate().find_map(|(i, f)| match f {
+            Fg::Share(s) if *s >= 1.0 => Some((i, *s)),
+            _ => None,
+        }) {
+            return Err(format!(
+                "--fg-shares: node{}'s {s} leaves nothing of its quota (shares are below 1)",
+                i + 1
+            ));
+        }
+        Ok(quotas
+            .into_iter()
+            .zip(fg)
+            .enumerate()
+            .map(|(i, (quota, fg))| NodeMix {
+                name: format!("node{}", i + 1),
+                quota,
+                fg,
+            })
+            .collect())
+    }
+
+    /// The stepped node, 0-based.
+    pub fn step_index(&self, nodes: usize) -> usize {
+        self.step_node.map_or(nodes - 1, |k| k - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Args, String> {
+        let argv = std::iter::once("fleet").chain(flags.iter().copied());
+        elastic_cpu_examples::cli::parse_from::<Args, _, _>(argv)
+            .and_then(Args::finish)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_defaults_are_three_different_nodes() {
+        let a = parse(&[]).unwrap();
+        let mix = a.mix().unwrap();
+        assert_eq!(mix.len(), 3);
+        assert_eq!(
+            mix.iter().map(|m| m.quota).collect::<Vec<_>>(),
+            vec![0.5, 0.6, 0.8]
+        );
+        assert_eq!(mix[1].fg, Fg::Share(0.6));
+        assert_eq!(mix[2].name, "node3");
+        assert_eq!(a.step_index(3), 2);
+    }
+
+    #[test]
+    fn lists_give_the_node_count_and_one_value_is_every_nodes() {
+        let a = parse(&["--quotas", "0.3, 0.4,0.5,0.6", "--fg-shares", "0.5"]).unwrap();
+        let mix = a.mix().unwrap();
+        assert_eq!(mix.len(), 4);
+        assert!(mix.iter().all(|m| m.fg == Fg::Share(0.5)));
+        let a = parse(&["--nodes", "5"]).unwrap();
+        let mix = a.mix().unwrap();
+        assert_eq!(mix[3].quota, 0.5, "defaults cycle");
+        let a = parse(&["--rates", "100,200", "--step-node", "1"]).unwrap();
+        let mix = a.mix().unwrap();
+        assert_eq!(mix[1].fg, Fg::Rate(200.0));
+        assert_eq!(mix[1].quota, 0.6);
+        assert_eq!(a.step_index(2), 0);
+    }
+
+    #[test]
+    fn bad_flags_are_errors_that_say_why() {
+        let e = parse(&["--nodes", "2", "--quotas", "0.5,0.6,0.8"]).unwrap_err();
+        assert!(e.contains("3 values for 2 nodes"), "{e}");
+        let e = parse(&["--quotas", "0.5,x"]).unwrap_err();
+        assert!(e.contains("\"x\""), "{e}");
+        let e = parse(&["--quotas", "0.5,-1"]).unwrap_err();
+        assert!(e.contains("positive"), "{e}");
+        let e = parse(&["--fg-shares", "0.5,1.2,0.3"]).unwrap_err();
+        assert!(e.contains("node2"), "{e}");
+        let e = parse(&["--step-node", "4"]).unwrap_err();
+        assert!(e.contains("there are 3 nodes"), "{e}");
+        let e = parse(&["--rates", "100", "--fg-shares", "0.2"]).unwrap_err();
+        assert!(e.contains("cannot be used with"), "{e}");
+        let e = parse(&["--paced-secs", "10", "--rest-secs", "8"]).unwrap_err();
+        assert!(e.contains("must fit"), "{e}");
+        let e = parse(&["--nodes", "9"]).unwrap_err();
+        assert!(e.contains("at most 8"), "{e}");
+        let e = parse(&["--quotas", ","]).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+    }
+}
