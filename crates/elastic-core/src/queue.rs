@@ -14,8 +14,8 @@ use crate::sync::Arc;
 
 /// The shortest slice a grant carries; shorter requests are rounded up.
 pub const MIN_SLICE: Duration = Duration::from_millis(10);
-/// The least a queued grant is cut down to for a bucket whose second of refill is less than
-/// the slice asked for.
+/// The least a grant is cut down to for a bucket whose second of refill is less than the
+/// slice asked for.
 const MIN_GRANT: u64 = MIN_SLICE.as_nanos() as u64;
 
 /// The longest slice a grant carries; longer requests are cut down.
@@ -133,10 +133,7 @@ impl State {
             let Some(w) = self.line.waiters.pop_front() else {
                 break;
             };
-            // At most a second of refill (a slow class asks for less than a slice): a grant
-            // past that would push the balance below the debt cap, and the part forgiven
-            // would let the class run over its rate.
-            let slice = w.terms.min(self.bucket.rate().max(MIN_GRANT));
+            let slice = w.terms;
             self.bucket.take_unchecked(slice, now);
             fast.add_holder();
             fast.count_grant(slice);
@@ -270,8 +267,9 @@ impl<C: Clock> WorkQueue<C> {
     fn admit_locked(&self, n: u64) -> Admit<C> {
         let now = self.shared.now();
         let mut st = self.shared.lock();
-        // A slow bucket's grant is cut to a second of its refill (see `grant_waiters`); a
-        // waiter keeps its ask, cut by the rate when it is granted.
+        // At most a second of refill (a slow bucket asks for less than a slice): a grant past
+        // that would push the balance below the debt cap, and the part forgiven would let the
+        // work run over its rate. Cut at admission, so a waiter's grant is known when it queues.
         let cut = n.min(st.bucket.rate().max(MIN_GRANT));
         let id = st.line.new_id();
         if !st.line.is_closed() {
@@ -285,7 +283,7 @@ impl<C: Clock> WorkQueue<C> {
                 self.shared.unlock(st);
                 return Admit::Granted(Grant { nanos: cut });
             }
-            st.line.push(id, now, n, None);
+            st.line.push(id, now, cut, None);
         }
         self.shared.unlock(st);
         Admit::Queued(Ticket(Claim::new(self.shared.clone(), id)))

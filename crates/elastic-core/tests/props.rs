@@ -90,9 +90,6 @@ fn config() -> impl Strategy<Value = ControllerConfig> {
 struct Live {
     ticket: Ticket<ManualClock>,
     slice: u64,
-    /// What it was granted: its slice, cut to a second of refill at the rate then (at least
-    /// the least slice), so a slow bucket's grant never dips below its debt cap.
-    granted: Option<u64>,
     /// Resolves to Closed (admitted after, or waiting at, the close).
     failed: bool,
     wakes: Arc<CountingWaker>,
@@ -168,17 +165,13 @@ impl Sim {
     }
 
     fn poll(&mut self, i: usize, expect: Option<bool>) -> bool {
-        let cut = self.rate.max(MIN_SLICE.as_nanos() as u64);
         let l = &mut self.live[i];
-        if expect == Some(true) && l.granted.is_none() {
-            l.granted = Some(l.slice.min(cut));
-        }
         let wakes = wakes(&l.wakes);
         assert!(wakes <= 1, "woken {wakes} times");
         match (l.ticket.poll_grant(&l.waker), expect) {
             (Poll::Ready(Err(Closed)), None) => true,
             (Poll::Ready(Ok(g)), Some(true)) => {
-                assert_eq!(Some(g.allotted_nanos()), l.granted);
+                assert_eq!(g.allotted_nanos(), l.slice);
                 if let Some(at) = l.pending_at {
                     assert_eq!(
                         wakes,
@@ -212,24 +205,13 @@ impl Sim {
         self.supply += (new as i128 - self.rate as i128).max(0) * NS;
         self.rate = new;
         self.queue.set_rate(new);
-        self.note_grants();
-    }
-
-    /// The tickets granted since the last call got their slice cut to the rate now.
-    fn note_grants(&mut self) {
-        let cut = self.rate.max(MIN_SLICE.as_nanos() as u64);
-        let expect = self.expected();
-        for (l, e) in self.live.iter_mut().zip(expect) {
-            if e == Some(true) && l.granted.is_none() {
-                l.granted = Some(l.slice.min(cut));
-            }
-        }
     }
 
     fn apply(&mut self, op: Op) {
         match op {
             Op::Admit(us) => {
-                let n = slice_nanos(us);
+                // The slice, cut to a second of refill at the rate now (at least 10 ms).
+                let n = slice_nanos(us).min(self.rate.max(MIN_SLICE.as_nanos() as u64));
                 let before = self.queue.snapshot();
                 let fast = !self.closed
                     && before.waiters == 0
@@ -237,10 +219,7 @@ impl Sim {
                 match self.queue.admit(Duration::from_micros(us)) {
                     Admit::Granted(g) => {
                         assert!(fast, "fast path taken against the rule: {before:?}");
-                        assert_eq!(
-                            g.allotted_nanos(),
-                            n.min(self.rate.max(MIN_SLICE.as_nanos() as u64))
-                        );
+                        assert_eq!(g.allotted_nanos(), n);
                         self.running.push(g);
                     }
                     Admit::Queued(ticket) => {
@@ -250,7 +229,6 @@ impl Sim {
                         self.live.push(Live {
                             ticket,
                             slice: n,
-                            granted: None,
                             failed: self.closed,
                             waker,
                             wakes,
@@ -288,7 +266,6 @@ impl Sim {
             Op::Tick(p99) => {
                 let waiting = self.queue.snapshot().waiters > 0;
                 let had = self.queue.tick();
-                self.note_grants();
                 assert_eq!(
                     had,
                     self.queued_since_tick || waiting,
@@ -316,7 +293,6 @@ impl Sim {
             }
             Op::SetRate(r) => self.set_rate(r),
         }
-        self.note_grants();
         self.check();
     }
 
@@ -353,7 +329,7 @@ impl Sim {
                 .iter()
                 .zip(&self.live)
                 .filter(|(e, _)| **e == Some(true))
-                .map(|(_, l)| l.granted.unwrap_or(l.slice))
+                .map(|(_, l)| l.slice)
                 .sum::<u64>();
         assert_eq!(
             s.acquired_nanos as i128 - s.returned_nanos as i128 + s.over_limit_nanos as i128,
