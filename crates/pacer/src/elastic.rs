@@ -312,6 +312,7 @@ impl Elastic {
             // a class made with `class` keeps its part.
             pool.handle().spawn(Paced::new(future, self.shared.clone()))
         };
+        #[cfg(feature = "idle-pool")]
         let future = match self.route(on_pool, future) {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
