@@ -386,13 +386,9 @@ impl Class {
         let Some(queue) = self.queue() else {
             return;
         };
-        let share = self.limit.share();
-        self.applied = match (&self.part, headroom_cpus.filter(|_| self.policy.headroom)) {
-            (Some(part), _) => part.entitled,
-            (None, Some(cap)) if rates.cpus > 0.0 => {
-                share.min(cap / rates.cpus).max(self.floor.min(share))
-            }
-            _ => share,
+        self.applied = match &self.part {
+            Some(part) => part.entitled,
+            None => self.held_share(rates.cpus, headroom_cpus),
         };
         let rate = rate_for(self.applied, rates.cpus);
         let rate = if self.policy.overhead {
@@ -416,9 +412,10 @@ impl Class {
         }
     }
 
-    /// The share the split divides, if this class decides it: its controller's, held to
-    /// `headroom_cpus` as [`apply`](Self::apply) holds a class without a part.
-    pub(crate) fn split_total(&self, cpus: f64, headroom_cpus: Option<f64>) -> f64 {
+    /// Its limit's share held to `headroom_cpus` (what the quota's headroom leaves it) where
+    /// the policy says so, never below its floor: what a class without a part applies, and the
+    /// share the split divides.
+    pub(crate) fn held_share(&self, cpus: f64, headroom_cpus: Option<f64>) -> f64 {
         let share = self.limit.share();
         match headroom_cpus.filter(|_| self.policy.headroom) {
             Some(cap) if cpus > 0.0 => share.min(cap / cpus).max(self.floor.min(share)),

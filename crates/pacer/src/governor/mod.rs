@@ -477,7 +477,7 @@ impl Governor {
         let Some(own) = self.classes.iter().find(|c| c.decides_split()) else {
             return;
         };
-        let share = own.split_total(self.cpus, headroom);
+        let share = own.held_share(self.cpus, headroom);
         let wants: Vec<_> = self
             .classes
             .iter()
