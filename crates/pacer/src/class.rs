@@ -33,6 +33,8 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn has_tokens(&self) -> bool {
         false
     }
+    /// Fit the slice an admission asks for to `rate`, inside a CPU quota of this period.
+    fn fit_slice(&self, _rate: u64, _quota_period: Option<Duration>) {}
     /// At most `cap` grants held at once.
     fn set_holder_cap(&self, cap: usize);
     /// The longest wait since the last call (a waiter still queued counts).
@@ -195,6 +197,8 @@ impl Part {
 /// What every class's rate depends on this tick.
 pub(crate) struct Rates<'a> {
     pub(crate) cpus: f64,
+    /// The CPU quota's period, inside one.
+    pub(crate) quota_period: Option<Duration>,
     /// Corrects the rate of classes with `Policy::overhead`.
     pub(crate) overhead: &'a Overhead,
 }
@@ -401,6 +405,7 @@ impl Class {
         } else {
             queue.set_rate(rate);
         }
+        queue.fit_slice(rate, rates.quota_period);
         if self.policy.cap_holders {
             let whole =
                 self.policy.whole_workers && queue.long_polls().is_some_and(LongPolls::mostly);

@@ -417,12 +417,14 @@ impl Elastic {
         self.control.watch_throttling(cgroup_dir.into());
     }
 
-    /// Treat the cgroup in `cgroup_dir` as the process's, with a quota of `cpus`, as
-    /// [`attach`](Self::attach) does when it finds one (feature `test-util`): the governor
-    /// watches its throttling and caps elastic work within the quota's headroom.
+    /// Treat the cgroup in `cgroup_dir` as the process's, with a quota of `cpus` per period of
+    /// 100 ms (the kernel's default), as [`attach`](Self::attach) does when it finds one
+    /// (feature `test-util`): the governor watches its throttling, caps elastic work within
+    /// the quota's headroom and cuts grants to what a period refills.
     #[cfg(feature = "test-util")]
     pub fn watch_quota(&self, cgroup_dir: impl Into<std::path::PathBuf>, cpus: f64) {
-        self.control.watch_quota(cgroup_dir.into(), cpus);
+        let period = std::time::Duration::from_millis(100);
+        self.control.watch_quota(cgroup_dir.into(), cpus, period);
     }
 
     /// Run one governor tick now, with the configured tick as its period (feature

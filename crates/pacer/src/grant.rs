@@ -114,7 +114,7 @@ impl GrantState {
                     }
                     // Paced work of the same `Elastic` around this adapter hands pacing over.
                     nesting::take_over(self.shared.root());
-                    self.state = match self.shared.queue.admit(self.shared.slice) {
+                    self.state = match self.shared.queue.admit(self.shared.asks()) {
                         Admit::Granted(g) => State::Held(g),
                         Admit::Queued(t) => State::Waiting(t),
                     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 #[cfg(feature = "test-util")]
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue};
+use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue, MIN_SLICE};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
 use crate::class::ClassQueue;
@@ -55,8 +55,11 @@ pub(crate) type Queue = WorkQueue<QueueClock>;
 pub(crate) struct Shared {
     /// Where grants come from and go back to.
     pub(crate) queue: Queue,
-    /// CPU time one grant asks for.
+    /// CPU time one grant asks for (the setting).
     pub(crate) slice: Duration,
+    /// What an admission asks for now, in nanoseconds (0: `slice`): inside a CPU quota,
+    /// `slice` cut to what the class's rate refills in one of the quota's periods.
+    asks: AtomicU64,
     /// Running time after which an adapter yields to the scheduler.
     pub(crate) quantum: Duration,
     /// At the quantum's yield, also yield the thread's CPU to the OS.
@@ -92,6 +95,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The slice an admission asks for now (see [`ClassQueue::fit_slice`]).
+    #[inline]
+    pub(crate) fn asks(&self) -> Duration {
+        match self.asks.load(Ordering::Relaxed) {
+            0 => self.slice,
+            nanos => Duration::from_nanos(nanos),
+        }
+    }
+
     /// What a quantum's yield passes to [`yield_to_scheduler`](crate::quantum::yield_to_scheduler):
     /// the OS-yield counter when elastic work yields the CPU too.
     #[inline]
@@ -110,6 +122,7 @@ impl Shared {
         Shared {
             queue,
             slice: enforcement.slice,
+            asks: AtomicU64::new(0),
             quantum: enforcement.quantum,
             os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
@@ -133,6 +146,7 @@ impl Shared {
         Shared {
             queue,
             slice: parent.slice,
+            asks: AtomicU64::new(0),
             quantum,
             // At idle priority the kernel hands the core to any other thread at once.
             os_yield: false,
@@ -159,6 +173,7 @@ impl Shared {
         Shared {
             queue,
             slice: root.slice,
+            asks: AtomicU64::new(0),
             quantum: root.quantum,
             os_yield: root.os_yield,
             os_yields: AtomicU64::new(0),
@@ -239,6 +254,26 @@ impl ClassQueue for Shared {
 
     fn retune(&self, rate: u64) {
         self.queue.retune(rate);
+    }
+
+    fn fit_slice(&self, rate: u64, quota_period: Option<Duration>) {
+        // Inside a quota, at most what the rate refills in one of its periods (at least the
+        // shortest slice): a slow class's work runs in pieces spread over the periods, not in
+        // one burst that its debt pays for over seconds. One burst past the period's quota
+        // throttles the whole group, foreground and all.
+        let asks = match quota_period {
+            Some(period) => {
+                let refill = rate
+                    .saturating_mul(u64::try_from(period.as_nanos()).unwrap_or(u64::MAX))
+                    / 1_000_000_000;
+                self.slice.min(Duration::from_nanos(refill).max(MIN_SLICE))
+            }
+            None => self.slice,
+        };
+        self.asks.store(
+            u64::try_from(asks.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     fn waiters(&self) -> usize {

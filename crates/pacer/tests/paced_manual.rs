@@ -403,3 +403,47 @@ fn the_snapshot_shows_the_longest_wait_over_the_window() {
     assert_eq!(elastic.snapshot().longest_wait, Duration::ZERO);
     assert_ledger_balanced(&elastic.snapshot());
 }
+
+#[test]
+fn inside_a_quota_a_grant_is_what_the_rate_refills_in_one_period() {
+    use elastic_cpu_pacer::settings::Inputs;
+    use elastic_cpu_pacer::Elastic;
+
+    let clock = ManualClock::new();
+    // 0.8 of a 0.5-CPU quota: 400 ms of tokens a second, 40 ms per 100 ms period.
+    let elastic = Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .fixed_share(0.8)
+        .cpus(0.5)
+        .inputs(Inputs {
+            quota_headroom: false,
+            ..Inputs::default()
+        })
+        .build()
+        .unwrap();
+    let first_grant = |elastic: &elastic_cpu_pacer::Elastic| {
+        let burn = Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(1),
+            polls: 1,
+        };
+        let before = elastic.snapshot().acquired;
+        let mut fut = Box::pin(burn.paced(elastic));
+        let (_counter, waker) = CountingWaker::new();
+        assert!(poll(&mut fut, &mut Context::from_waker(&waker)).is_ready());
+        elastic.snapshot().acquired - before
+    };
+    // No quota: the whole slice.
+    assert_eq!(first_grant(&elastic), 100 * MS);
+    let cg = FakeCgroup::new("slice-in-quota");
+    elastic.watch_quota(&cg.0, 0.5);
+    elastic.tick();
+    let rate = elastic.snapshot().queue.rate_nanos_per_sec;
+    let period_refill = Duration::from_nanos(rate / 10);
+    assert!(
+        period_refill > 10 * MS && period_refill < 100 * MS,
+        "{period_refill:?}"
+    );
+    assert_eq!(first_grant(&elastic), period_refill);
+}

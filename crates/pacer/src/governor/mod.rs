@@ -94,6 +94,8 @@ pub(crate) struct Governor {
     idle: Weak<Shared>,
     /// A CPU quota was seen when a runtime was attached.
     quota_seen: bool,
+    /// That quota's period.
+    quota_period: Option<Duration>,
     ticks: u64,
     /// The builder gave no target: it is measured (`quiet.rs`), from a poll quantum up.
     auto_target: bool,
@@ -191,6 +193,7 @@ impl Governor {
             #[cfg(feature = "idle-pool")]
             idle: Weak::new(),
             quota_seen: false,
+            quota_period: None,
             ticks: 0,
             auto_target: plan.auto_target,
             quiet: Quiet::new(shared.probe.config().intervals()),
@@ -411,6 +414,7 @@ impl Governor {
         self.split(total);
         let rates = Rates {
             cpus: self.cpus,
+            quota_period: self.quota_period,
             overhead: &self.overhead,
         };
         // The classes that split the share come first: the headroom held their total.
@@ -579,8 +583,9 @@ impl Governor {
 
     /// A quota of `cpus` applies in the cgroup in `dir`: watch its throttling and cap elastic
     /// work within it from now on (each if on).
-    fn watch_quota(&mut self, dir: PathBuf, cpus: f64) {
+    fn watch_quota(&mut self, dir: PathBuf, cpus: f64, period: Duration) {
         self.quota_seen = true;
+        self.quota_period = Some(period);
         self.signal.watch_throttling(&self.sources, dir);
         if let Some(headroom) = &mut self.headroom {
             headroom.watch(cpus);
@@ -779,7 +784,7 @@ impl Control {
         let mut g = self.lock();
         g.attach_cpus(cpus, source);
         if let QuotaReading::Limited(q) = quota {
-            g.watch_quota(q.cgroup_dir.clone(), q.cpus);
+            g.watch_quota(q.cgroup_dir.clone(), q.cpus, q.period);
         }
         let record = g.record();
         drop(g);
@@ -820,8 +825,8 @@ impl Control {
 
     /// Treat the cgroup in `dir` as the process's, with a quota of `cpus`.
     #[cfg(feature = "test-util")]
-    pub(crate) fn watch_quota(&self, dir: PathBuf, cpus: f64) {
-        self.lock().watch_quota(dir, cpus);
+    pub(crate) fn watch_quota(&self, dir: PathBuf, cpus: f64, period: Duration) {
+        self.lock().watch_quota(dir, cpus, period);
     }
 
     /// Watch the cgroup in `dir` for throttling only.
