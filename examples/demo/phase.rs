@@ -327,7 +327,14 @@ fn run_phase_inner(
             if now >= due {
                 let s = ctl.full_snapshot();
                 res.outlier_threshold_us = s.outliers.threshold.map(|t| t.as_secs_f64() * 1e6);
-                report::add_outliers(&mut res.outliers, &s.outliers);
+                // The window read may end up to a tick before `due`: look back two windows.
+                let paused = !ctx.pauses.between(due - outlier_window * 2, now).is_empty();
+                if paused {
+                    res.outlier_windows_paused += 1;
+                } else {
+                    report::add_outliers(&mut res.outliers, &s.outliers);
+                    res.outlier_secs += outlier_window.as_secs_f64();
+                }
                 // Every poll is a queue-latency sample: the runtime's polls per second.
                 let polls = s.window.queue_latency.all.count as f64;
                 res.polls_per_sec.push(polls / outlier_window.as_secs_f64());

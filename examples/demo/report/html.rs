@@ -294,7 +294,7 @@ impl Report {
              <th>held ms/s</th><th>fg waits held up</th></tr>",
         );
         for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
-            let secs = p.measured_secs.max(1e-9);
+            let secs = p.outlier_secs.max(1e-9);
             let threshold = fmt_us(p.outlier_threshold_us);
             if p.outliers.is_empty() {
                 let _ = write!(

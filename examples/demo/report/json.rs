@@ -67,6 +67,10 @@ struct Phase<'a> {
     throttled: Throttled,
     /// The outlier trap's polls over its threshold, by spawn site, most time held first.
     outliers: Vec<OutlierJ>,
+    /// The probe windows they were read from (seconds); windows with a machine pause in them
+    /// are left out and counted.
+    outlier_secs: Num,
+    outlier_windows_paused: u64,
     /// Task polls per second on the runtime under test (mean of one reading per window).
     polls_per_sec: Option<Num>,
     /// The `classes` phase: each class while all three were busy, and after the first
@@ -313,6 +317,8 @@ impl<'a> Phase<'a> {
                     waits_held: o.waits_held,
                 })
                 .collect(),
+            outlier_secs: Num(p.outlier_secs),
+            outlier_windows_paused: p.outlier_windows_paused,
             polls_per_sec: opt(mean(&p.polls_per_sec)),
             classes: p.classes.as_ref().map(|c| ClassJ::all(&c.busy)),
             after_backup: (p.classes.as_ref())

@@ -145,6 +145,11 @@ pub struct PhaseResult {
     /// summed over consecutive probe windows; most time held first.
     pub outliers: Vec<SiteRow>,
     pub outlier_threshold_us: Option<f64>,
+    /// The probe windows those outliers come from (seconds), and the windows left out because
+    /// a machine pause fell in them (a pause stretches every poll it catches, as it stretches
+    /// the requests the latency figures leave out).
+    pub outlier_secs: f64,
+    pub outlier_windows_paused: u64,
     /// Task polls per second on the runtime under test, one reading per probe window.
     pub polls_per_sec: Vec<f64>,
     /// The `culprit` phase: where the planted offender was spawned (`path:line`).
@@ -283,6 +288,8 @@ impl PhaseResult {
             raw_p99_us: None,
             outliers: Vec::new(),
             outlier_threshold_us: None,
+            outlier_secs: 0.0,
+            outlier_windows_paused: 0,
             polls_per_sec: Vec::new(),
             planted_at: None,
             first_class_stop_ms: None,
@@ -404,6 +411,8 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
                 }
             }
             r.outlier_threshold_us = group.iter().find_map(|g| g.outlier_threshold_us);
+            r.outlier_secs = group.iter().map(|g| g.outlier_secs).sum();
+            r.outlier_windows_paused = group.iter().map(|g| g.outlier_windows_paused).sum();
             r.polls_per_sec = (group.iter())
                 .flat_map(|g| g.polls_per_sec.iter().copied())
                 .collect();

@@ -87,13 +87,18 @@ impl Report {
             "\noutliers (polls over the trap's threshold, by spawn site, most time held first):"
         );
         for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
-            let secs = p.measured_secs.max(1e-9);
+            let secs = p.outlier_secs.max(1e-9);
             let _ = writeln!(
                 s,
-                "  {:<22} threshold {}, {:.0} polls/s{}{}",
+                "  {:<22} threshold {}, {:.0} polls/s, {:.0} s of windows{}{}{}",
                 p.label(),
                 fmt_us(p.outlier_threshold_us),
                 mean(&p.polls_per_sec).unwrap_or(0.0),
+                p.outlier_secs,
+                match p.outlier_windows_paused {
+                    0 => String::new(),
+                    n => format!(" ({n} with a machine pause left out)"),
+                },
                 p.planted_at
                     .as_ref()
                     .map(|at| format!("; planted at {at}"))
