@@ -98,6 +98,8 @@ pub struct ClassSample {
     pub cpu_s: [f64; N],
     /// Each class's longest wait over the probe window, ms.
     pub longest_wait_ms: [f64; N],
+    /// Each class's part of the share as the library's split gave it at the last tick.
+    pub part: [f64; N],
     /// The CPUs the shares are of.
     pub cpus: f64,
     /// Which classes had work.
@@ -125,10 +127,12 @@ pub fn sample(
 ) -> ClassSample {
     let mut cpu_s = [0.0; N];
     let mut longest_wait_ms = [0.0; N];
+    let mut part = [0.0; N];
     for (i, spec) in CLASSES.iter().enumerate() {
         if let Some(c) = s.classes.iter().find(|c| &*c.name == spec.name) {
             cpu_s[i] = c.cpu.as_secs_f64();
             longest_wait_ms[i] = c.longest_wait.as_secs_f64() * 1e3;
+            part[i] = c.share;
         }
     }
     let mut cpus_used = [None; N];
@@ -145,6 +149,7 @@ pub fn sample(
         phase: phase.to_string(),
         cpu_s,
         longest_wait_ms,
+        part,
         cpus: s.cpus,
         busy: [first_busy, true, true],
         cpus_used,
@@ -195,6 +200,8 @@ pub struct ClassStats {
     /// What weights and caps give it of what the classes ran together, over the same stretch
     /// (mean over samples).
     pub entitled_share: f64,
+    /// The part the library's split gave it (mean over samples).
+    pub part_share: f64,
     pub longest_wait_ms: f64,
 }
 
@@ -230,6 +237,7 @@ pub fn over(samples: &[ClassSample], from_ms: u64, to_ms: u64) -> Option<Vec<Cla
                 cap: spec.cap,
                 cpu_share: (last.cpu_s[i] - first.cpu_s[i]) / secs / last.cpus,
                 entitled_share: entitled_sum[i] / secs,
+                part_share: s.iter().map(|p| p.part[i]).sum::<f64>() / s.len() as f64,
                 longest_wait_ms: s.iter().map(|p| p.longest_wait_ms[i]).fold(0.0, f64::max),
             })
             .collect(),
@@ -239,7 +247,7 @@ pub fn over(samples: &[ClassSample], from_ms: u64, to_ms: u64) -> Option<Vec<Cla
 /// The text report's table of a `classes` phase.
 pub fn table_text(p: &crate::report::PhaseResult) -> String {
     let mut s = format!(
-        "classes ({}): share of the CPUs, entitled / charged, all busy | after backup stopped",
+        "classes ({}): share of the CPUs, entitled / charged (the library's part), all busy | after backup stopped",
         p.label()
     );
     let Some(c) = &p.classes else {
@@ -248,12 +256,13 @@ pub fn table_text(p: &crate::report::PhaseResult) -> String {
     for (i, b) in c.busy.iter().enumerate() {
         let after = c.after_first.as_ref().and_then(|a| a.get(i));
         s.push_str(&format!(
-            "\n  {:<9} weight {:<3} cap {:<4} {:.3} / {:.3} | {} / {}   longest wait {:.0} ms",
+            "\n  {:<9} weight {:<3} cap {:<4} {:.3} / {:.3} ({:.3}) | {} / {}   longest wait {:.0} ms",
             b.name,
             b.weight,
             b.cap.map_or("-".into(), |c| c.to_string()),
             b.entitled_share,
             b.cpu_share,
+            b.part_share,
             after.map_or("-".into(), |a| format!("{:.3}", a.entitled_share)),
             after.map_or("-".into(), |a| format!("{:.3}", a.cpu_share)),
             b.longest_wait_ms
@@ -313,6 +322,7 @@ mod tests {
             phase: "classes".into(),
             cpu_s,
             longest_wait_ms: [1.0, 2.0, 3.0],
+            part: [0.3, 0.1, 0.1],
             cpus: 2.0,
             busy,
             cpus_used: [None; N],

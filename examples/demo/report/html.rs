@@ -336,7 +336,7 @@ impl Report {
                 h,
                 "<h2>Classes of elastic work ({})</h2><table><tr><th>class</th><th>weight</th>\
                  <th>cap</th><th>entitled, all busy</th><th>charged, all busy</th>\
-                 <th>entitled after backup</th><th>charged after backup</th><th>longest wait</th></tr>",
+                 <th>library's part, all busy</th><th>entitled after backup</th><th>charged after backup</th><th>longest wait</th></tr>",
                 esc(&p.label())
             );
             for (i, b) in c.busy.iter().enumerate() {
@@ -344,12 +344,13 @@ impl Report {
                 let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
                 let _ = write!(
                     h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} ms</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} ms</td></tr>",
                     esc(b.name),
                     b.weight,
                     share(b.cap),
                     share(Some(b.entitled_share)),
                     share(Some(b.cpu_share)),
+                    share(Some(b.part_share)),
                     share(after.map(|a| a.entitled_share)),
                     share(after.map(|a| a.cpu_share)),
                     b.longest_wait_ms
@@ -360,7 +361,8 @@ impl Report {
                 "</table><div class=\"note\">Shares of the CPUs. Entitled: what the classes ran \
                  together, split by weight among those with work, a capped class held at its cap \
                  (computed by the demo, per sample, not read from the library). Charged: CPU time \
-                 charged to the class over wall time × CPUs. backup stops midway; export reached \
+                 charged to the class over wall time × CPUs. The library's part: the share its \
+                 split gave the class (its token rate), read from the snapshot. backup stops midway; export reached \
                  90 % of its new part (over half a second) {} after.</div>",
                 c.rise_ms.map_or("never".into(), |ms| format!("{ms} ms"))
             );

@@ -90,6 +90,8 @@ struct ClassJ {
     cap: Option<Num>,
     cpu_share: Num,
     entitled_share: Num,
+    /// The part the library's split gave it (mean over the samples).
+    part_share: Num,
     longest_wait_ms: Num,
 }
 
@@ -102,6 +104,7 @@ impl ClassJ {
                 cap: opt(c.cap),
                 cpu_share: Num(c.cpu_share),
                 entitled_share: Num(c.entitled_share),
+                part_share: Num(c.part_share),
                 longest_wait_ms: Num(c.longest_wait_ms),
             })
             .collect()
