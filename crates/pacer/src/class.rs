@@ -305,6 +305,15 @@ impl Class {
         self.used_cpus
     }
 
+    /// What it ran in the last tick as a share of `cpus` (0 without CPUs).
+    pub(crate) fn used_share(&self, cpus: f64) -> f64 {
+        if cpus > 0.0 {
+            self.used_cpus / cpus
+        } else {
+            0.0
+        }
+    }
+
     /// Read what the class was charged since the last tick (and how much of it came in long
     /// polls, over a window of `intervals` ticks); returns it.
     pub(crate) fn measure(&mut self, period: Duration, intervals: usize) -> Duration {
@@ -326,9 +335,6 @@ impl Class {
         ran
     }
 
-    /// Grant at the old rate, then step the share on `signal` unless `frozen` (a quiet reading
-    /// is under way). Returns whether work waited or the class steers, or `None` once its queue
-    /// is gone.
     /// Grant waiters at the old rate; notes whether work waited since the last tick.
     pub(crate) fn tick_queue(&mut self) {
         if let Some(queue) = self.queue() {
@@ -494,13 +500,8 @@ impl Class {
         let Some(part) = &self.part else {
             return false;
         };
-        let used = if cpus > 0.0 {
-            self.used_cpus / cpus
-        } else {
-            0.0
-        };
         self.waited
-            && used < used_at_least * part.entitled
+            && self.used_share(cpus) < used_at_least * part.entitled
             && self.queue().is_some_and(|q| q.has_tokens())
     }
 

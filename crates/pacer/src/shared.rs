@@ -50,6 +50,11 @@ impl Clock for QueueClock {
 
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
+/// `d` in nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
 /// the last handle and adapter holding this is gone.
 pub(crate) struct Shared {
@@ -57,8 +62,8 @@ pub(crate) struct Shared {
     pub(crate) queue: Queue,
     /// CPU time one grant asks for (the setting).
     pub(crate) slice: Duration,
-    /// What an admission asks for now, in nanoseconds (0: `slice`): inside a CPU quota,
-    /// `slice` cut to what the class's rate refills in one of the quota's periods.
+    /// What an admission asks for now, in nanoseconds: `slice`, inside a CPU quota cut to what
+    /// the class's rate refills in one of the quota's periods.
     asks: AtomicU64,
     /// Running time after which an adapter yields to the scheduler.
     pub(crate) quantum: Duration,
@@ -98,10 +103,7 @@ impl Shared {
     /// The slice an admission asks for now (see [`ClassQueue::fit_slice`]).
     #[inline]
     pub(crate) fn asks(&self) -> Duration {
-        match self.asks.load(Ordering::Relaxed) {
-            0 => self.slice,
-            nanos => Duration::from_nanos(nanos),
-        }
+        Duration::from_nanos(self.asks.load(Ordering::Relaxed))
     }
 
     /// What a quantum's yield passes to [`yield_to_scheduler`](crate::quantum::yield_to_scheduler):
@@ -122,7 +124,7 @@ impl Shared {
         Shared {
             queue,
             slice: enforcement.slice,
-            asks: AtomicU64::new(0),
+            asks: AtomicU64::new(nanos(enforcement.slice)),
             quantum: enforcement.quantum,
             os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
@@ -146,7 +148,7 @@ impl Shared {
         Shared {
             queue,
             slice: parent.slice,
-            asks: AtomicU64::new(0),
+            asks: AtomicU64::new(nanos(parent.slice)),
             quantum,
             // At idle priority the kernel hands the core to any other thread at once.
             os_yield: false,
@@ -173,7 +175,7 @@ impl Shared {
         Shared {
             queue,
             slice: root.slice,
-            asks: AtomicU64::new(0),
+            asks: AtomicU64::new(nanos(root.slice)),
             quantum: root.quantum,
             os_yield: root.os_yield,
             os_yields: AtomicU64::new(0),
@@ -263,17 +265,12 @@ impl ClassQueue for Shared {
         // throttles the whole group, foreground and all.
         let asks = match quota_period {
             Some(period) => {
-                let refill = rate
-                    .saturating_mul(u64::try_from(period.as_nanos()).unwrap_or(u64::MAX))
-                    / 1_000_000_000;
+                let refill = rate.saturating_mul(nanos(period)) / 1_000_000_000;
                 self.slice.min(Duration::from_nanos(refill).max(MIN_SLICE))
             }
             None => self.slice,
         };
-        self.asks.store(
-            u64::try_from(asks.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.asks.store(nanos(asks), Ordering::Relaxed);
     }
 
     fn waiters(&self) -> usize {

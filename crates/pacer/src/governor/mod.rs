@@ -453,14 +453,7 @@ impl Governor {
             self.reached.clear();
             return;
         }
-        let used = |c: &Class| {
-            if cpus > 0.0 {
-                c.used_cpus() / cpus
-            } else {
-                0.0
-            }
-        };
-        let total: f64 = parts().map(used).sum();
+        let total: f64 = parts().map(|c| c.used_share(cpus)).sum();
         let token_bound = !parts().any(|c| c.bound_elsewhere(cpus, REACH_USED));
         self.reached.push_back(total);
         while self.reached.len() > REACH_TICKS {
@@ -737,6 +730,16 @@ impl Control {
         *self.record.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(record);
     }
 
+    /// Run `f` on the governor, then publish its record (outside the lock).
+    fn change<T>(&self, f: impl FnOnce(&mut Governor) -> T) -> T {
+        let mut g = self.lock();
+        let out = f(&mut g);
+        let record = g.record();
+        drop(g);
+        self.publish(record);
+        out
+    }
+
     /// The record published last.
     pub(crate) fn record(&self) -> Arc<TickRecord> {
         self.record
@@ -781,14 +784,12 @@ impl Control {
     /// Size the rates for the CPUs a runtime gives (unless the builder fixed them) and, with a
     /// quota, watch it.
     pub(crate) fn attach(&self, cpus: f64, source: CpusSource, quota: &QuotaReading) {
-        let mut g = self.lock();
-        g.attach_cpus(cpus, source);
-        if let QuotaReading::Limited(q) = quota {
-            g.watch_quota(q.cgroup_dir.clone(), q.cpus, q.period);
-        }
-        let record = g.record();
-        drop(g);
-        self.publish(record);
+        self.change(|g| {
+            g.attach_cpus(cpus, source);
+            if let QuotaReading::Limited(q) = quota {
+                g.watch_quota(q.cgroup_dir.clone(), q.cpus, q.period);
+            }
+        });
     }
 
     /// What attaching reads from the OS (or the script): the quota, the affinity mask and the
@@ -846,25 +847,21 @@ impl Control {
         handle: &Handle,
         probe: &ProbeConfig,
     ) -> Result<(), elastic_cpu_probe::IoProbeError> {
-        let mut g = self.lock();
-        let started = g.sources.io.start(handle, probe);
-        g.last_signal.reading.io = g.sources.io.availability();
-        let record = g.record();
-        drop(g);
-        self.publish(record);
-        started
+        self.change(|g| {
+            let started = g.sources.io.start(handle, probe);
+            g.last_signal.reading.io = g.sources.io.availability();
+            started
+        })
     }
 
     /// [`Governor::idle_class`].
     #[cfg(feature = "idle-pool")]
     pub(crate) fn idle_class(&self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
-        let mut g = self.lock();
-        let class = g.idle_class(parent)?;
-        *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
-        let record = g.record();
-        drop(g);
-        self.publish(record);
-        Ok(class)
+        self.change(|g| {
+            let class = g.idle_class(parent)?;
+            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
+            Ok(class)
+        })
     }
 
     /// [`Governor::add_gate`].
@@ -874,12 +871,7 @@ impl Control {
         shared: &Shared,
         settings: &crate::gate::GateSettings,
     ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
-        let mut g = self.lock();
-        let gate = g.add_gate(shared, settings)?;
-        let record = g.record();
-        drop(g);
-        self.publish(record);
-        Ok(gate)
+        self.change(|g| g.add_gate(shared, settings))
     }
 
     /// [`Governor::add_member`].
@@ -888,12 +880,7 @@ impl Control {
         root: &Arc<Shared>,
         settings: &crate::settings::ClassSettings,
     ) -> Result<Arc<Shared>, SettingError> {
-        let mut g = self.lock();
-        let class = g.add_member(root, settings)?;
-        let record = g.record();
-        drop(g);
-        self.publish(record);
-        Ok(class)
+        self.change(|g| g.add_member(root, settings))
     }
 
     /// Everything at once: the record, the probe `window`, the queue ledgers.
@@ -936,10 +923,6 @@ impl Control {
                 let _ = t.join();
             }
         }
-        let mut g = self.lock();
-        g.close();
-        let record = g.record();
-        drop(g);
-        self.publish(record);
+        self.change(Governor::close);
     }
 }
