@@ -160,6 +160,13 @@ pub(crate) struct Part {
     /// whole share's, since a holder shares its worker with the other classes' and rarely runs
     /// the whole time.
     pub(crate) total: f64,
+    /// The most its rate pays for to keep weights with the other classes that have work
+    /// waiting (see [`Class::keep_weights`]); infinite when nothing holds it.
+    pub(crate) fair_cap: f64,
+    /// What it ran per tick as a share of the CPUs, an exponential mean (`USE_SMOOTHING`).
+    pub(crate) used_mean: f64,
+    /// How often the CPUs held it back (`Class::bound_elsewhere`), as a mean of 0 or 1 a tick.
+    pub(crate) held_back_mean: f64,
 }
 
 /// What a class that ran but never waited may take next tick, over what it ran: room to
@@ -178,6 +185,9 @@ impl Part {
             floor: 0.0,
             entitled: 0.0,
             total: 0.0,
+            fair_cap: f64::INFINITY,
+            used_mean: 0.0,
+            held_back_mean: 0.0,
         }
     }
 
@@ -190,9 +200,26 @@ impl Part {
             floor: settings.floor_of(),
             entitled: 0.0,
             total: 0.0,
+            fair_cap: f64::INFINITY,
+            used_mean: 0.0,
+            held_back_mean: 0.0,
         }
     }
 }
+
+impl Part {
+    /// The share its rate pays for: its entitlement, held to what keeps weights.
+    pub(crate) fn rate_share(&self) -> f64 {
+        self.entitled.min(self.fair_cap)
+    }
+}
+
+/// The weight of each new tick in a part's means (about 10 ticks: a grant's slice is often
+/// spent in one burst).
+const USE_SMOOTHING: f64 = 0.1;
+/// How far over the least use per weight of the held-back classes another class may run
+/// ([`Class::keep_weights`]): room for the noise in the means.
+const FAIR_SLACK: f64 = 0.05;
 
 /// What every class's rate depends on this tick.
 pub(crate) struct Rates<'a> {
@@ -397,7 +424,7 @@ impl Class {
             return;
         };
         self.applied = match &self.part {
-            Some(part) => part.entitled,
+            Some(part) => part.rate_share(),
             None => self.held_share(rates.cpus, headroom_cpus),
         };
         let rate = rate_for(self.applied, rates.cpus);
@@ -501,8 +528,44 @@ impl Class {
             return false;
         };
         self.waited
-            && self.used_share(cpus) < used_at_least * part.entitled
+            && self.used_share(cpus) < used_at_least * part.rate_share()
             && self.queue().is_some_and(|q| q.has_tokens())
+    }
+
+    /// Fold the last tick into its part's means: what it ran, and whether the CPUs held it
+    /// back (`held_back`: see [`bound_elsewhere`](Self::bound_elsewhere)).
+    pub(crate) fn smooth_use(&mut self, cpus: f64, held_back: bool) {
+        let used = self.used_share(cpus);
+        if let Some(part) = self.part.as_mut() {
+            part.used_mean += USE_SMOOTHING * (used - part.used_mean);
+            let held = f64::from(u8::from(held_back));
+            part.held_back_mean += USE_SMOOTHING * (held - part.held_back_mean);
+        }
+    }
+
+    /// Its mean use per weight, if the other classes are to keep weights with it: it has work
+    /// waiting and the CPUs held it back in most recent ticks.
+    pub(crate) fn held_back_per_weight(&self) -> Option<f64> {
+        let part = self.part.as_ref()?;
+        (self.waited && part.held_back_mean > 0.5 && part.weight > 0.0)
+            .then(|| part.used_mean / part.weight)
+    }
+
+    /// Keep weights with the classes the CPUs hold back. Such a class's tasks wait for a
+    /// worker, not for tokens, so it leaves part of its part unused, and the classes its
+    /// tokens bound take what it leaves, whatever the weights. So a class with work waiting
+    /// runs at most its weight times `least` (the least mean use per weight of the held-back
+    /// others) and [`FAIR_SLACK`] more; what that frees goes to the held-back tasks, whose use
+    /// then rises and lifts the bound. `None` (no other class held back): no bound.
+    pub(crate) fn keep_weights(&mut self, least: Option<f64>) {
+        let waited = self.waited;
+        let Some(part) = self.part.as_mut() else {
+            return;
+        };
+        part.fair_cap = match least {
+            Some(least) if waited => part.weight * least * (1.0 + FAIR_SLACK),
+            _ => f64::INFINITY,
+        };
     }
 
     /// Whether the quiet readings or the brake hold it back now.

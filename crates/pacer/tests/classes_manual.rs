@@ -31,11 +31,24 @@ fn work(clock: &ManualClock, class: &Elastic) -> Work {
 /// (a poll that runs advances the clock by its 1 ms); a round in which none ran passes 1 ms
 /// idle; a governor tick every 100 ms.
 fn run(clock: &ManualClock, elastic: &Elastic, works: &mut [Work], for_: Duration) {
+    run_beside(clock, elastic, works, Duration::ZERO, for_);
+}
+
+/// [`run`], with unpaced foreground work taking `foreground` of the CPU at the start of every
+/// round (as a request handler takes its turn on a worker between elastic polls).
+fn run_beside(
+    clock: &ManualClock,
+    elastic: &Elastic,
+    works: &mut [Work],
+    foreground: Duration,
+    for_: Duration,
+) {
     let (_n, waker) = CountingWaker::new();
     let mut cx = Context::from_waker(&waker);
     let end = clock.now() + for_;
     let mut next_tick = clock.now() + 100 * MS;
     while clock.now() < end {
+        clock.advance(foreground);
         let before = clock.now();
         for w in works.iter_mut() {
             assert!(w.as_mut().poll(&mut cx).is_pending());
@@ -126,6 +139,34 @@ fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
     for c in &s.classes {
         assert!(c.share <= c.cap.unwrap_or(1.0) + 1e-9);
     }
+}
+
+#[test]
+fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
+    let clock = ManualClock::new();
+    // 0.9 of one CPU, with a foreground poll of 1 ms in every round: one holder a class, so
+    // `backup` runs one poll a round whatever its part, and `export` as far as its tokens go.
+    let elastic = manual_elastic(&clock, 0.9, 1.0);
+    let backup = elastic
+        .class(ClassSettings::new("backup").weight(3.0))
+        .unwrap();
+    let export = elastic.class(ClassSettings::new("export")).unwrap();
+    let mut works: Vec<Work> = (0..4)
+        .flat_map(|_| [work(&clock, &backup), work(&clock, &export)])
+        .collect();
+    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(10));
+    let from = cpu_of(&elastic);
+    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(60));
+    let to = cpu_of(&elastic);
+    let used = |name| cpu(&to, name) - cpu(&from, name);
+    let (b, e) = (used("backup"), used("export"));
+    // Weights 3 : 1 of what the two ran, within 3 %.
+    let entitled = (b + e) / 4.0;
+    assert!(
+        (e - entitled).abs() < entitled * 0.03,
+        "export ran {e:.2} s, entitled {entitled:.2} s (backup {b:.2} s)"
+    );
+    assert!(b + e > 0.5 * 60.0, "the classes ran {:.2} s of 60", b + e);
 }
 
 #[test]

@@ -251,6 +251,7 @@ impl Governor {
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period, intervals);
         self.read_reach();
+        self.keep_weights();
         self.read_quiet();
         let absolute = signal.value;
         let (value, source) = self.steer_by(&signal);
@@ -465,6 +466,38 @@ impl Governor {
         let reached = mean.max(total);
         let growth = if token_bound { REACH_GROWTH } else { 1.0 };
         self.reach = (reached * growth).max(reached + REACH_STEP);
+    }
+
+    /// Keep weights among the classes that split the share and have work waiting
+    /// (`Class::keep_weights`). Not while the quiet readings or the brake hold them: they ran
+    /// nothing because they were held.
+    fn keep_weights(&mut self) {
+        if self.classes.iter().any(|c| c.part.is_some() && c.is_held()) {
+            return;
+        }
+        let cpus = self.cpus;
+        // The two least uses per weight of classes the CPUs hold back: each class is held to
+        // the least of the others'.
+        let (mut least, mut second) = (f64::INFINITY, f64::INFINITY);
+        for class in &mut self.classes {
+            let held_back = class.bound_elsewhere(cpus, REACH_USED);
+            class.smooth_use(cpus, held_back);
+            if let Some(per_weight) = class.held_back_per_weight() {
+                if per_weight < least {
+                    second = least;
+                    least = per_weight;
+                } else {
+                    second = second.min(per_weight);
+                }
+            }
+        }
+        for class in &mut self.classes {
+            let others = match class.held_back_per_weight() {
+                Some(own) if own == least => second,
+                _ => least,
+            };
+            class.keep_weights(others.is_finite().then_some(others));
+        }
     }
 
     /// Split the `Elastic`'s share (held to the quota's `headroom` CPUs) among the classes with
