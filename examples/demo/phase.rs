@@ -139,6 +139,7 @@ fn run_phase_inner(
     let mut dedicated = None;
     let mut idle_pool = None;
     let mut classes = None;
+    let mut planted: Option<crate::culprit::Longest> = None;
     if spec.kind != Kind::Baseline {
         // The machine's cores (inside a quota, available_parallelism rounds the quota down).
         let cores = ctx.machine_cpus;
@@ -236,8 +237,9 @@ fn run_phase_inner(
             }
         }
         if spec.kind == Kind::Culprit {
-            let at = crate::culprit::spawn(ctl.rt.handle(), stop_scan.clone());
+            let (at, longest) = crate::culprit::spawn(ctl.rt.handle(), stop_scan.clone());
             res.planted_at = Some(format!("{}:{}", at.file(), at.line()));
+            planted = Some(longest);
             eprintln!(
                 "[{name}] planted: a foreground task holding its worker {:?} every {:?}, spawned at {}:{}",
                 crate::culprit::HOLD,
@@ -323,8 +325,13 @@ fn run_phase_inner(
             res.class_samples.push(p);
         }
         if let Some(m) = &measuring {
+            if next_outliers.is_none() {
+                // Holds before the measurement are not in the trap's figures either.
+                planted.as_ref().map(crate::culprit::Longest::take);
+            }
             let due = *next_outliers.get_or_insert(m.at + outlier_window);
             if now >= due {
+                let held_us = planted.as_ref().map(crate::culprit::Longest::take);
                 let s = ctl.full_snapshot();
                 res.outlier_threshold_us = s.outliers.threshold.map(|t| t.as_secs_f64() * 1e6);
                 // The window read may end up to a tick before `due`: look back two windows.
@@ -334,6 +341,10 @@ fn run_phase_inner(
                 } else {
                     report::add_outliers(&mut res.outliers, &s.outliers);
                     res.outlier_secs += outlier_window.as_secs_f64();
+                    if let Some(us) = held_us {
+                        let longest = res.planted_longest_us.get_or_insert(0.0);
+                        *longest = longest.max(us as f64);
+                    }
                 }
                 // Every poll is a queue-latency sample: the runtime's polls per second.
                 let polls = s.window.queue_latency.all.count as f64;

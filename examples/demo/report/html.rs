@@ -311,7 +311,14 @@ impl Report {
                     esc(&p.label()),
                     if planted { " class=\"bad\"" } else { "" },
                     esc(&o.spawned_at),
-                    if planted { " (planted)" } else { "" },
+                    if planted {
+                        format!(
+                            " (planted; its own clock: longest hold {})",
+                            fmt_us(p.planted_longest_us)
+                        )
+                    } else {
+                        String::new()
+                    },
                     if o.elastic { "elastic" } else { "foreground" },
                     o.count as f64 / secs,
                     fmt_us(Some(o.worst_poll_us)),

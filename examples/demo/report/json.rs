@@ -73,6 +73,10 @@ struct Phase<'a> {
     outlier_windows_paused: u64,
     /// Task polls per second on the runtime under test (mean of one reading per window).
     polls_per_sec: Option<Num>,
+    /// The `culprit` phase: the planted task's longest hold on its own clock (µs), over the
+    /// same windows: what the trap's worst poll for its line is read against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    planted_longest_hold_us: Option<Num>,
     /// The `classes` phase: each class while all three were busy, and after the first
     /// (`backup`) stopped; how long the second took to reach its new part (ms).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -323,6 +327,7 @@ impl<'a> Phase<'a> {
             outlier_secs: Num(p.outlier_secs),
             outlier_windows_paused: p.outlier_windows_paused,
             polls_per_sec: opt(mean(&p.polls_per_sec)),
+            planted_longest_hold_us: p.planted_longest_us.map(Num),
             classes: p.classes.as_ref().map(|c| ClassJ::all(&c.busy)),
             after_backup: (p.classes.as_ref())
                 .and_then(|c| c.after_first.as_deref())

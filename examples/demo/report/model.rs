@@ -152,8 +152,10 @@ pub struct PhaseResult {
     pub outlier_windows_paused: u64,
     /// Task polls per second on the runtime under test, one reading per probe window.
     pub polls_per_sec: Vec<f64>,
-    /// The `culprit` phase: where the planted offender was spawned (`path:line`).
+    /// The `culprit` phase: where the planted offender was spawned (`path:line`), and its
+    /// longest hold on its own clock over the windows the outliers come from (µs).
     pub planted_at: Option<String>,
+    pub planted_longest_us: Option<f64>,
     /// The `classes` phase: when its first class stopped (run clock), its samples, and what
     /// they add up to.
     pub first_class_stop_ms: Option<u64>,
@@ -292,6 +294,7 @@ impl PhaseResult {
             outlier_windows_paused: 0,
             polls_per_sec: Vec::new(),
             planted_at: None,
+            planted_longest_us: None,
             first_class_stop_ms: None,
             class_samples: Vec::new(),
             classes: None,
@@ -417,6 +420,8 @@ pub fn aggregate(segs: &[PhaseResult]) -> Vec<PhaseResult> {
                 .flat_map(|g| g.polls_per_sec.iter().copied())
                 .collect();
             r.planted_at = group.iter().find_map(|g| g.planted_at.clone());
+            r.planted_longest_us =
+                (group.iter().filter_map(|g| g.planted_longest_us)).reduce(f64::max);
             // Classes are read from the first round that has them.
             if let Some(g) = group.iter().find(|g| g.classes.is_some()) {
                 r.classes = g.classes.clone();

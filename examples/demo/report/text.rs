@@ -101,7 +101,10 @@ impl Report {
                 },
                 p.planted_at
                     .as_ref()
-                    .map(|at| format!("; planted at {at}"))
+                    .map(|at| format!(
+                        "; planted at {at}, its longest hold on its own clock {}",
+                        fmt_us(p.planted_longest_us)
+                    ))
                     .unwrap_or_default(),
                 if p.outliers.is_empty() { "; none" } else { "" }
             );
