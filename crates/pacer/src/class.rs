@@ -205,9 +205,7 @@ impl Part {
             held_back_mean: 0.0,
         }
     }
-}
 
-impl Part {
     /// The share its rate pays for: its entitlement, held to what keeps weights.
     pub(crate) fn rate_share(&self) -> f64 {
         self.entitled.min(self.fair_cap)
@@ -555,15 +553,16 @@ impl Class {
     /// worker, not for tokens, so it leaves part of its part unused, and the classes its
     /// tokens bound take what it leaves, whatever the weights. So a class with work waiting
     /// runs at most its weight times `least` (the least mean use per weight of the held-back
-    /// others) and [`FAIR_SLACK`] more; what that frees goes to the held-back tasks, whose use
-    /// then rises and lifts the bound. `None` (no other class held back): no bound.
+    /// others) and [`FAIR_SLACK`] more, but never less than its floor; what that frees goes to
+    /// the held-back tasks, whose use then rises and lifts the bound. `None` (no other class
+    /// held back): no bound.
     pub(crate) fn keep_weights(&mut self, least: Option<f64>) {
         let waited = self.waited;
         let Some(part) = self.part.as_mut() else {
             return;
         };
         part.fair_cap = match least {
-            Some(least) if waited => part.weight * least * (1.0 + FAIR_SLACK),
+            Some(least) if waited => (part.weight * least * (1.0 + FAIR_SLACK)).max(part.floor),
             _ => f64::INFINITY,
         };
     }

@@ -170,6 +170,32 @@ fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
 }
 
 #[test]
+fn keeping_weights_never_takes_a_class_below_its_floor() {
+    let clock = ManualClock::new();
+    // As above, but `export` has a floor of a quarter of the CPU, more than its weight would
+    // give it against `backup`'s use.
+    let elastic = manual_elastic(&clock, 0.9, 1.0);
+    let backup = elastic
+        .class(ClassSettings::new("backup").weight(3.0))
+        .unwrap();
+    let export = elastic
+        .class(ClassSettings::new("export").floor(0.25))
+        .unwrap();
+    let mut works: Vec<Work> = (0..4)
+        .flat_map(|_| [work(&clock, &backup), work(&clock, &export)])
+        .collect();
+    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(10));
+    let from = cpu_of(&elastic);
+    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(60));
+    let to = cpu_of(&elastic);
+    let e = cpu(&to, "export") - cpu(&from, "export");
+    assert!(
+        e >= 0.25 * 60.0 * 0.95,
+        "export ran {e:.2} s, its floor is 15 s"
+    );
+}
+
+#[test]
 fn alone_the_default_class_gets_the_whole_share() {
     let clock = ManualClock::new();
     let elastic = manual_elastic(&clock, 0.3, 2.0);
