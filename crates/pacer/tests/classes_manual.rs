@@ -141,16 +141,17 @@ fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
     }
 }
 
-#[test]
-fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
+/// `backup` (weight 3) held back by the CPUs beside `export`: 0.9 of one CPU, with a foreground
+/// poll of 1 ms in every round, so each class holds one grant and `backup` runs one poll a
+/// round whatever its part, `export` as far as its tokens go. The CPU seconds each ran over a
+/// minute, after 10 s to settle.
+fn held_back_beside(export: ClassSettings) -> (f64, f64) {
     let clock = ManualClock::new();
-    // 0.9 of one CPU, with a foreground poll of 1 ms in every round: one holder a class, so
-    // `backup` runs one poll a round whatever its part, and `export` as far as its tokens go.
     let elastic = manual_elastic(&clock, 0.9, 1.0);
     let backup = elastic
         .class(ClassSettings::new("backup").weight(3.0))
         .unwrap();
-    let export = elastic.class(ClassSettings::new("export")).unwrap();
+    let export = elastic.class(export).unwrap();
     let mut works: Vec<Work> = (0..4)
         .flat_map(|_| [work(&clock, &backup), work(&clock, &export)])
         .collect();
@@ -159,7 +160,12 @@ fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
     run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(60));
     let to = cpu_of(&elastic);
     let used = |name| cpu(&to, name) - cpu(&from, name);
-    let (b, e) = (used("backup"), used("export"));
+    (used("backup"), used("export"))
+}
+
+#[test]
+fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
+    let (b, e) = held_back_beside(ClassSettings::new("export"));
     // Weights 3 : 1 of what the two ran, within 3 %.
     let entitled = (b + e) / 4.0;
     assert!(
@@ -171,24 +177,8 @@ fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
 
 #[test]
 fn keeping_weights_never_takes_a_class_below_its_floor() {
-    let clock = ManualClock::new();
-    // As above, but `export` has a floor of a quarter of the CPU, more than its weight would
-    // give it against `backup`'s use.
-    let elastic = manual_elastic(&clock, 0.9, 1.0);
-    let backup = elastic
-        .class(ClassSettings::new("backup").weight(3.0))
-        .unwrap();
-    let export = elastic
-        .class(ClassSettings::new("export").floor(0.25))
-        .unwrap();
-    let mut works: Vec<Work> = (0..4)
-        .flat_map(|_| [work(&clock, &backup), work(&clock, &export)])
-        .collect();
-    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(10));
-    let from = cpu_of(&elastic);
-    run_beside(&clock, &elastic, &mut works, MS, Duration::from_secs(60));
-    let to = cpu_of(&elastic);
-    let e = cpu(&to, "export") - cpu(&from, "export");
+    // A floor of a quarter of the CPU: more than its weight gives `export` against `backup`.
+    let (_, e) = held_back_beside(ClassSettings::new("export").floor(0.25));
     assert!(
         e >= 0.25 * 60.0 * 0.95,
         "export ran {e:.2} s, its floor is 15 s"
