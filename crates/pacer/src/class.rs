@@ -37,6 +37,9 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn fit_slice(&self, _rate: u64, _quota_period: Option<Duration>) {}
     /// At most `cap` grants held at once.
     fn set_holder_cap(&self, cap: usize);
+    /// The grants the classes that split the share hold together: `None` while they do not
+    /// (see module `slots`).
+    fn set_slots(&self, _count: Option<usize>) {}
     /// The longest wait since the last call (a waiter still queued counts).
     fn take_longest_wait(&self) -> Duration;
     /// The backlog brake: hold back every grant (and ask holders to give theirs back) or resume.
@@ -444,7 +447,12 @@ impl Class {
                 Some(part) if self.retune => part.total,
                 _ => self.applied,
             };
-            queue.set_holder_cap(holder_cap(share, rates.cpus, whole));
+            let cap = holder_cap(share, rates.cpus, whole);
+            queue.set_holder_cap(cap);
+            // Split among classes, together they hold what one class would.
+            if self.decides_split() {
+                queue.set_slots(self.retune.then_some(cap));
+            }
         }
     }
 
@@ -542,10 +550,12 @@ impl Class {
     }
 
     /// Its mean use per weight, if the other classes are to keep weights with it: it has work
-    /// waiting and the CPUs held it back in most recent ticks.
+    /// waiting, ran in the last tick (a class that stopped holds no one back) and the CPUs held
+    /// it back in most recent ticks.
     pub(crate) fn held_back_per_weight(&self) -> Option<f64> {
         let part = self.part.as_ref()?;
-        (self.waited && part.held_back_mean > 0.5 && part.weight > 0.0)
+        let running = self.waited && self.used_cpus > 0.0;
+        (running && part.held_back_mean > 0.5 && part.weight > 0.0)
             .then(|| part.used_mean / part.weight)
     }
 

@@ -12,6 +12,9 @@
 //!   Unpaced (also once the adapter has finished)
 //! ```
 //!
+//! While the classes of an `Elastic` split its share, a new grant also takes a slot (module
+//! `slots`) before `Held` lets the adapter run; it goes back with the grant.
+//!
 //! A grant lives only in `Held` or `Running`, and the only way out of those two states is
 //! [`GrantState::settle`], which hands the grant to [`WorkQueue::done`] with the running time
 //! charged to it; dropping the machine settles. So no grant is dropped unsettled, and every
@@ -31,6 +34,7 @@ use crate::nesting;
 use crate::quantum::may_run_on;
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
+use crate::slots::Slot;
 
 /// The grant an adapter holds, and the running time charged to it.
 pub(crate) struct GrantState {
@@ -40,6 +44,10 @@ pub(crate) struct GrantState {
     used: Duration,
     /// The class is settled: checked once, at the first admission (module `idle_thread`).
     routed: bool,
+    /// The held grant has yet to see whether it needs a slot.
+    new_grant: bool,
+    /// The slot held with the grant, or the wait for it.
+    slot: Option<Slot>,
 }
 
 enum State {
@@ -86,6 +94,8 @@ impl GrantState {
             state: State::Idle,
             used: Duration::ZERO,
             routed: false,
+            new_grant: false,
+            slot: None,
         }
     }
 
@@ -102,6 +112,12 @@ impl GrantState {
         loop {
             match &mut self.state {
                 State::Held(_) if self.shared.braked() => self.settle(),
+                State::Held(_) if self.new_grant => {
+                    if !self.poll_slot(cx) {
+                        return Poll::Pending;
+                    }
+                    self.new_grant = false;
+                }
                 State::Held(_) | State::Running(_) | State::Unpaced => return Poll::Ready(()),
                 State::Idle => {
                     if !self.routed {
@@ -119,12 +135,37 @@ impl GrantState {
                         Admit::Queued(t) => State::Waiting(t),
                     };
                     self.used = Duration::ZERO;
+                    self.new_grant = true;
                 }
                 State::Waiting(ticket) => match ticket.poll_grant(cx.waker()) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(g)) => self.state = State::Held(g),
                     Poll::Ready(Err(_closed)) => self.state = State::Unpaced,
                 },
+            }
+        }
+    }
+
+    /// A slot for the new grant, if the classes take them now: true once it has one (or needs
+    /// none); false while it waits, with `cx`'s waker in line.
+    fn poll_slot(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(slots) = self.shared.slots.as_deref() else {
+            return true;
+        };
+        loop {
+            match &mut self.slot {
+                Some(Slot::Held(_)) => return true,
+                Some(Slot::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
+                    Poll::Ready(Ok(permit)) => self.slot = Some(Slot::Held(permit)),
+                    // Never closed; were it, the grant runs without.
+                    Poll::Ready(Err(_)) => {
+                        self.slot = None;
+                        return true;
+                    }
+                    Poll::Pending => return false,
+                },
+                None if slots.on() => self.slot = Some(slots.take()),
+                None => return true,
             }
         }
     }
@@ -159,6 +200,8 @@ impl GrantState {
             }
         };
         self.shared.queue.done(grant, mem::take(&mut self.used));
+        self.slot = None;
+        self.new_grant = false;
     }
 
     /// Settle for good: the adapter is finished. A finished future or stream polled again must

@@ -71,6 +71,7 @@ mod running;
 pub mod settings;
 mod shared;
 mod signal;
+mod slots;
 pub mod snapshot;
 #[cfg(feature = "test-util")]
 pub mod testing;

@@ -16,6 +16,7 @@ use crate::long_polls::LongPolls;
 use crate::overhead::Charged;
 use crate::running::RunningTime;
 use crate::settings::Enforcement;
+use crate::slots::Slots;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -97,6 +98,9 @@ pub(crate) struct Shared {
     parent: Option<Arc<Shared>>,
     /// An idle pool's class: it steers by the signal as long as it exists.
     idle: bool,
+    /// The grants the `Elastic`'s classes on its runtime hold together (shared by the own
+    /// class and those made with `Elastic::class`; `None` on an idle pool).
+    pub(crate) slots: Option<Arc<Slots>>,
 }
 
 impl Shared {
@@ -138,6 +142,7 @@ impl Shared {
             samplers: Mutex::new(Vec::new()),
             parent: None,
             idle: false,
+            slots: Some(Arc::default()),
         }
     }
 
@@ -165,6 +170,7 @@ impl Shared {
             samplers: Mutex::new(Vec::new()),
             parent: Some(parent.clone()),
             idle: true,
+            slots: None,
         }
     }
 
@@ -189,6 +195,7 @@ impl Shared {
             samplers: Mutex::new(Vec::new()),
             parent: Some(root.clone()),
             idle: false,
+            slots: root.slots.clone(),
         }
     }
 
@@ -283,6 +290,12 @@ impl ClassQueue for Shared {
 
     fn set_holder_cap(&self, cap: usize) {
         self.queue.set_max_holders(Some(cap));
+    }
+
+    fn set_slots(&self, count: Option<usize>) {
+        if let Some(slots) = &self.slots {
+            slots.set(count);
+        }
     }
 
     fn take_longest_wait(&self) -> Duration {

@@ -141,13 +141,15 @@ fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
     }
 }
 
-/// `backup` (weight 3) held back by the CPUs beside `export`: 0.9 of one CPU, with a foreground
-/// poll of 1 ms in every round, so each class holds one grant and `backup` runs one poll a
-/// round whatever its part, `export` as far as its tokens go. The CPU seconds each ran over a
-/// minute, after 10 s to settle.
+/// `backup` (weight 3) held back by the CPUs beside `export`: 1.1 CPUs of tokens on one
+/// simulated CPU, with a foreground poll of 1 ms in every round, so `backup` runs at most two
+/// polls a round (the two grants the classes hold together) whatever its part, and `export` as
+/// far as its tokens go. The CPU seconds each ran over a minute, after 10 s to settle.
 fn held_back_beside(export: ClassSettings) -> (f64, f64) {
+    const SHARE: f64 = 0.55;
+    const CPUS: f64 = 2.0;
     let clock = ManualClock::new();
-    let elastic = manual_elastic(&clock, 0.9, 1.0);
+    let elastic = manual_elastic(&clock, SHARE, CPUS);
     let backup = elastic
         .class(ClassSettings::new("backup").weight(3.0))
         .unwrap();
@@ -166,10 +168,10 @@ fn held_back_beside(export: ClassSettings) -> (f64, f64) {
 #[test]
 fn a_class_the_cpus_hold_back_keeps_its_weight_against_one_its_tokens_bound() {
     let (b, e) = held_back_beside(ClassSettings::new("export"));
-    // Weights 3 : 1 of what the two ran, within 3 %.
+    // Weights 3 : 1 of what the two ran, within 8 % (without the bound: +11 %).
     let entitled = (b + e) / 4.0;
     assert!(
-        (e - entitled).abs() < entitled * 0.03,
+        (e - entitled).abs() < entitled * 0.08,
         "export ran {e:.2} s, entitled {entitled:.2} s (backup {b:.2} s)"
     );
     assert!(b + e > 0.5 * 60.0, "the classes ran {:.2} s of 60", b + e);
@@ -183,6 +185,82 @@ fn keeping_weights_never_takes_a_class_below_its_floor() {
         e >= 0.25 * 60.0 * 0.95,
         "export ran {e:.2} s, its floor is 15 s"
     );
+}
+
+/// Poll `works` once each, `rounds` times, a governor tick every 100 ms of the clock: how many
+/// ran in each round. A work runs while it holds a grant (and a slot); a grant lasts 100 polls,
+/// so a round sees more than the holders only where one ended and the next began.
+fn ran_per_round(
+    clock: &ManualClock,
+    elastic: &Elastic,
+    works: &mut [Work],
+    rounds: usize,
+) -> Vec<usize> {
+    let (_n, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut next_tick = clock.now() + 100 * MS;
+    let mut per_round = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let mut ran = 0;
+        for w in works.iter_mut() {
+            let before = clock.now();
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+            ran += usize::from(clock.now() > before);
+        }
+        per_round.push(ran);
+        if ran == 0 {
+            clock.advance(MS);
+        }
+        while clock.now() >= next_tick {
+            elastic.tick();
+            next_tick += 100 * MS;
+        }
+    }
+    per_round
+}
+
+/// The share of `rounds` in which more than `n` ran.
+fn over(rounds: &[usize], n: usize) -> f64 {
+    rounds.iter().filter(|&&r| r > n).count() as f64 / rounds.len() as f64
+}
+
+#[test]
+fn classes_together_hold_the_grants_one_class_would_and_a_dropped_waiter_frees_its_slot() {
+    let clock = ManualClock::new();
+    // 0.75 of 2 CPUs pays for 2 grants at once.
+    let elastic = manual_elastic(&clock, 0.75, 2.0);
+    let classes: Vec<Elastic> = ["a", "b", "c"]
+        .into_iter()
+        .map(|n| elastic.class(ClassSettings::new(n)).unwrap())
+        .collect();
+    let mut works: Vec<Work> = (0..4)
+        .flat_map(|_| classes.iter().map(|c| work(&clock, c)).collect::<Vec<_>>())
+        .collect();
+    // Caps and slots are set at the first tick: the grants out before it end first.
+    ran_per_round(&clock, &elastic, &mut works, 1000);
+    // Each class may hold 2 of its own (6 in all); together they hold 2.
+    let rounds = ran_per_round(&clock, &elastic, &mut works, 3000);
+    assert!(
+        over(&rounds, 2) < 0.05,
+        "more than 2 ran in {:.1} % of rounds",
+        over(&rounds, 2) * 100.0
+    );
+    assert!(rounds.iter().filter(|&&r| r == 2).count() > rounds.len() / 2);
+    let ran = cpu_of(&elastic);
+    for n in ["a", "b", "c"] {
+        assert!(cpu(&ran, n) > 0.5, "{n} ran {:.2} s", cpu(&ran, n));
+    }
+    // Drop every work of `a`, those holding a slot and those waiting for one: what they held
+    // or waited for goes on to the others, still 2 at once.
+    let mut i = 0;
+    works.retain(|_| {
+        i += 1;
+        i % 3 != 1
+    });
+    let rounds = ran_per_round(&clock, &elastic, &mut works, 3000);
+    assert!(over(&rounds, 2) < 0.05);
+    assert!(rounds.iter().filter(|&&r| r == 2).count() > rounds.len() / 2);
+    assert_ledger_balanced(&elastic.snapshot());
 }
 
 #[test]
