@@ -325,9 +325,9 @@ fn run_phase_inner(
             res.class_samples.push(p);
         }
         if let Some(m) = &measuring {
-            if next_outliers.is_none() {
+            if let (None, Some(planted)) = (next_outliers, &planted) {
                 // Holds before the measurement are not in the trap's figures either.
-                planted.as_ref().map(crate::culprit::Longest::take);
+                planted.take();
             }
             let due = *next_outliers.get_or_insert(m.at + outlier_window);
             if now >= due {

@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The slots of one `Elastic`'s classes (see the module docs).
 #[derive(Debug)]
@@ -63,9 +63,7 @@ impl Slots {
     pub(crate) fn take(&self) -> Slot {
         match self.semaphore.clone().try_acquire_owned() {
             Ok(permit) => Slot::Held(permit),
-            Err(TryAcquireError::NoPermits | TryAcquireError::Closed) => {
-                Slot::Waiting(Box::pin(self.semaphore.clone().acquire_owned()))
-            }
+            Err(_) => Slot::Waiting(Box::pin(self.semaphore.clone().acquire_owned())),
         }
     }
 

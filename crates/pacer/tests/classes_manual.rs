@@ -27,9 +27,7 @@ fn work(clock: &ManualClock, class: &Elastic) -> Work {
     )
 }
 
-/// Run `works` on one simulated CPU for `for_` of the clock: each round polls every one once
-/// (a poll that runs advances the clock by its 1 ms); a round in which none ran passes 1 ms
-/// idle; a governor tick every 100 ms.
+/// Run `works` in [`Rounds`] for `for_` of the clock.
 fn run(clock: &ManualClock, elastic: &Elastic, works: &mut [Work], for_: Duration) {
     run_beside(clock, elastic, works, Duration::ZERO, for_);
 }
@@ -43,23 +41,54 @@ fn run_beside(
     foreground: Duration,
     for_: Duration,
 ) {
-    let (_n, waker) = CountingWaker::new();
-    let mut cx = Context::from_waker(&waker);
     let end = clock.now() + for_;
-    let mut next_tick = clock.now() + 100 * MS;
+    let mut rounds = Rounds::new(clock);
     while clock.now() < end {
-        clock.advance(foreground);
-        let before = clock.now();
-        for w in works.iter_mut() {
-            assert!(w.as_mut().poll(&mut cx).is_pending());
+        rounds.next(clock, elastic, works, foreground);
+    }
+}
+
+/// Rounds on one simulated CPU: each polls every work once (a poll that runs advances the
+/// clock by its 1 ms), a round in which none ran passes 1 ms idle, a governor tick every
+/// 100 ms of the clock.
+struct Rounds {
+    waker: std::task::Waker,
+    next_tick: Duration,
+}
+
+impl Rounds {
+    fn new(clock: &ManualClock) -> Rounds {
+        let (_n, waker) = CountingWaker::new();
+        Rounds {
+            waker,
+            next_tick: clock.now() + 100 * MS,
         }
-        if clock.now() == before {
+    }
+
+    /// One round after `foreground` of unpaced work: how many works ran.
+    fn next(
+        &mut self,
+        clock: &ManualClock,
+        elastic: &Elastic,
+        works: &mut [Work],
+        foreground: Duration,
+    ) -> usize {
+        let mut cx = Context::from_waker(&self.waker);
+        clock.advance(foreground);
+        let mut ran = 0;
+        for w in works.iter_mut() {
+            let before = clock.now();
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+            ran += usize::from(clock.now() > before);
+        }
+        if ran == 0 {
             clock.advance(MS);
         }
-        while clock.now() >= next_tick {
+        while clock.now() >= self.next_tick {
             elastic.tick();
-            next_tick += 100 * MS;
+            self.next_tick += 100 * MS;
         }
+        ran
     }
 }
 
@@ -187,36 +216,19 @@ fn keeping_weights_never_takes_a_class_below_its_floor() {
     );
 }
 
-/// Poll `works` once each, `rounds` times, a governor tick every 100 ms of the clock: how many
-/// ran in each round. A work runs while it holds a grant (and a slot); a grant lasts 100 polls,
-/// so a round sees more than the holders only where one ended and the next began.
+/// `rounds` rounds (see [`Rounds`]): how many works ran in each. A work runs while it holds a
+/// grant (and a slot); a grant lasts 100 polls, so a round sees more than the holders only where
+/// one ended and the next began.
 fn ran_per_round(
     clock: &ManualClock,
     elastic: &Elastic,
     works: &mut [Work],
     rounds: usize,
 ) -> Vec<usize> {
-    let (_n, waker) = CountingWaker::new();
-    let mut cx = Context::from_waker(&waker);
-    let mut next_tick = clock.now() + 100 * MS;
-    let mut per_round = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
-        let mut ran = 0;
-        for w in works.iter_mut() {
-            let before = clock.now();
-            assert!(w.as_mut().poll(&mut cx).is_pending());
-            ran += usize::from(clock.now() > before);
-        }
-        per_round.push(ran);
-        if ran == 0 {
-            clock.advance(MS);
-        }
-        while clock.now() >= next_tick {
-            elastic.tick();
-            next_tick += 100 * MS;
-        }
-    }
-    per_round
+    let mut r = Rounds::new(clock);
+    (0..rounds)
+        .map(|_| r.next(clock, elastic, works, Duration::ZERO))
+        .collect()
 }
 
 /// The share of `rounds` in which more than `n` ran.
