@@ -7,7 +7,6 @@
 
 mod thread;
 
-use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -115,25 +114,11 @@ pub(crate) struct Governor {
     members_made: usize,
     /// The last split's parts, in class order (kept to reuse its memory).
     parts: Vec<f64>,
-    /// With more than one class splitting the share and some waiting for tokens: what they
-    /// reached (the larger of the last tick they ran unheld and the mean of `REACH_TICKS` such
-    /// ticks) with room to grow (`REACH_GROWTH`, `REACH_STEP`). The split divides no more.
-    reach: f64,
-    /// Those ticks' readings, newest last.
-    reached: VecDeque<f64>,
 }
 
-/// Ticks over which what the classes reached is averaged: a grant's slice is often spent in
-/// one burst, so a single tick can see far less than the classes use.
-const REACH_TICKS: usize = 5;
-
-/// Unless a class that waited with tokens in its bucket used less than this part of its
-/// share (the CPUs or its holder cap bound it), tokens bound every class...
-const REACH_USED: f64 = 0.95;
-/// ...and the reach grows by a quarter a tick; otherwise the others may take only...
-const REACH_GROWTH: f64 = 1.25;
-/// ...this much share more than the classes reached (at least this much more, always).
-const REACH_STEP: f64 = 0.02;
+/// A class that waited with tokens in its bucket and used less than this part of its share
+/// was held back by the CPUs (or its holder cap), not by its tokens.
+const HELD_BACK_USED: f64 = 0.95;
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
 /// brake holds it back).
@@ -210,8 +195,6 @@ impl Governor {
             brakes: 0,
             members_made: 0,
             parts: Vec::new(),
-            reach: 1.0,
-            reached: VecDeque::new(),
         };
         g.last_signal = g.idle_signal();
         g.set_outlier_threshold();
@@ -250,7 +233,6 @@ impl Governor {
             .read(&mut self.sources, window.queue_latency.all.p99, intervals);
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period, intervals);
-        self.read_reach();
         self.keep_weights();
         self.read_quiet();
         let absolute = signal.value;
@@ -437,37 +419,6 @@ impl Governor {
         }
     }
 
-    /// What the classes that split the share reached in the last tick, if more than one does
-    /// and none was held back. Each class's bucket bounds it by its part, but when the CPUs
-    /// bound a class before its tokens do, a class with tokens to spare takes whatever it
-    /// leaves, whatever the weights: so the split divides what the classes reach plus a step,
-    /// and grows fast only while every class with work uses its part. With no class waiting
-    /// for tokens nothing is bound by them: no reach.
-    fn read_reach(&mut self) {
-        let cpus = self.cpus;
-        let parts = || self.classes.iter().filter(|c| c.part.is_some());
-        if parts().count() < 2 || parts().any(Class::is_held) {
-            return;
-        }
-        if !parts().any(Class::waited) {
-            self.reach = 1.0;
-            self.reached.clear();
-            return;
-        }
-        let total: f64 = parts().map(|c| c.used_share(cpus)).sum();
-        let token_bound = !parts().any(|c| c.bound_elsewhere(cpus, REACH_USED));
-        self.reached.push_back(total);
-        while self.reached.len() > REACH_TICKS {
-            self.reached.pop_front();
-        }
-        // The mean keeps one tick's burst from lifting the reach; the last tick lets it grow
-        // while the classes use all of it.
-        let mean = self.reached.iter().sum::<f64>() / self.reached.len() as f64;
-        let reached = mean.max(total);
-        let growth = if token_bound { REACH_GROWTH } else { 1.0 };
-        self.reach = (reached * growth).max(reached + REACH_STEP);
-    }
-
     /// Keep weights among the classes that split the share and have work waiting
     /// (`Class::keep_weights`). Not while the quiet readings or the brake hold them: they ran
     /// nothing because they were held.
@@ -480,7 +431,7 @@ impl Governor {
         // the least of the others'.
         let (mut least, mut second) = (f64::INFINITY, f64::INFINITY);
         for class in &mut self.classes {
-            let held_back = class.bound_elsewhere(cpus, REACH_USED);
+            let held_back = class.bound_elsewhere(cpus, HELD_BACK_USED);
             class.smooth_use(cpus, held_back);
             if let Some(per_weight) = class.held_back_per_weight() {
                 if per_weight < least {
@@ -513,12 +464,7 @@ impl Governor {
             .iter()
             .filter_map(|c| c.want(self.cpus))
             .collect();
-        let total = if wants.len() > 1 {
-            share.min(self.reach)
-        } else {
-            share
-        };
-        split_share(total, &wants, &mut self.parts);
+        split_share(share, &wants, &mut self.parts);
         let retune = wants.len() > 1;
         let parts = self.classes.iter_mut().filter_map(|c| {
             c.retune = retune;
