@@ -107,15 +107,21 @@ fn cpu(of: &[(String, Duration)], name: &str) -> f64 {
         .map_or(0.0, |(_, d)| d.as_secs_f64())
 }
 
-#[test]
-fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
-    let clock = ManualClock::new();
-    // 0.1 of 4 CPUs: 0.4 CPU of tokens a second, on one simulated CPU.
-    let elastic = manual_elastic(&clock, 0.1, 4.0);
+/// An `Elastic` at 0.1 of 4 CPUs (0.4 CPU of tokens a second, on one simulated CPU) with
+/// classes `backup` (weight 3) and `export` (weight 1).
+fn backup_and_export(clock: &ManualClock) -> (Elastic, Elastic, Elastic) {
+    let elastic = manual_elastic(clock, 0.1, 4.0);
     let backup = elastic
         .class(ClassSettings::new("backup").weight(3.0))
         .unwrap();
     let export = elastic.class(ClassSettings::new("export")).unwrap();
+    (elastic, backup, export)
+}
+
+#[test]
+fn busy_classes_share_by_weight_a_cap_holds_and_an_idle_part_moves_on() {
+    let clock = ManualClock::new();
+    let (elastic, backup, export) = backup_and_export(&clock);
     let tenant = elastic
         .class(ClassSettings::new("tenant-b").cap(0.015))
         .unwrap();
@@ -231,11 +237,7 @@ fn when_a_class_the_cpus_held_back_stops_the_other_runs_its_part_within_a_second
 #[test]
 fn a_tick_the_classes_ran_little_in_does_not_shrink_their_parts() {
     let clock = ManualClock::new();
-    let elastic = manual_elastic(&clock, 0.1, 4.0);
-    let backup = elastic
-        .class(ClassSettings::new("backup").weight(3.0))
-        .unwrap();
-    let export = elastic.class(ClassSettings::new("export")).unwrap();
+    let (elastic, backup, export) = backup_and_export(&clock);
     let mut works = vec![work(&clock, &backup), work(&clock, &export)];
     run(&clock, &elastic, &mut works, Duration::from_secs(5));
     let parts =
