@@ -221,6 +221,9 @@ const USE_SMOOTHING: f64 = 0.1;
 /// How far over the least use per weight of the held-back classes another class may run
 /// ([`Class::keep_weights`]): room for the noise in the means.
 const FAIR_SLACK: f64 = 0.05;
+/// A class that waited with tokens in its bucket and used less than this part of its share
+/// was held back by the CPUs (or its holder cap), not by its tokens.
+const HELD_BACK_USED: f64 = 0.95;
 
 /// What every class's rate depends on this tick.
 pub(crate) struct Rates<'a> {
@@ -527,21 +530,22 @@ impl Class {
         }
     }
 
-    /// Whether its work waited in the last tick with tokens to spare and ran under `used_at_least`
-    /// of its part: held by the CPUs (or its holder cap), not by its bucket.
-    pub(crate) fn bound_elsewhere(&self, cpus: f64, used_at_least: f64) -> bool {
+    /// Whether its work waited in the last tick with tokens to spare and ran under
+    /// [`HELD_BACK_USED`] of its part: held by the CPUs (or its holder cap), not by its bucket.
+    fn bound_elsewhere(&self, cpus: f64) -> bool {
         let Some(part) = &self.part else {
             return false;
         };
         self.waited
-            && self.used_share(cpus) < used_at_least * part.rate_share()
+            && self.used_share(cpus) < HELD_BACK_USED * part.rate_share()
             && self.queue().is_some_and(|q| q.has_tokens())
     }
 
     /// Fold the last tick into its part's means: what it ran, and whether the CPUs held it
-    /// back (`held_back`: see [`bound_elsewhere`](Self::bound_elsewhere)).
-    pub(crate) fn smooth_use(&mut self, cpus: f64, held_back: bool) {
+    /// back ([`bound_elsewhere`](Self::bound_elsewhere)).
+    pub(crate) fn smooth_use(&mut self, cpus: f64) {
         let used = self.used_share(cpus);
+        let held_back = self.bound_elsewhere(cpus);
         if let Some(part) = self.part.as_mut() {
             part.used_mean += USE_SMOOTHING * (used - part.used_mean);
             let held = f64::from(u8::from(held_back));

@@ -21,8 +21,8 @@ pub(crate) struct Slots {
     /// Grants take a slot: more than one class splits the share.
     on: AtomicBool,
     semaphore: Arc<Semaphore>,
-    /// How many there are meant to be, and how many of those the semaphore still has out
-    /// beyond that (held when the count went down; forgotten as they come back).
+    /// How many there are meant to be, and how many the semaphore still has out beyond that
+    /// (held when the count went down; forgotten at the first setting after they come back).
     count: Mutex<(usize, usize)>,
 }
 
@@ -68,7 +68,8 @@ impl Slots {
     }
 
     /// `Some(n)`: grants take one of `n` slots (at least one); `None`: no slots. Slots held
-    /// beyond a lowered count are forgotten as they come back.
+    /// beyond a lowered count are forgotten at the first setting after they come back (the
+    /// next tick), so until then a grant may take one.
     pub(crate) fn set(&self, count: Option<usize>) {
         let mut c = self.count.lock().unwrap_or_else(|p| p.into_inner());
         let (now, over) = &mut *c;

@@ -152,9 +152,9 @@ pub struct PhaseResult {
     pub outlier_windows_paused: u64,
     /// Task polls per second on the runtime under test, one reading per probe window.
     pub polls_per_sec: Vec<f64>,
-    /// The `culprit` phase: where the planted offender was spawned (`path:line`), and its
-    /// longest hold on its own clock over the windows the outliers come from (µs).
+    /// The `culprit` phase: where the planted offender was spawned (`path:line`).
     pub planted_at: Option<String>,
+    /// ...and its longest hold on its own clock over the windows the outliers come from (µs).
     pub planted_longest_us: Option<f64>,
     /// The `classes` phase: when its first class stopped (run clock), its samples, and what
     /// they add up to.

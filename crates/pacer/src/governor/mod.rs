@@ -116,10 +116,6 @@ pub(crate) struct Governor {
     parts: Vec<f64>,
 }
 
-/// A class that waited with tokens in its bucket and used less than this part of its share
-/// was held back by the CPUs (or its holder cap), not by its tokens.
-const HELD_BACK_USED: f64 = 0.95;
-
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
 /// brake holds it back).
 fn elastic_policy(cap_concurrency: bool, brake: HoldWhen) -> Policy {
@@ -431,8 +427,7 @@ impl Governor {
         // the least of the others'.
         let (mut least, mut second) = (f64::INFINITY, f64::INFINITY);
         for class in &mut self.classes {
-            let held_back = class.bound_elsewhere(cpus, HELD_BACK_USED);
-            class.smooth_use(cpus, held_back);
+            class.smooth_use(cpus);
             if let Some(per_weight) = class.held_back_per_weight() {
                 if per_weight < least {
                     second = least;
