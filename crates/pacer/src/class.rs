@@ -118,6 +118,8 @@ impl HoldWhen {
 pub(crate) enum Hold {
     Brake = 1,
     Quiet = 2,
+    /// The quota brake: a period's quota is nearly spent.
+    Quota = 4,
 }
 
 /// What the governor applies to a class besides its share.
@@ -516,6 +518,7 @@ impl Class {
         let applies = match why {
             Hold::Brake => self.policy.brake.applies(in_quota),
             Hold::Quiet => self.policy.measured,
+            Hold::Quota => self.policy.headroom,
         };
         let was = self.held;
         if on && applies {

@@ -436,6 +436,13 @@ impl Elastic {
         self.control.tick(root, root.probe.config().tick);
     }
 
+    /// Let the brakes look at their readings now, as the governor thread does between ticks
+    /// (feature `test-util`; with [`ElasticBuilder::manual`] tests call it by hand).
+    #[cfg(feature = "test-util")]
+    pub fn check_brakes(&self) {
+        let _ = self.control.brake_step();
+    }
+
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
     #[cfg(feature = "test-util")]
     pub fn probe(&self) -> &Probe {

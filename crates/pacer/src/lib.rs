@@ -65,6 +65,7 @@ mod placed;
 mod placement;
 mod quantum;
 mod quiet;
+mod quota_brake;
 mod readings;
 mod record;
 mod running;

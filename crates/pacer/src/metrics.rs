@@ -134,6 +134,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Inside a CPU quota: the CPUs elastic work may take, 90 % of what the foreground leaves",
     ),
     (
+        "elastic_cpu_quota_brakes_total",
+        "count",
+        "Inside a CPU quota: times elastic work was stopped as a period's quota neared its end",
+    ),
+    (
         "elastic_cpu_class_share_ratio",
         "ratio",
         "A class's part of the elastic share now (0 while it has no work and others do), label class=NAME",
@@ -259,6 +264,7 @@ pub(crate) fn emit(s: &Snapshot) {
     if let Some(cpus) = s.quota_headroom {
         gauge!("elastic_cpu_quota_headroom_cpus").set(cpus);
     }
+    counter!("elastic_cpu_quota_brakes_total").absolute(s.quota_brakes);
     gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
     for c in &s.classes {
         let class = c.name.to_string();

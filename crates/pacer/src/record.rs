@@ -67,6 +67,9 @@ pub(crate) struct TickRecord {
     /// Time spent braked, brakes that ended, and times the brake engaged.
     pub(crate) braked_time: Duration,
     pub(crate) brakes: u64,
+    /// Time the quota brake held elastic work back (brakes that ended), and times it engaged.
+    pub(crate) quota_braked_time: Duration,
+    pub(crate) quota_brakes: u64,
     /// The target the `Elastic`'s own controller steps on, and where it comes from.
     pub(crate) target: Duration,
     pub(crate) target_source: TargetSource,

@@ -143,7 +143,11 @@ pub struct Inputs {
     pub throttling: bool,
     /// Inside a CPU quota, hold elastic work to 90 % of what the rest of the process left of the
     /// quota in the busiest of the last 5 ticks (feed-forward: throttling acts after a period
-    /// ran out, this keeps it from running out).
+    /// ran out, this keeps it from running out), and, for a minute after a throttled period
+    /// (always, with [`throttling`](Self::throttling) off), stop it within a period once the
+    /// process has spent all but a reserve of a period's quota over the last period (the quota
+    /// brake: the governor thread then reads the process's CPU time as often as that could
+    /// happen, every 1 to 25 ms at the kernel's default period).
     pub quota_headroom: bool,
 }
 

@@ -182,6 +182,11 @@ impl SignalStage {
         self.rq_window.iter().skip(skip)
     }
 
+    /// Whether the throttling input is on.
+    pub(crate) fn watches_throttling(&self) -> bool {
+        self.throttle.is_some()
+    }
+
     /// Throttled periods seen since the watch started.
     pub(crate) fn throttled_periods(&self) -> u64 {
         self.throttle

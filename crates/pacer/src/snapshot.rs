@@ -133,12 +133,21 @@ pub struct Snapshot {
     /// CPU time elastic work ran, as measured (`acquired − returned + over_limit` once
     /// settled).
     pub used: Duration,
-    /// The backlog brake is on now.
+    /// The `Elastic`'s own class is held back now: by the backlog brake, the quota brake or a
+    /// quiet reading ([`quiet_hold`](Self::quiet_hold)).
     pub braked: bool,
     /// Times the backlog brake engaged.
     pub brakes: u64,
-    /// Time spent braked (brakes that ended).
+    /// Time spent braked by the backlog brake (brakes that ended).
     pub braked_time: Duration,
+    /// Inside a CPU quota: times the quota brake held elastic work back because the process had
+    /// spent all but a reserve of a period's quota over the last period, so that the kernel
+    /// would otherwise soon stop the whole cgroup, the foreground included. It is armed for a
+    /// minute after a throttled period (0 without a quota, without throttling, or with
+    /// [`Inputs::quota_headroom`](crate::settings::Inputs::quota_headroom) off).
+    pub quota_brakes: u64,
+    /// Time the quota brake held elastic work back (brakes that ended).
+    pub quota_braked_time: Duration,
     /// Times elastic work yielded its thread's CPU to the OS at a poll quantum
     /// ([`Enforcement::os_yield`](crate::settings::Enforcement::os_yield); 0 when it is off).
     pub os_yields: u64,
@@ -247,6 +256,8 @@ impl Snapshot {
             braked,
             brakes: record.brakes,
             braked_time: record.braked_time,
+            quota_brakes: record.quota_brakes,
+            quota_braked_time: record.quota_braked_time,
             os_yields,
             throttled_periods: record.throttled_periods,
             quota_headroom: record.quota_headroom,

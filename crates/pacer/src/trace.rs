@@ -98,6 +98,30 @@ pub(crate) fn brake_released(lasted: Duration, spent: bool) {
     let _ = (lasted, spent);
 }
 
+/// The quota brake engaged: the process spent nearly a period's CPU quota in the last period.
+#[inline]
+pub(crate) fn quota_brake_engaged() {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        why = "the last period's spending reached the quota less its reserve",
+        "quota brake engaged: elastic work holds off"
+    );
+}
+
+/// The quota brake released after `lasted`: the last period's spending fell back under the line.
+#[inline]
+pub(crate) fn quota_brake_released(lasted: Duration) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        lasted_us = lasted.as_micros() as u64,
+        "quota brake released"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = lasted;
+}
+
 /// A class's share moved from `from` to `to` on `signal` (the latency it stepped on, if any).
 #[inline]
 pub(crate) fn share_moved(kind: ClassKind, from: f64, to: f64, signal: Option<Duration>) {

@@ -2,7 +2,7 @@
 //! I/O canaries, the run-queue delay, the cgroup's throttling, the process's CPU time), combines
 //! the readings into one signal, steps each class's share on it, applies the rate modifiers
 //! (the quota's headroom, the overhead correction) in one place, and publishes one record. In
-//! between, the backlog brake. It runs on its own OS thread (see `thread.rs`), off the runtime
+//! between, the backlog brake and, inside a quota, the quota brake. It runs on its own OS thread (see `thread.rs`), off the runtime
 //! it measures: a saturated runtime would delay the very loop that must react to it.
 
 mod thread;
@@ -18,12 +18,13 @@ use elastic_cpu_probe::{Probe, ProbeConfig, QuotaReading, Window};
 use tokio::runtime::Handle;
 
 pub(crate) use self::thread::spawn;
-use crate::brake::{Brake, Change};
+use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Part, Policy, Rates};
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
 use crate::quiet::{Quiet, QuietStep, TargetSource};
+use crate::quota_brake::{QuotaBrake, QuotaChange};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
@@ -70,6 +71,9 @@ pub(crate) struct Governor {
     brake: Option<Brake>,
     /// `None`: the quota headroom cap is off.
     headroom: Option<Headroom>,
+    /// Inside a quota, with the headroom cap on: stops elastic work before a period's quota
+    /// runs out.
+    quota_brake: Option<QuotaBrake>,
     overhead: Overhead,
     /// Running time charged to the classes the headroom and the overhead count, summed tick by
     /// tick (it never goes down when a class goes away).
@@ -157,6 +161,7 @@ impl Governor {
             last_signal: Signal::default(),
             brake: plan.brake.then(Brake::default),
             headroom: plan.quota_headroom.then(Headroom::default),
+            quota_brake: None,
             overhead: Overhead::default(),
             charged: Duration::ZERO,
             cpus: plan.builder_cpus.unwrap_or(plan.default_cpus),
@@ -224,9 +229,15 @@ impl Governor {
         self.trace_outliers();
         let window = self.probe.window();
         let intervals = self.probe.config().intervals();
+        let throttled_before = self.signal.throttled_periods();
         let signal = self
             .signal
             .read(&mut self.sources, window.queue_latency.all.p99, intervals);
+        if self.signal.throttled_periods() > throttled_before {
+            if let Some(quota) = &mut self.quota_brake {
+                quota.arm(self.clock.now());
+            }
+        }
         self.classes.retain(Class::is_alive);
         self.read_process(&window, period, intervals);
         self.keep_weights();
@@ -487,6 +498,11 @@ impl Governor {
             overhead: self.overhead.overhead(),
             braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
             brakes: self.brakes,
+            quota_braked_time: self
+                .quota_brake
+                .as_ref()
+                .map_or(Duration::ZERO, QuotaBrake::total),
+            quota_brakes: self.quota_brake.as_ref().map_or(0, QuotaBrake::brakes),
             target: self.target,
             target_source: self.target_source,
             quiet_p99: self.quiet.baseline().sched,
@@ -495,27 +511,58 @@ impl Governor {
         }
     }
 
-    /// Engage or release the backlog brake on every class it applies to. Returns whether it is
-    /// on (the governor then re-checks every `BRAKE_POLL`). Runs on the governor thread (each
-    /// tick and each wake-up), never on a worker.
-    pub(crate) fn brake_step(&mut self) -> bool {
-        let Some(brake) = &mut self.brake else {
-            return false;
-        };
-        let change = brake.step(self.clock.now(), &self.probe);
-        let on = brake.is_on();
-        match change {
-            Change::Keep => {}
-            Change::Engage => trace::brake_engaged(),
-            Change::Release { lasted, spent } => trace::brake_released(lasted, spent),
-        }
-        if change != Change::Keep {
-            self.brakes += u64::from(on);
-            for class in &mut self.classes {
-                class.hold(Hold::Brake, on, self.quota_seen);
+    /// Engage or release the backlog brake and the quota brake on every class each applies
+    /// to. Returns when the governor thread should look again before its next tick: every
+    /// `BRAKE_POLL` while the backlog brake is on, every quota check inside a quota. Runs on
+    /// the governor thread (each tick and each wake-up), never on a worker.
+    pub(crate) fn brake_step(&mut self) -> Option<Duration> {
+        let now = self.clock.now();
+        if let Some(brake) = &mut self.brake {
+            let change = brake.step(now, &self.probe);
+            let on = brake.is_on();
+            match change {
+                Change::Keep => {}
+                Change::Engage => trace::brake_engaged(),
+                Change::Release { lasted, spent } => trace::brake_released(lasted, spent),
+            }
+            if change != Change::Keep {
+                self.brakes += u64::from(on);
+                for class in &mut self.classes {
+                    class.hold(Hold::Brake, on, self.quota_seen);
+                }
             }
         }
-        on
+        if let Some(quota) = &mut self.quota_brake {
+            let change = quota.step(now, self.sources.process.cpu_time());
+            match change {
+                QuotaChange::Keep => {}
+                QuotaChange::Engage => trace::quota_brake_engaged(),
+                QuotaChange::Release { lasted } => trace::quota_brake_released(lasted),
+            }
+            if change != QuotaChange::Keep {
+                let on = quota.is_on();
+                for class in &mut self.classes {
+                    class.hold(Hold::Quota, on, self.quota_seen);
+                }
+            }
+        }
+        self.recheck()
+    }
+
+    /// When the governor thread should look at the brakes again before its next tick.
+    fn recheck(&self) -> Option<Duration> {
+        let now = self.clock.now();
+        let check = self.quota_brake.as_ref().and_then(|q| q.next_check(now));
+        if self.braked() {
+            Some(check.map_or(BRAKE_POLL, |c| c.min(BRAKE_POLL)))
+        } else {
+            check
+        }
+    }
+
+    /// Whether either brake holds elastic work now.
+    fn holding(&self) -> bool {
+        self.braked() || self.quota_brake.as_ref().is_some_and(QuotaBrake::is_on)
     }
 
     /// Whether the backlog brake is on.
@@ -523,10 +570,12 @@ impl Governor {
         self.brake.as_ref().is_some_and(Brake::is_on)
     }
 
-    /// Add a class at `at`, braked if the brake is on.
+    /// Add a class at `at`, held if a brake or the quiet readings hold the others.
     #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
     fn add(&mut self, mut class: Class, at: usize) {
         class.hold(Hold::Brake, self.braked(), self.quota_seen);
+        let quota_braked = self.quota_brake.as_ref().is_some_and(QuotaBrake::is_on);
+        class.hold(Hold::Quota, quota_braked, self.quota_seen);
         class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
         if self.target_source != TargetSource::Builder {
             class.set_target(self.target);
@@ -556,6 +605,14 @@ impl Governor {
         self.signal.watch_throttling(&self.sources, dir);
         if let Some(headroom) = &mut self.headroom {
             headroom.watch(cpus);
+            let process = &self.sources.process;
+            let parallelism = process
+                .affinity()
+                .or_else(|| process.available_parallelism());
+            // Without the throttling input nothing would arm it: armed always.
+            let always_armed = !self.signal.watches_throttling();
+            self.quota_brake =
+                QuotaBrake::new(cpus, period, parallelism.unwrap_or(1), always_armed);
         }
     }
 
@@ -742,17 +799,22 @@ impl Control {
         let _ = shared;
     }
 
-    /// [`Governor::brake_step`]; returns whether the brake is on.
-    pub(crate) fn brake_step(&self) -> bool {
+    /// [`Governor::brake_step`]: returns when to look again before the next tick.
+    pub(crate) fn brake_step(&self) -> Option<Duration> {
         let mut g = self.lock();
-        let was = g.braked();
-        let on = g.brake_step();
-        if was != on {
+        let was = g.holding();
+        let recheck = g.brake_step();
+        if was != g.holding() {
             let record = g.record();
             drop(g);
             self.publish(record);
         }
-        on
+        recheck
+    }
+
+    /// [`Governor::recheck`].
+    pub(crate) fn recheck(&self) -> Option<Duration> {
+        self.lock().recheck()
     }
 
     /// Size the rates for the CPUs a runtime gives (unless the builder fixed them) and, with a

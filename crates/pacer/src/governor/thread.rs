@@ -6,7 +6,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Control;
-use crate::brake::BRAKE_POLL;
 use crate::shared::{Queue, Shared};
 
 /// The thread's name.
@@ -55,8 +54,8 @@ fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration
             return;
         };
         let now = Instant::now();
-        let braked = if now < next {
-            // Woken early: by the probe's alarm, a brake re-check, or a shutdown.
+        let recheck = if now < next {
+            // Woken early: by the probe's alarm, a brake's re-check, or a shutdown.
             control.brake_step()
         } else {
             // The real period (the OS may wake us late); capped so a long stall is not one
@@ -67,14 +66,10 @@ fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration
             if next <= now {
                 next = now + period;
             }
-            shared.braked()
+            control.recheck()
         };
         drop(shared);
-        let until = if braked {
-            next.min(now + BRAKE_POLL)
-        } else {
-            next
-        };
+        let until = recheck.map_or(next, |r| next.min(now + r));
         if let Some(wait) = until.checked_duration_since(Instant::now()) {
             thread::park_timeout(wait);
         }
