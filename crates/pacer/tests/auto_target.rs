@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{Burn, MS};
+use common::{attached, scripted, Burn, MS};
 use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -27,18 +27,12 @@ struct Loop {
 /// but the scheduling probe, which the test records into.
 fn measured() -> Loop {
     let clock = ManualClock::new();
-    let elastic = Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .script(Script::new())
+    let elastic = scripted(&clock, &Script::new())
         .cpus(1.0)
         .initial_share(0.5)
         .build()
         .unwrap();
-    let rt = elastic
-        .runtime(tokio::runtime::Builder::new_current_thread())
-        .build()
-        .unwrap();
+    let rt = attached(&elastic);
     Loop {
         clock,
         elastic,

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{Burn, MS};
+use common::{attached, scripted, Burn, MS};
 use elastic_cpu_pacer::snapshot::{Availability, SignalSource};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -35,20 +35,13 @@ struct Loop {
 fn control_loop() -> Loop {
     let (clock, script) = (ManualClock::new(), Script::new());
     script.quota(1.5);
-    let elastic = Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .script(script.clone())
+    let elastic = scripted(&clock, &script)
         .cpus(2.0)
         .initial_share(0.5)
         .target_p99(MS)
         .build()
         .unwrap();
-    // Starts the (scripted) I/O probe and finds the quota.
-    let rt = elastic
-        .runtime(tokio::runtime::Builder::new_current_thread())
-        .build()
-        .unwrap();
+    let rt = attached(&elastic);
     Loop {
         clock,
         script,

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{assert_ledger_balanced, Burn, MS};
+use common::{assert_ledger_balanced, attached, scripted, Burn, MS};
 use elastic_cpu_pacer::settings::{Brake, Inputs};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt};
@@ -32,20 +32,13 @@ fn unarmed(inputs: Inputs) -> Node {
     let (clock, script) = (ManualClock::new(), Script::new());
     script.quota(0.5);
     script.spend(Duration::ZERO);
-    let elastic = Elastic::builder()
-        .manual(clock.clone())
-        .running_clock(clock.clone())
-        .script(script.clone())
+    let elastic = scripted(&clock, &script)
         .fixed_share(1.0)
         .brake(Brake::Off)
         .inputs(inputs)
         .build()
         .unwrap();
-    // Finds the (scripted) quota.
-    let rt = elastic
-        .runtime(tokio::runtime::Builder::new_current_thread())
-        .build()
-        .unwrap();
+    let rt = attached(&elastic);
     Node {
         clock,
         script,

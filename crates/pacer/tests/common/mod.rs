@@ -11,7 +11,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::{Elastic, Snapshot};
+use elastic_cpu_pacer::testing::Script;
+use elastic_cpu_pacer::{Elastic, ElasticBuilder, Snapshot};
 use futures_core::Stream;
 
 /// A stream of `left` items, each taking `step` of running time on the manual clock.
@@ -118,6 +119,24 @@ pub fn manual_elastic(clock: &ManualClock, limit: f64, cpus: f64) -> Elastic {
         .cpus(cpus)
         .build()
         .expect("valid settings")
+}
+
+/// A builder whose whole control loop runs on `clock` with every reading from `script`: no
+/// governor thread, polls timed on the same clock.
+pub fn scripted(clock: &ManualClock, script: &Script) -> ElasticBuilder {
+    Elastic::builder()
+        .manual(clock.clone())
+        .running_clock(clock.clone())
+        .script(script.clone())
+}
+
+/// A current-thread runtime built through `elastic`: attaching it starts the (scripted) I/O
+/// probe and finds the (scripted) quota.
+pub fn attached(elastic: &Elastic) -> tokio::runtime::Runtime {
+    elastic
+        .runtime(tokio::runtime::Builder::new_current_thread())
+        .build()
+        .unwrap()
 }
 
 /// One millisecond: `100 * MS` is 100 ms.
