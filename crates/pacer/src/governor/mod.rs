@@ -2,8 +2,9 @@
 //! I/O canaries, the run-queue delay, the cgroup's throttling, the process's CPU time), combines
 //! the readings into one signal, steps each class's share on it, applies the rate modifiers
 //! (the quota's headroom, the overhead correction) in one place, and publishes one record. In
-//! between, the backlog brake and, inside a quota, the quota brake. It runs on its own OS thread (see `thread.rs`), off the runtime
-//! it measures: a saturated runtime would delay the very loop that must react to it.
+//! between, the backlog brake and, inside a quota, the quota brake. It runs on its own OS
+//! thread (see `thread.rs`), off the runtime it measures: a saturated runtime would delay the
+//! very loop that must react to it.
 
 mod thread;
 
@@ -513,8 +514,8 @@ impl Governor {
 
     /// Engage or release the backlog brake and the quota brake on every class each applies
     /// to. Returns when the governor thread should look again before its next tick: every
-    /// `BRAKE_POLL` while the backlog brake is on, every quota check inside a quota. Runs on
-    /// the governor thread (each tick and each wake-up), never on a worker.
+    /// `BRAKE_POLL` while the backlog brake is on, when the quota brake asks while it is armed.
+    /// Runs on the governor thread (each tick and each wake-up), never on a worker.
     pub(crate) fn brake_step(&mut self) -> Option<Duration> {
         let now = self.clock.now();
         if let Some(brake) = &mut self.brake {
