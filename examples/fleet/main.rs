@@ -519,6 +519,7 @@ fn sample_all(
                 p.granted_cpus = Some((c.acquired_s - b.acquired_s) / dt);
                 p.over_limit_cpus = Some((c.over_limit_s - b.over_limit_s) / dt);
                 p.forgiven_cpus = Some((c.forgiven_s - b.forgiven_s) / dt);
+                p.quota_braked = Some(((c.quota_braked_s - b.quota_braked_s) / dt).clamp(0.0, 1.0));
                 p.rate_cpus = Some(c.rate_cpus);
                 p.periods = c.periods.saturating_sub(b.periods);
                 p.throttled = c.throttled.saturating_sub(b.throttled);

@@ -333,6 +333,7 @@ fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) 
         acquired_s: s.acquired.as_secs_f64(),
         over_limit_s: s.over_limit.as_secs_f64(),
         forgiven_s: s.queue.debt_forgiven_nanos as f64 / 1e9,
+        quota_braked_s: s.quota_braked_time.as_secs_f64(),
         rate_cpus: s.queue.rate_nanos_per_sec as f64 / 1e9,
         rows: rows.load(Ordering::Relaxed),
         signal_us: s

@@ -84,6 +84,8 @@ pub struct Sample {
     pub acquired_s: f64,
     pub over_limit_s: f64,
     pub forgiven_s: f64,
+    /// Time the quota brake held elastic work back (`Snapshot::quota_braked_time`), seconds.
+    pub quota_braked_s: f64,
     /// The token rate now, CPUs.
     pub rate_cpus: f64,
     /// Rows the scan encoded.
@@ -127,6 +129,7 @@ mod tests {
             acquired_s: 0.5,
             over_limit_s: 0.25,
             forgiven_s: 0.125,
+            quota_braked_s: 0.0625,
             rate_cpus: 0.03,
             rows: 99,
             signal_us: None,

@@ -45,6 +45,8 @@ pub struct Point {
     pub granted_cpus: Option<f64>,
     pub over_limit_cpus: Option<f64>,
     pub forgiven_cpus: Option<f64>,
+    /// The share of the second the quota brake held elastic work back (brakes that ended).
+    pub quota_braked: Option<f64>,
     pub rate_cpus: Option<f64>,
     /// CPUs the node process used.
     pub cpus: Option<f64>,
@@ -161,6 +163,8 @@ pub struct NodeFigures {
     pub paced_whole_p99_us: Option<f64>,
     pub limit_at_rest: Option<f64>,
     pub share_at_rest: Option<f64>,
+    /// The share of the time at rest the quota brake held elastic work back.
+    pub quota_braked_at_rest: Option<f64>,
     /// What the node used at rest over its baseline (`cpu_at_rest - fg_cpus`): the spare quota
     /// elastic work took, its scheduling overhead included. The bars judge this one.
     pub elastic_at_rest: Option<f64>,
@@ -272,6 +276,7 @@ pub fn node_figures(n: &NodeRun, plan: &Plan, stepped: bool) -> NodeFigures {
         paced_p99_us: n.paced_rest.p99_us,
         paced_whole_p99_us: n.paced_whole.p99_us,
         limit_at_rest: mean_in(&n.points, &rest, |p| p.limit),
+        quota_braked_at_rest: mean_in(&n.points, &rest, |p| p.quota_braked),
         share_at_rest: mean_in(&n.points, &rest, |p| p.share),
         elastic_at_rest: match (cpu_at_rest, fg_cpus) {
             (Some(c), Some(f)) => Some((c - f).max(0.0)),

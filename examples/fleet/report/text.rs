@@ -14,6 +14,7 @@ const COLUMNS: &[(&str, usize)] = &[
     ("paced p99", 9),
     ("ratio", 5),
     ("thr %", 5),
+    ("brk %", 5),
     ("limit", 5),
     ("elastic", 7),
     ("rows", 5),
@@ -35,6 +36,8 @@ pub fn row(f: &NodeFigures) -> Vec<String> {
         fmt_us(f.paced_p99_us),
         f2(f.p99_ratio()),
         f.throttled_share()
+            .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
+        f.quota_braked_at_rest
             .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
         f2(f.limit_at_rest),
         f2(f.elastic_at_rest),
@@ -88,7 +91,7 @@ impl Run {
              in flight across a machine pause; paced p99, limit and elastic CPUs at rest: the paced \
              phase's last {} s; elastic: the node's CPUs at rest over its baseline, rows: the scan's \
              rows over the rows a CPU-second encodes (alone, at best), ledger: the elastic CPU the \
-             library's ledger charged; thr %: throttled periods while the scan ran; limit: the share as the \
+             library's ledger charged; thr %: throttled periods while the scan ran; brk %: time at rest the quota brake held elastic work back; limit: the share as the \
              bucket applies it (held to the quota's headroom), of the node's quota; * the stepped node",
             self.plan.lengths.rest
         );
