@@ -12,9 +12,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::{assert_ledger_balanced, attached, scripted, Burn, MS};
-use elastic_cpu_pacer::settings::{Brake, Inputs};
+use elastic_cpu_pacer::settings::{Brake, Inputs, Steps};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
-use elastic_cpu_pacer::{Elastic, PacedExt};
+use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 
 /// The brake's check at a 100 ms period: a fiftieth of it.
 const CHECK: Duration = Duration::from_millis(2);
@@ -204,4 +204,48 @@ fn the_brakes_are_counted_in_the_metrics() {
         .find(|(key, _, _, _)| key.key().name() == "elastic_cpu_quota_brakes_total")
         .map(|(_, _, _, value)| value);
     assert_eq!(brakes, Some(DebugValue::Counter(1)));
+}
+
+#[test]
+fn the_governor_thread_brakes_between_its_ticks() {
+    // A real governor thread with a tick of a minute: only its quota checks can brake. Armed
+    // from the start (no throttling input); the process's CPU time is scripted, the clock is
+    // real. The deadline is a hang guard, not a timing assertion.
+    let script = Script::new();
+    script.quota(0.5);
+    script.cpus(1);
+    script.spend(Duration::ZERO);
+    let tick = Duration::from_secs(60);
+    let elastic = Elastic::builder()
+        .script(script.clone())
+        .profile(Profile::Custom(Steps {
+            tick,
+            window: tick,
+            ..Profile::Cockroach.steps()
+        }))
+        .fixed_share(1.0)
+        .brake(Brake::Off)
+        .inputs(Inputs {
+            throttling: false,
+            ..Inputs::default()
+        })
+        .build()
+        .unwrap();
+    let _rt = attached(&elastic);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // Spending five times faster than real time passes the line within a period.
+    while elastic.snapshot().quota_brakes == 0 {
+        assert!(std::time::Instant::now() < deadline, "never braked");
+        script.spend(5 * MS);
+        std::thread::sleep(MS);
+    }
+    let s = elastic.snapshot();
+    assert!(s.queue.paused, "{s:#?}");
+    assert_eq!(s.ticks, 0, "braked by a tick, not by a quota check");
+    // Nothing more spent: it lets go as the spending leaves the window.
+    while elastic.snapshot().queue.paused {
+        assert!(std::time::Instant::now() < deadline, "never released");
+        std::thread::sleep(MS);
+    }
+    elastic.shutdown();
 }

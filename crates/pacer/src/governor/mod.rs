@@ -827,6 +827,13 @@ impl Control {
                 g.watch_quota(q.cgroup_dir.clone(), q.cpus, q.period);
             }
         });
+        if matches!(quota, QuotaReading::Limited(_)) {
+            // The quota brake may want its first reading before the next tick.
+            let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(handle) = thread.as_ref() {
+                handle.thread().unpark();
+            }
+        }
     }
 
     /// What attaching reads from the OS (or the script): the quota, the affinity mask and the
