@@ -289,7 +289,6 @@ impl Governor {
     /// The quiet readings: hold elastic work back for one, or read the intervals it was held
     /// for (or that had no elastic work in them) and release it.
     fn read_quiet(&mut self) {
-        let in_quota = self.quota_seen;
         // Only a measured target needs readings bought with held work; ticks without elastic
         // work are read anyway.
         let holdable = self.auto_target && self.classes.iter().any(|c| c.holdable());
@@ -297,18 +296,12 @@ impl Governor {
         let ran = self.classes.iter().any(Class::active);
         match self.quiet.tick(ran, holdable) {
             QuietStep::Run => {}
-            QuietStep::Hold => {
-                for class in &mut self.classes {
-                    class.hold(Hold::Quiet, true, in_quota);
-                }
-            }
+            QuietStep::Hold => self.hold_all(Hold::Quiet, true),
             QuietStep::Read(n) => {
                 self.probe.mark_quiet(n);
                 let sched = self.probe.quiet_window().queue_latency.all.p99;
                 self.quiet.record(sched, self.signal.recent_run_queue(n));
-                for class in &mut self.classes {
-                    class.hold(Hold::Quiet, false, in_quota);
-                }
+                self.hold_all(Hold::Quiet, false);
             }
         }
     }
@@ -528,9 +521,7 @@ impl Governor {
             }
             if change != Change::Keep {
                 self.brakes += u64::from(on);
-                for class in &mut self.classes {
-                    class.hold(Hold::Brake, on, self.quota_seen);
-                }
+                self.hold_all(Hold::Brake, on);
             }
         }
         if let Some(quota) = &mut self.quota_brake {
@@ -542,9 +533,7 @@ impl Governor {
             }
             if change != QuotaChange::Keep {
                 let on = quota.is_on();
-                for class in &mut self.classes {
-                    class.hold(Hold::Quota, on, self.quota_seen);
-                }
+                self.hold_all(Hold::Quota, on);
             }
         }
         self.recheck()
@@ -561,9 +550,21 @@ impl Governor {
         }
     }
 
+    /// Hold every class back for `why` (those it applies to), or let go of that hold.
+    fn hold_all(&mut self, why: Hold, on: bool) {
+        for class in &mut self.classes {
+            class.hold(why, on, self.quota_seen);
+        }
+    }
+
     /// Whether either brake holds elastic work now.
     fn holding(&self) -> bool {
-        self.braked() || self.quota_brake.as_ref().is_some_and(QuotaBrake::is_on)
+        self.braked() || self.quota_braked()
+    }
+
+    /// Whether the quota brake is on.
+    fn quota_braked(&self) -> bool {
+        self.quota_brake.as_ref().is_some_and(QuotaBrake::is_on)
     }
 
     /// Whether the backlog brake is on.
@@ -575,8 +576,7 @@ impl Governor {
     #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
     fn add(&mut self, mut class: Class, at: usize) {
         class.hold(Hold::Brake, self.braked(), self.quota_seen);
-        let quota_braked = self.quota_brake.as_ref().is_some_and(QuotaBrake::is_on);
-        class.hold(Hold::Quota, quota_braked, self.quota_seen);
+        class.hold(Hold::Quota, self.quota_braked(), self.quota_seen);
         class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
         if self.target_source != TargetSource::Builder {
             class.set_target(self.target);
