@@ -67,7 +67,7 @@ Prints a line a second and a summary, writes a JSON and an HTML report.";
 
 const PHASES_HELP: &str = "\
 Phases (run in the order given, the list repeated --rounds times):
-  calm      the foreground alone
+  calm      the foreground alone, with the storm phases' 1.5x foreground step
   capacity  + setups in a closed loop, no timeouts: setups per second this machine can do
   open      + the storm, no gate
   static    + the storm, setups at a fixed rate (governor), the rest rejected with a hint
@@ -85,7 +85,8 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
     pub rounds: usize,
     /// length of the calm phase, warm-up included [default: the warm-up and as long as the
-    /// storm phases' measurement window, so both p99s are taken over the same span]
+    /// storm phases' measurement window, so both p99s are taken over the same span, with the
+    /// same foreground step]
     #[arg(long, value_name = "N", value_parser = positive)]
     pub calm_secs: Option<f64>,
     /// length of the capacity phase, warm-up included

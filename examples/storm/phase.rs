@@ -83,6 +83,21 @@ pub const STEPS: [Step; 6] = [
 /// capacity to the last.
 pub const STORM_WINDOW: (f64, f64) = (0.1, 0.9);
 
+/// Where `el` seconds into a phase of `secs` stands in a storm phase's steps (a share of it):
+/// a storm phase's own; calm's measurement window `window` mapped onto the storm phases'
+/// window, so calm runs the same foreground steps over what it measures and the p99s compare
+/// the same foreground with and without the storm. The capacity phase has no steps.
+fn storm_share(kind: Kind, el: f64, secs: f64, window: (f64, f64)) -> Option<f64> {
+    match kind {
+        k if k.storm() => Some(el / secs),
+        Kind::Calm => {
+            let into = ((el - window.0) / (window.1 - window.0).max(1e-9)).max(0.0);
+            Some(STORM_WINDOW.0 + (STORM_WINDOW.1 - STORM_WINDOW.0) * into)
+        }
+        _ => None,
+    }
+}
+
 pub fn run(ctx: &Ctx, kind: Kind, round: usize, rep: &mut Report) -> Segment {
     let mut seg = Segment::new(kind, round);
     seg.start_ms = ctx.run_start.elapsed().as_millis() as u64;
@@ -224,17 +239,19 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
     let mut fg_factor = 1.0;
     loop {
         let el = t0.elapsed().as_secs_f64();
-        if kind.storm() {
-            let s = STEPS.iter().rposition(|s| el >= s.from * secs).unwrap_or(0);
+        if let Some(at) = storm_share(kind, el, secs, (w0, w1)) {
+            let s = STEPS.iter().rposition(|s| at >= s.from).unwrap_or(0);
             if s != step {
                 step = s;
                 population = (STEPS[s].demand * peak_clients).round() as usize;
+                // Calm marks its foreground steps only.
+                let marked = kind.storm() || STEPS[s].fg != fg_factor;
                 fg_factor = STEPS[s].fg;
                 rate.set(ctx.rate * fg_factor);
                 if let Some(c) = clients.as_mut() {
                     c.set_population(population);
                 }
-                if s > 0 {
+                if s > 0 && marked {
                     seg.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
                 }
             }

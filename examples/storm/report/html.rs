@@ -17,7 +17,7 @@ impl Report {
         );
         let _ = write!(
             h,
-            "<div class=\"note\">{} CPUs, service runtime {} workers, tokio_unstable {}. Established: {:.0} req/s at calm (1.5x in the storm's middle), Poisson over {} loopback connections, {} us CPU each, \
+            "<div class=\"note\">{} CPUs, service runtime {} workers, tokio_unstable {}. Established: {:.0} req/s at calm, 1.5x in the middle of each storm and of calm's window, Poisson over {} loopback connections, {} us CPU each, \
              latency from the intended send time (load generator at real-time priority). Setup: {}, {:.0} us of server CPU when measured alone{}. \
              Clients (a separate process, normal priority): timeout {} ms, think {} ms, {} requests per session; the storm peaks at {}x capacity. \
              Static: {} x capacity. Gate: deadline {} ms, queue {}, retry hint {}. Phases: calm {:.1} s, capacity {} s (first {} s left out), storm phases {} s (measured from 10% to 90%), {} round(s). \
@@ -143,7 +143,7 @@ impl Report {
             &[],
         ));
         h.push_str("<div class=\"note\">Shading: phases; dotted lines: the storm's steps (connection demand 0.3x, 1x the peak; the foreground 1.5x from \
-            the middle; back down). Each point is one second.</div>");
+            the middle; back down; in calm, its foreground steps only). Each point is one second.</div>");
 
         h.push_str("<h2>Rounds</h2><table><tr><th>phase</th><th>round</th><th>est. p99</th><th>setups/s</th><th>rejected/s</th><th>expired/s</th><th>wasted</th><th>gate share</th><th>pauses (requests left out)</th></tr>");
         for s in &self.segments {
