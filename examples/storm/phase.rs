@@ -286,12 +286,17 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
                 (d.completed + d.wasted) as f64 / dt,
             );
         }
-        let (share, queue) = match svc.as_ref().map(|s| &s.admission) {
+        let (share, queue, in_flight) = match svc.as_ref().map(|s| &s.admission) {
             Some(Admission::Gated { gate, .. }) => {
                 let g = gate.snapshot();
-                (Some(g.share), Some(g.queue_len as f64))
+                let cap = g.stats.max_in_setup;
+                (
+                    Some(g.share),
+                    Some(g.queue_len as f64),
+                    Some((g.in_setup, cap)),
+                )
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
         if mark.is_some() && el <= w1 + 0.5 {
             if let Some(s) = share {
@@ -336,7 +341,9 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
                     // What the gate's controller steered by (the elastic signal it shares).
                     let e = elastic.snapshot();
                     format!(
-                        " | share {s:.2} queue {q:.0} | signal {} ({}, sched {}, io {})",
+                        " | share {s:.2} queue {q:.0} in setup {} of {} | signal {} ({}, sched {}, io {})",
+                        in_flight.map_or(0, |f| f.0),
+                        in_flight.map_or(0, |f| f.1),
                         fmt_us(e.signal_p99.map(|d| d.as_secs_f64() * 1e6)),
                         e.signal_source,
                         fmt_us(e.sched_p99.map(|d| d.as_secs_f64() * 1e6)),

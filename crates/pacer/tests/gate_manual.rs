@@ -446,3 +446,85 @@ fn setups_in_long_polls_never_hold_every_worker() {
     drop(first);
     assert!(admit_now(&gate).is_some());
 }
+
+/// Runs `n` setups one after another, each admitted here and waiting `wait` on its client: on
+/// `pool` (an idle pool's runtime), the wait comes before its one poll of `run`; without one,
+/// here, between two polls of `run`. Then refills the bucket and ticks.
+fn setups_waiting_on_clients(
+    clock: &ManualClock,
+    elastic: &Elastic,
+    gate: &ConnectionGate,
+    pool: Option<&tokio::runtime::Handle>,
+    (n, wait, run): (usize, Duration, Duration),
+) {
+    for _ in 0..n {
+        let permit = admit_now(gate).expect("admitted");
+        let setup = |polls| {
+            let clock = clock.clone();
+            permit.run(ScriptedSetup { clock, run, polls })
+        };
+        match pool {
+            Some(pool) => {
+                // Admitted on another thread: the wait before the first poll is not running.
+                clock.advance(wait);
+                let setup = setup(1);
+                let (tx, rx) = std::sync::mpsc::channel();
+                pool.spawn(async move {
+                    let _ = tx.send(setup.await);
+                });
+                // A bound against a hang, not a timing assertion.
+                assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(7));
+            }
+            None => {
+                let (_c, waker) = CountingWaker::new();
+                let mut cx = Context::from_waker(&waker);
+                let mut setup = Box::pin(setup(2));
+                assert!(setup.as_mut().poll(&mut cx).is_pending());
+                clock.advance(wait);
+                assert_eq!(setup.as_mut().poll(&mut cx), Poll::Ready(7));
+            }
+        }
+    }
+    clock.advance(Duration::from_millis(50));
+    elastic.tick();
+}
+
+#[test]
+fn setups_on_an_idle_pool_that_wait_on_their_clients_get_more_in_flight() {
+    let clock = ManualClock::new();
+    let (elastic, gate) = gate(&clock, 0.9, 2.0, GateSettings::new());
+    let pool = elastic.idle_runtime(1).expect("idle pool");
+    elastic.tick();
+    assert_eq!(
+        gate.snapshot().stats.max_in_setup,
+        2,
+        "1.8 CPUs: 2, rounded up"
+    );
+    for _ in 0..12 {
+        let shape = (8, 3 * MS, MS);
+        setups_waiting_on_clients(&clock, &elastic, &gate, Some(pool.handle()), shape);
+    }
+    // 4 ms in flight for each 1 ms run: about 4 × 2 in flight, never more.
+    let cap = gate.snapshot().stats.max_in_setup;
+    assert!((7..=8).contains(&cap), "{cap}");
+    let held: Vec<_> = (0..cap).map(|_| admit_now(&gate)).collect();
+    assert!(held.iter().all(Option::is_some), "{cap} at once");
+    assert!(admit_now(&gate).is_none(), "one more than the cap");
+    drop(held);
+    // The same setups ending on the runtime: back to the plain cap.
+    setups_waiting_on_clients(&clock, &elastic, &gate, None, (8, 3 * MS, MS / 10));
+    assert_eq!(gate.snapshot().stats.max_in_setup, 2);
+}
+
+#[test]
+fn setups_on_the_runtime_that_wait_on_their_clients_keep_the_plain_cap() {
+    let clock = ManualClock::new();
+    let (elastic, gate) = gate(&clock, 0.9, 2.0, GateSettings::new());
+    for _ in 0..12 {
+        setups_waiting_on_clients(&clock, &elastic, &gate, None, (8, 3 * MS, MS / 10));
+    }
+    assert_eq!(gate.snapshot().stats.max_in_setup, 2);
+    let (a, b) = (admit_now(&gate), admit_now(&gate));
+    assert!(a.is_some() && b.is_some());
+    assert!(admit_now(&gate).is_none());
+}

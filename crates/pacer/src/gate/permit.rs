@@ -37,11 +37,14 @@ pub struct SetupPermit {
     yield_at: YieldPoint,
     /// Where the current chunk started.
     mark: Option<(Mark, ThreadId)>,
+    /// When it was admitted (its time in flight is measured from here).
+    admitted: Mark,
 }
 
 impl SetupPermit {
     pub(crate) fn new(gate: Arc<GateShared>, grant: SetupGrant) -> SetupPermit {
         let yield_at = YieldPoint::new(gate.quantum);
+        let admitted = gate.running.mark(false);
         let mut permit = SetupPermit {
             gate,
             grant: Some(grant),
@@ -49,6 +52,7 @@ impl SetupPermit {
             since_yield: Duration::ZERO,
             yield_at,
             mark: None,
+            admitted,
         };
         permit.start_chunk();
         permit
@@ -163,6 +167,10 @@ impl Drop for SetupPermit {
     fn drop(&mut self) {
         self.end_chunk();
         if let Some(grant) = self.grant.take() {
+            let (_, in_flight) = self.gate.running.since(self.admitted);
+            self.gate
+                .flight
+                .record(in_flight, self.used, on_idle_pool());
             self.gate.queue.done(grant, self.used);
         }
     }
