@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use common::{assert_ledger_balanced, attached, scripted, Burn, MS};
+use common::{assert_ledger_balanced, attached, eventually, scripted, Burn, MS};
 use elastic_cpu_pacer::settings::{Brake, Inputs, Steps};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
@@ -232,20 +232,18 @@ fn the_governor_thread_brakes_between_its_ticks() {
         .build()
         .unwrap();
     let _rt = attached(&elastic);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    // Spending five times faster than real time passes the line within a period.
-    while elastic.snapshot().quota_brakes == 0 {
-        assert!(std::time::Instant::now() < deadline, "never braked");
-        script.spend(5 * MS);
-        std::thread::sleep(MS);
-    }
+    // Spending five times faster than real time (25 ms per 5 ms wait) passes the line within
+    // a period.
+    eventually("a quota brake", Duration::from_secs(30), || {
+        script.spend(25 * MS);
+        elastic.snapshot().quota_brakes > 0
+    });
     let s = elastic.snapshot();
     assert!(s.queue.paused, "{s:#?}");
     assert_eq!(s.ticks, 0, "braked by a tick, not by a quota check");
     // Nothing more spent: it lets go as the spending leaves the window.
-    while elastic.snapshot().queue.paused {
-        assert!(std::time::Instant::now() < deadline, "never released");
-        std::thread::sleep(MS);
-    }
+    eventually("its release", Duration::from_secs(30), || {
+        !elastic.snapshot().queue.paused
+    });
     elastic.shutdown();
 }

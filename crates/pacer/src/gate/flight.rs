@@ -91,7 +91,7 @@ impl Flight {
         s.factor
     }
 
-    /// `cap` holders raised by the multiplier, rounded up.
+    /// `cap` holders raised by the multiplier (after [`update`](Self::update)), rounded up.
     pub(crate) fn raise(&self, cap: usize) -> usize {
         let raised = (cap as f64 * self.update()).ceil();
         if raised.is_finite() && raised >= 1.0 {

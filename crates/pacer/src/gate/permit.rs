@@ -37,14 +37,13 @@ pub struct SetupPermit {
     yield_at: YieldPoint,
     /// Where the current chunk started.
     mark: Option<(Mark, ThreadId)>,
-    /// When it was admitted (its time in flight is measured from here).
-    admitted: Mark,
+    /// When it was admitted: its first chunk's mark (time in flight is measured from here).
+    admitted: Option<Mark>,
 }
 
 impl SetupPermit {
     pub(crate) fn new(gate: Arc<GateShared>, grant: SetupGrant) -> SetupPermit {
         let yield_at = YieldPoint::new(gate.quantum);
-        let admitted = gate.running.mark(false);
         let mut permit = SetupPermit {
             gate,
             grant: Some(grant),
@@ -52,9 +51,10 @@ impl SetupPermit {
             since_yield: Duration::ZERO,
             yield_at,
             mark: None,
-            admitted,
+            admitted: None,
         };
         permit.start_chunk();
+        permit.admitted = permit.mark.map(|(mark, _)| mark);
         permit
     }
 
@@ -167,7 +167,9 @@ impl Drop for SetupPermit {
     fn drop(&mut self) {
         self.end_chunk();
         if let Some(grant) = self.grant.take() {
-            let (_, in_flight) = self.gate.running.since(self.admitted);
+            let in_flight = self
+                .admitted
+                .map_or(Duration::ZERO, |m| self.gate.running.wall_since(m));
             self.gate
                 .flight
                 .record(in_flight, self.used, on_idle_pool());
