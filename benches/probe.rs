@@ -41,6 +41,8 @@
 //!   `io_probe_cpu_share`).
 //! * `run_queue/sample/{8,32}`: one `RunQueueStats::sample()` over a registry of 8 / 32 threads
 //!   (one `schedstat` read each, Linux): what the run-queue signal costs the governor per tick.
+//!   `run_queue/bystanders/{8,32}`: the same threads unregistered, read as bystanders (a
+//!   listing of the process's tasks, then a read each; the bench's own threads join them).
 //!
 //! ```text
 //! cargo bench --bench probe
@@ -54,7 +56,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use elastic_cpu_core::{Clock, ProcessCpuClock, ThreadCpuClock};
 use elastic_cpu_probe::{
-    IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig, RunQueueStats, ThreadRegistry, ThreadRole,
+    current_tid, IoCanary, IoProbe, IoProbeConfig, Probe, ProbeConfig, RunQueueStats,
+    ThreadRegistry, ThreadRole,
 };
 use tokio::runtime::Runtime;
 
@@ -805,6 +808,15 @@ fn run_queue(c: &mut Criterion) {
         } else {
             group.bench_function(BenchmarkId::new("sample", threads), |b| {
                 b.iter(|| black_box(stats.sample().is_ok()))
+            });
+            // The same threads unregistered, read as bystanders beside one registered thread.
+            let lone = ThreadRegistry::new();
+            if let Ok(tid) = current_tid() {
+                lone.register(tid, ThreadRole::Worker);
+            }
+            let mut beside = RunQueueStats::new(&lone).read_bystanders(64);
+            group.bench_function(BenchmarkId::new("bystanders", threads), |b| {
+                b.iter(|| black_box(beside.sample().is_ok()))
             });
         }
         stop.store(true, Ordering::Relaxed);

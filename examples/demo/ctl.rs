@@ -92,21 +92,12 @@ pub struct SignalSnap {
     pub io_p99_us: Option<f64>,
     /// Mean OS run-queue wait per timeslice of the runtime's threads, over the window.
     pub rq_delay_us: Option<f64>,
+    /// The same for the process's threads beside the runtime (the load generator's here).
+    pub bystander_delay_us: Option<f64>,
     /// Run-queue wait over the last tick as a share of it: the runtime's threads, and the
     /// threads running elastic work (`pace_blocking`).
     pub rq_wait: Option<f64>,
     pub elastic_rq_wait: Option<f64>,
-}
-
-fn source_name(s: SignalSource) -> &'static str {
-    use SignalSource as S;
-    match s {
-        S::Sched => "sched",
-        S::Io => "io",
-        S::RunQueue => "run-queue",
-        S::Throttled => "throttled",
-        _ => "none",
-    }
 }
 
 /// The runtime under test plus its elastic-CPU handle.
@@ -215,9 +206,10 @@ impl Control {
                 .map(|cap| (cap / s.cpus).min(1.0)),
             signal: SignalSnap {
                 signal_p99_us: us(s.signal_p99.filter(|d| *d != Duration::MAX)),
-                source: source_name(s.signal_source),
+                source: SignalSource::name(s.signal_source),
                 io_p99_us: us(s.io_p99),
                 rq_delay_us: us(s.run_queue_delay),
+                bystander_delay_us: us(s.bystander_delay),
                 rq_wait: s.run_queue_wait,
                 elastic_rq_wait: s.elastic_run_queue_wait,
             },

@@ -305,16 +305,6 @@ pub fn applied_limit(share: f64, headroom_cpus: Option<f64>, cpus: f64) -> f64 {
     }
 }
 
-fn source_name(s: SignalSource) -> &'static str {
-    match s {
-        SignalSource::Sched => "sched",
-        SignalSource::Io => "io",
-        SignalSource::RunQueue => "run-queue",
-        SignalSource::Throttled => "throttled",
-        _ => "none",
-    }
-}
-
 /// The node's counters now, with the limit's means since the last sample.
 fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) -> Sample {
     let s = elastic.snapshot();
@@ -341,7 +331,7 @@ fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) 
             .filter(|d| *d != Duration::MAX)
             .map(|d| d.as_nanos() as f64 / 1e3),
         target_us: s.target.as_nanos() as f64 / 1e3,
-        source: source_name(s.signal_source).into(),
+        source: SignalSource::name(s.signal_source).into(),
     }
 }
 

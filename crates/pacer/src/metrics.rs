@@ -41,7 +41,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_run_queue_delay_seconds",
         "seconds",
-        "Mean OS run-queue wait per timeslice of the runtime's threads over the probe window (unset while unavailable)",
+        "Mean OS run-queue wait per timeslice over the probe window, of the runtime's threads (threads=runtime) and of the process's other threads, elastic work's aside (threads=bystanders); unset while unavailable",
     ),
     (
         "elastic_cpu_run_queue_wait_ratio",
@@ -230,8 +230,14 @@ pub(crate) fn emit(s: &Snapshot) {
     if let Some(p99) = s.io_p99 {
         gauge!("elastic_cpu_io_latency_p99_seconds").set(p99.as_secs_f64());
     }
-    if let Some(d) = s.run_queue_delay {
-        gauge!("elastic_cpu_run_queue_delay_seconds").set(d.as_secs_f64());
+    for (threads, delay) in [
+        ("runtime", s.run_queue_delay),
+        ("bystanders", s.bystander_delay),
+    ] {
+        if let Some(d) = delay {
+            gauge!("elastic_cpu_run_queue_delay_seconds", "threads" => threads)
+                .set(d.as_secs_f64());
+        }
     }
     if let Some(f) = s.run_queue_wait {
         gauge!("elastic_cpu_run_queue_wait_ratio", "kind" => "foreground").set(f);

@@ -23,6 +23,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::readings::{RunQueueWaits, Waiters};
 use crate::signal::{window_delay, Reading, SignalSource};
 
 /// Ticks between the first two holds while elastic work runs (the first comes at once); the
@@ -78,8 +79,8 @@ pub(crate) struct Quiet {
     readings: u64,
     /// The scheduling p99 of the probe's quiet window at the last reading.
     sched: Option<Duration>,
-    /// The quiet ticks' run-queue samples (wait, timeslices), newest last.
-    run_queue: VecDeque<(Duration, u64)>,
+    /// The quiet ticks' run-queue samples, newest last.
+    run_queue: VecDeque<RunQueueWaits>,
     /// The window's length in ticks: the quiet samples kept.
     intervals: usize,
 }
@@ -89,6 +90,7 @@ pub(crate) struct Quiet {
 pub(crate) struct Baseline {
     pub(crate) sched: Option<Duration>,
     pub(crate) run_queue: Option<Duration>,
+    pub(crate) bystanders: Option<Duration>,
 }
 
 impl Quiet {
@@ -149,7 +151,7 @@ impl Quiet {
     pub(crate) fn record<'a>(
         &mut self,
         sched: Option<Duration>,
-        run_queue: impl IntoIterator<Item = &'a (Duration, u64)>,
+        run_queue: impl IntoIterator<Item = &'a RunQueueWaits>,
     ) {
         self.readings += 1;
         self.sched = sched;
@@ -163,7 +165,8 @@ impl Quiet {
     pub(crate) fn baseline(&self) -> Baseline {
         Baseline {
             sched: self.sched,
-            run_queue: window_delay(&self.run_queue),
+            run_queue: window_delay(&self.run_queue, Waiters::Runtime),
+            bystanders: window_delay(&self.run_queue, Waiters::Bystanders),
         }
     }
 }
@@ -171,21 +174,25 @@ impl Quiet {
 impl Baseline {
     /// Whether there is a baseline to measure from.
     pub(crate) fn is_known(&self) -> bool {
-        self.sched.is_some() || self.run_queue.is_some()
+        self.sched.is_some() || self.run_queue.is_some() || self.bystanders.is_some()
     }
 
     /// What the controllers step on: what elastic work adds to each component over its
     /// baseline, against that component's allowance ([`ALLOWANCE_SHARE`] of its baseline, at
     /// least its floor: `quantum` for the scheduling p99, [`RUN_QUEUE_FLOOR`] for the run-queue
-    /// delay), as the component furthest over its allowance. Returned in units of the
+    /// delays of the runtime's threads and of the threads beside it), as the component furthest
+    /// over its allowance. Returned in units of the
     /// scheduling allowance, which is the target returned beside it: `(value, source, target)`.
     /// A component without a baseline, or without a reading, is left out.
     ///
     /// Each component has its own allowance because they differ in kind: the scheduling
     /// latency is a p99 of tokio's queue, the run-queue delay a mean of the OS's per wake-up,
-    /// and a few microseconds more in that mean is a lot more at its tail (and for threads
-    /// beside the runtime's, the load generator's or a proxy's, that wait behind the same
-    /// cores).
+    /// and a few microseconds more in that mean is a lot more at its tail.
+    ///
+    /// The threads beside the runtime (a client library's, another runtime's) are read apart:
+    /// their requests wait behind the same cores, elastic work can lengthen their waits where
+    /// the runtime's own stay short, and only what it adds over their quiet wait counts, so a
+    /// busy thread of their own does not throttle it.
     ///
     /// The I/O wake-up p99 does not steer here: its canaries come at a period that follows the
     /// runtime's load, so a quiet window (the runtime less busy, the canaries sparser) and a
@@ -204,6 +211,12 @@ impl Baseline {
                 self.run_queue,
                 RUN_QUEUE_FLOOR,
                 SignalSource::RunQueue,
+            ),
+            (
+                r.bystander_delay,
+                self.bystanders,
+                RUN_QUEUE_FLOOR,
+                SignalSource::Bystanders,
             ),
         ];
         let mut best: (Option<Duration>, SignalSource) = (None, SignalSource::None);
@@ -280,16 +293,24 @@ mod tests {
         let mut q = Quiet::new(4);
         assert!(!q.baseline().is_known());
         let ms = Duration::from_millis;
+        // The runtime's threads and the bystanders, whose waits are a tenth.
+        let t = |wait: u64| RunQueueWaits {
+            runtime: (ms(wait), 20),
+            bystanders: (ms(wait) / 10, 20),
+        };
         // Two readings of two ticks: 4 ms over 40 slices, then 12 ms over 40.
-        q.record(us(300), &[(ms(1), 20), (ms(3), 20)]);
+        q.record(us(300), &[t(1), t(3)]);
         assert_eq!(q.baseline().run_queue, us(100));
-        q.record(us(250), &[(ms(5), 20), (ms(7), 20)]);
+        assert_eq!(q.baseline().bystanders, us(10));
+        q.record(us(250), &[t(5), t(7)]);
         let b = q.baseline();
         assert_eq!(b.run_queue, us(200), "pooled: 16 ms over 80 slices");
+        assert_eq!(b.bystanders, us(20));
         assert_eq!(b.sched, us(250), "the probe's quiet window, as last read");
         // A window's worth only: the oldest ticks fall out.
-        q.record(us(250), &[(ms(9), 20), (ms(11), 20)]);
+        q.record(us(250), &[t(9), t(11)]);
         assert_eq!(q.baseline().run_queue, us(400), "32 ms over 80 slices");
+        assert_eq!(q.baseline().bystanders, us(40));
         // A reading without run-queue samples keeps the pool.
         q.record(None, &[]);
         assert_eq!(q.baseline().run_queue, us(400));
@@ -303,6 +324,7 @@ mod tests {
         let b = Baseline {
             sched: us(400),
             run_queue: us(40),
+            bystanders: us(20),
         };
         let sched_allowance = Duration::from_micros(400).mul_f64(ALLOWANCE_SHARE);
         let rq_allowance = Duration::from_micros(40)
@@ -332,6 +354,15 @@ mod tests {
             value.unwrap().abs_diff(want) <= Duration::from_nanos(10),
             "{value:?}"
         );
+        // The bystanders' delay twice its allowance (half of their 20 µs) over their
+        // baseline: they steer.
+        let by = Reading {
+            bystander_delay: Some(Duration::from_micros(20 + 2 * 10)),
+            ..rq.clone()
+        };
+        let (value, source, _) = b.steer(&by, q);
+        assert_eq!(source, SignalSource::Bystanders);
+        assert!(value.unwrap().abs_diff(sched_allowance * 2) <= Duration::from_nanos(10));
         // No reading, no component; no baseline, nothing to steer by.
         let sched_only = Reading {
             sched_p99: us(300),

@@ -76,13 +76,37 @@ pub(crate) trait IoSource: Send {
     fn stop(&mut self);
 }
 
-/// One tick of the OS run-queue delay of the runtime's threads.
+/// Whose run-queue waits a reading is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiters {
+    /// The runtime's threads that serve the foreground.
+    Runtime,
+    /// The process's threads the runtime does not know, elastic work's aside.
+    Bystanders,
+}
+
+/// One tick's run-queue waits, summed per [`Waiters`]: (wait, timeslices).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RunQueueWaits {
+    pub(crate) runtime: (Duration, u64),
+    pub(crate) bystanders: (Duration, u64),
+}
+
+impl RunQueueWaits {
+    /// The (wait, timeslices) of `who`.
+    pub(crate) fn of(&self, who: Waiters) -> (Duration, u64) {
+        match who {
+            Waiters::Runtime => self.runtime,
+            Waiters::Bystanders => self.bystanders,
+        }
+    }
+}
+
+/// One tick of the OS run-queue delay of the runtime's threads and of the threads beside them.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct RunQueueSample {
-    /// Summed run-queue wait of the threads serving the foreground over the tick.
-    pub(crate) foreground_wait: Duration,
-    /// Their timeslices over the tick.
-    pub(crate) foreground_slices: u64,
+    /// Summed waits and timeslices over the tick.
+    pub(crate) waits: RunQueueWaits,
     /// Their wait as a fraction of the tick (`None`: no such thread measured).
     pub(crate) foreground_fraction: Option<f64>,
     /// The same for the threads running elastic work (`pace_blocking`).
@@ -132,7 +156,9 @@ impl Sources {
                 Box::new(NoIo)
             },
             run_queue: run_queue.then(|| {
-                Box::new(OsRunQueue(RunQueueStats::new(threads))) as Box<dyn RunQueueSource>
+                Box::new(OsRunQueue(
+                    RunQueueStats::new(threads).read_bystanders(MAX_BYSTANDERS),
+                )) as Box<dyn RunQueueSource>
             }),
             cgroup: Box::new(OsCgroup),
             process: Box::new(OsProcess),
@@ -232,23 +258,30 @@ impl IoSource for OsIo {
     }
 }
 
-/// The kernel's per-thread scheduler statistics of the runtime's threads.
+/// The most threads beside the runtime read per tick: bounds the tick's cost in a process with
+/// many threads (each is a small procfs read).
+const MAX_BYSTANDERS: usize = 64;
+
+/// The kernel's per-thread scheduler statistics of the runtime's threads and of the threads
+/// beside them.
 struct OsRunQueue(RunQueueStats);
 
 impl RunQueueSource for OsRunQueue {
     fn sample(&mut self) -> Result<RunQueueSample, String> {
         let tick = self.0.sample().map_err(|why| why.to_string())?;
         let fg = ThreadRole::serves_foreground;
+        let by = |role| role == ThreadRole::Bystander;
+        let sum = |include: &dyn Fn(ThreadRole) -> bool| {
+            let slices = tick.threads.iter().filter(|t| include(t.role));
+            (tick.total_wait(include), slices.map(|t| t.timeslices).sum())
+        };
         Ok(RunQueueSample {
-            foreground_wait: tick.total_wait(fg),
-            foreground_slices: tick
-                .threads
-                .iter()
-                .filter(|t| fg(t.role))
-                .map(|t| t.timeslices)
-                .sum(),
+            waits: RunQueueWaits {
+                runtime: sum(&fg),
+                bystanders: sum(&by),
+            },
             foreground_fraction: tick.wait_fraction(fg),
-            elastic_fraction: tick.wait_fraction(|role| !fg(role)),
+            elastic_fraction: tick.wait_fraction(|role| role == ThreadRole::Elastic),
         })
     }
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::readings::{Availability, Sources};
+use crate::readings::{Availability, RunQueueWaits, Sources, Waiters};
 use crate::throttle::ThrottleWatch;
 
 /// The I/O wake-up p99 is compared with this many times the target (it joins the signal
@@ -43,19 +43,30 @@ pub enum SignalSource {
     Io,
     /// The OS run-queue delay of the runtime's threads.
     RunQueue,
+    /// The OS run-queue delay of the process's threads beside the runtime (with a measured
+    /// target only: what elastic work adds over their quiet wait).
+    Bystanders,
     /// The cgroup was throttled: over the target whatever the probes saw.
     Throttled,
 }
 
-impl fmt::Display for SignalSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl SignalSource {
+    /// The component's short name, as `Display` writes it (`"run-queue"`).
+    pub fn name(self) -> &'static str {
+        match self {
             SignalSource::None => "none",
             SignalSource::Sched => "sched",
             SignalSource::Io => "io",
             SignalSource::RunQueue => "run-queue",
+            SignalSource::Bystanders => "bystanders",
             SignalSource::Throttled => "throttled",
-        })
+        }
+    }
+}
+
+impl fmt::Display for SignalSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -82,6 +93,8 @@ pub(crate) struct Reading {
     pub(crate) io_quiet: bool,
     pub(crate) io_period: Option<Duration>,
     pub(crate) run_queue_delay: Option<Duration>,
+    /// The same for the threads beside the runtime.
+    pub(crate) bystander_delay: Option<Duration>,
     pub(crate) run_queue_wait: Option<f64>,
     pub(crate) elastic_run_queue_wait: Option<f64>,
     pub(crate) run_queue: Availability,
@@ -94,8 +107,8 @@ pub(crate) struct Reading {
 pub(crate) struct SignalStage {
     /// `None`: the throttling input is off.
     throttle: Option<ThrottleWatch>,
-    /// Foreground-serving threads' (run-queue wait, timeslices) per tick of the window.
-    rq_window: VecDeque<(Duration, u64)>,
+    /// The run-queue waits per tick of the window.
+    rq_window: VecDeque<RunQueueWaits>,
 }
 
 impl SignalStage {
@@ -129,12 +142,12 @@ impl SignalStage {
                     r.run_queue = Availability::On;
                     r.run_queue_wait = tick.foreground_fraction;
                     r.elastic_run_queue_wait = tick.elastic_fraction;
-                    self.rq_window
-                        .push_back((tick.foreground_wait, tick.foreground_slices));
+                    self.rq_window.push_back(tick.waits);
                     while self.rq_window.len() > intervals.max(1) {
                         self.rq_window.pop_front();
                     }
-                    r.run_queue_delay = window_delay(&self.rq_window);
+                    r.run_queue_delay = window_delay(&self.rq_window, Waiters::Runtime);
+                    r.bystander_delay = window_delay(&self.rq_window, Waiters::Bystanders);
                 }
                 Err(why) => {
                     r.run_queue = Availability::Unavailable(why);
@@ -176,8 +189,8 @@ impl SignalStage {
         }
     }
 
-    /// The run-queue samples (wait, timeslices) of the last `n` ticks, oldest first.
-    pub(crate) fn recent_run_queue(&self, n: usize) -> impl Iterator<Item = &(Duration, u64)> {
+    /// The run-queue samples of the last `n` ticks, oldest first.
+    pub(crate) fn recent_run_queue(&self, n: usize) -> impl Iterator<Item = &RunQueueWaits> {
         let skip = self.rq_window.len().saturating_sub(n);
         self.rq_window.iter().skip(skip)
     }
@@ -195,14 +208,18 @@ impl SignalStage {
     }
 }
 
-/// Mean run-queue wait per timeslice over the window: how long, on average, a runtime thread
-/// that became runnable waited for a CPU. `None` with no timeslice in the window.
+/// Mean run-queue wait per timeslice of `who` over the window: how long, on average, one of
+/// those threads that became runnable waited for a CPU. `None` with no timeslice in the window.
 pub(crate) fn window_delay<'a>(
-    window: impl IntoIterator<Item = &'a (Duration, u64)>,
+    window: impl IntoIterator<Item = &'a RunQueueWaits>,
+    who: Waiters,
 ) -> Option<Duration> {
     let (wait, slices) = window
         .into_iter()
-        .fold((Duration::ZERO, 0u64), |(w, s), &(dw, ds)| (w + dw, s + ds));
+        .fold((Duration::ZERO, 0u64), |(w, s), t| {
+            let (dw, ds) = t.of(who);
+            (w + dw, s + ds)
+        });
     let slices = u32::try_from(slices).unwrap_or(u32::MAX);
     (slices > 0).then(|| wait / slices)
 }
@@ -318,12 +335,20 @@ mod tests {
 
     #[test]
     fn run_queue_delay_is_wait_per_timeslice_over_the_window() {
+        let tick = |runtime, bystanders| RunQueueWaits {
+            runtime,
+            bystanders,
+        };
         let mut w = VecDeque::new();
-        assert_eq!(window_delay(&w), None);
-        w.push_back((Duration::ZERO, 0));
-        assert_eq!(window_delay(&w), None);
-        w.push_back((Duration::from_micros(900), 3));
-        w.push_back((Duration::from_micros(100), 7));
-        assert_eq!(window_delay(&w), us(100));
+        assert_eq!(window_delay(&w, Waiters::Runtime), None);
+        w.push_back(tick((Duration::ZERO, 0), (Duration::ZERO, 0)));
+        assert_eq!(window_delay(&w, Waiters::Runtime), None);
+        w.push_back(tick((Duration::from_micros(900), 3), (Duration::ZERO, 0)));
+        w.push_back(tick(
+            (Duration::from_micros(100), 7),
+            (Duration::from_micros(60), 2),
+        ));
+        assert_eq!(window_delay(&w, Waiters::Runtime), us(100));
+        assert_eq!(window_delay(&w, Waiters::Bystanders), us(30));
     }
 }

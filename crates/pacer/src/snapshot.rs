@@ -95,6 +95,11 @@ pub struct Snapshot {
     /// ([`Inputs::run_queue`](crate::settings::Inputs::run_queue)). `None`:
     /// unavailable (see [`run_queue`](Self::run_queue)) or no timeslice in the window.
     pub run_queue_delay: Option<Duration>,
+    /// The same for the process's threads beside the runtime (up to 64 of them: a client
+    /// library's, another runtime's; elastic work's threads aside). With the measured target
+    /// what elastic work adds to it over its quiet reading steers too
+    /// ([`SignalSource::Bystanders`]).
+    pub bystander_delay: Option<Duration>,
     /// Run-queue wait of those threads over the last tick, summed, as a fraction of the tick
     /// (0.12: together they waited 12 % of the tick for a CPU).
     pub run_queue_wait: Option<f64>,
@@ -237,6 +242,7 @@ impl Snapshot {
             io_quiet: reading.io_quiet,
             io_period: reading.io_period,
             run_queue_delay: reading.run_queue_delay,
+            bystander_delay: reading.bystander_delay,
             run_queue_wait: reading.run_queue_wait,
             elastic_run_queue_wait: reading.elastic_run_queue_wait,
             run_queue: reading.run_queue.clone(),

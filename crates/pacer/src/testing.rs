@@ -15,7 +15,7 @@ use tokio::runtime::Handle;
 
 use crate::readings::{
     Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
-    RunQueueSource, Sources,
+    RunQueueSource, RunQueueWaits, Sources,
 };
 
 /// Every reading the governor takes from the OS and the runtime, set by the test: the I/O
@@ -54,6 +54,7 @@ struct State {
     io: Option<IoWindow>,
     io_quiet: bool,
     run_queue: Option<Duration>,
+    bystanders: Option<Duration>,
     quota: Option<f64>,
     throttled: u64,
     process_cpu: Option<Duration>,
@@ -90,6 +91,12 @@ impl Script {
     /// From the next tick, the runtime's threads wait this long for a CPU per timeslice.
     pub fn run_queue_delay(&self, per_timeslice: Duration) {
         self.state().run_queue = Some(per_timeslice);
+    }
+
+    /// From the next tick, the process's threads beside the runtime (a client library's,
+    /// another runtime's) wait this long for a CPU per timeslice.
+    pub fn bystander_delay(&self, per_timeslice: Duration) {
+        self.state().bystanders = Some(per_timeslice);
     }
 
     /// The process's cgroup has a CPU quota of `cpus`: the next
@@ -141,6 +148,7 @@ impl std::fmt::Debug for Script {
         f.debug_struct("Script")
             .field("io", &s.io)
             .field("run_queue", &s.run_queue)
+            .field("bystanders", &s.bystanders)
             .field("quota", &s.quota)
             .field("throttled", &s.throttled)
             .field("process_cpu", &s.process_cpu)
@@ -183,13 +191,16 @@ impl IoSource for Script {
 
 impl RunQueueSource for Script {
     fn sample(&mut self) -> Result<RunQueueSample, String> {
-        let delay = self
-            .state()
-            .run_queue
-            .ok_or_else(|| "no run-queue delay scripted".to_string())?;
+        let s = self.state();
+        if s.run_queue.is_none() && s.bystanders.is_none() {
+            return Err("no run-queue delay scripted".to_string());
+        }
+        let one = |d: Option<Duration>| d.map_or((Duration::ZERO, 0), |d| (d, 1));
         Ok(RunQueueSample {
-            foreground_wait: delay,
-            foreground_slices: 1,
+            waits: RunQueueWaits {
+                runtime: one(s.run_queue),
+                bystanders: one(s.bystanders),
+            },
             foreground_fraction: None,
             elastic_fraction: None,
         })

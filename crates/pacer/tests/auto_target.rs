@@ -19,6 +19,7 @@ const US: Duration = Duration::from_micros(1);
 
 struct Loop {
     clock: ManualClock,
+    script: Script,
     elastic: Elastic,
     _rt: tokio::runtime::Runtime,
 }
@@ -27,7 +28,8 @@ struct Loop {
 /// but the scheduling probe, which the test records into.
 fn measured() -> Loop {
     let clock = ManualClock::new();
-    let elastic = scripted(&clock, &Script::new())
+    let script = Script::new();
+    let elastic = scripted(&clock, &script)
         .cpus(1.0)
         .initial_share(0.5)
         .build()
@@ -35,6 +37,7 @@ fn measured() -> Loop {
     let rt = attached(&elastic);
     Loop {
         clock,
+        script,
         elastic,
         _rt: rt,
     }
@@ -174,4 +177,44 @@ fn a_gate_steps_on_the_latency_itself() {
         "{}",
         gate.snapshot().share
     );
+}
+
+/// Runs elastic work that always wants more for `ticks` ticks with the foreground's own
+/// scheduling wait at 200 µs throughout, the bystanders' run-queue delay `quiet` while elastic
+/// work is held for a reading and `running` otherwise; returns the share at the start and the
+/// end.
+fn bystanders_wait(l: &Loop, quiet: Duration, running: Duration, ticks: usize) -> (f64, f64) {
+    let mut work = l.work();
+    let mut start = None;
+    for _ in 0..ticks {
+        for _ in 0..10 {
+            let _ = poll(&mut work);
+        }
+        let held = l.elastic.snapshot().quiet_hold;
+        l.script.bystander_delay(if held { quiet } else { running });
+        l.tick(200 * US);
+        start.get_or_insert(l.elastic.snapshot().share);
+    }
+    (start.unwrap_or_default(), l.elastic.snapshot().share)
+}
+
+#[test]
+fn threads_beside_the_runtime_waiting_longer_behind_elastic_work_bring_the_share_down() {
+    let l = measured();
+    // A client library's threads wait 10 µs per wake-up quiet and 40 µs while elastic work
+    // runs; the runtime's own latency does not move.
+    let (start, end) = bystanders_wait(&l, 10 * US, 40 * US, 40);
+    let s = l.elastic.snapshot();
+    assert_eq!(s.signal_source, SignalSource::Bystanders);
+    assert_eq!(s.bystander_delay, Some(40 * US));
+    assert!(end < start - 0.1, "{start} → {end}");
+}
+
+#[test]
+fn threads_beside_the_runtime_that_wait_without_elastic_work_leave_the_share_up() {
+    let l = measured();
+    // The same 40 µs, but held or not: their own load, not elastic work's doing.
+    let (start, end) = bystanders_wait(&l, 40 * US, 40 * US, 40);
+    assert_ne!(l.elastic.snapshot().signal_source, SignalSource::Bystanders);
+    assert!(end >= start, "{start} → {end}");
 }

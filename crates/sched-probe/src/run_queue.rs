@@ -14,6 +14,8 @@ use crate::threads::{ThreadRegistry, ThreadRole};
 const PROC: &str = "/proc";
 /// A schedstat file is three numbers; reading at most this much keeps a bogus file cheap.
 const READ_LIMIT: u64 = 256;
+/// The start of every name this library gives its threads: such threads are never bystanders.
+const OWN_THREADS: &str = "elastic-cpu-";
 
 /// One thread's scheduler counters, as in its `schedstat` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,6 +250,10 @@ pub struct RunQueueStats {
     /// Number of the current sample (marks which baselines are still registered).
     generation: u64,
     last_sample: Option<Instant>,
+    /// The most threads outside the registry read per tick as bystanders (0: none).
+    bystanders: usize,
+    /// Per unregistered tid seen: whether it is one of this library's own threads (by name).
+    own: HashMap<u32, bool>,
     // Reused buffers: the thread list, a file path, the tid as text, the file's text.
     threads: Vec<(u32, ThreadRole)>,
     path: PathBuf,
@@ -300,11 +306,70 @@ impl RunQueueStats {
             last: HashMap::new(),
             generation: 0,
             last_sample: None,
+            bystanders: 0,
+            own: HashMap::new(),
             threads: Vec::new(),
             path: PathBuf::new(),
             name: String::new(),
             text: String::new(),
         }
+    }
+
+    /// Also read up to `at_most` threads of the process that the registry does not know, as
+    /// [`ThreadRole::Bystander`]s (lowest tids first): threads beside the runtime (another
+    /// runtime's, a client library's) whose waits elastic work may lengthen too. This library's
+    /// own threads (named `elastic-cpu-*`: the governor, the sampler, the idle pool) are never
+    /// bystanders. Each tick then lists `<proc root>/self/task` once (a directory read that
+    /// allocates), reads each new thread's `comm` once, and each bystander's `schedstat` as a
+    /// registered thread's.
+    ///
+    /// ```
+    /// use elastic_cpu_probe::{RunQueueStats, ThreadRegistry, ThreadRole};
+    ///
+    /// let registry = ThreadRegistry::new();
+    /// let _me = registry.register_current(ThreadRole::Worker);
+    /// let other = std::thread::spawn(|| std::thread::park());
+    /// let mut stats = RunQueueStats::new(&registry).read_bystanders(64);
+    /// let _baseline = stats.sample();
+    /// if let Ok(tick) = stats.sample() {
+    ///     // On Linux the spawned thread is read, as a bystander.
+    ///     let roles: Vec<_> = tick.threads.iter().map(|t| t.role).collect();
+    ///     assert!(roles.contains(&ThreadRole::Bystander));
+    /// }
+    /// other.thread().unpark();
+    /// other.join().unwrap();
+    /// ```
+    pub fn read_bystanders(mut self, at_most: usize) -> RunQueueStats {
+        self.bystanders = at_most;
+        self
+    }
+
+    /// Appends up to `self.bystanders` tids from the task directory that are not in `known`
+    /// (sorted by tid) as bystanders, lowest first; then sorts the whole list by tid.
+    fn add_bystanders(&mut self, threads: &mut Vec<(u32, ThreadRole)>) {
+        if self.bystanders == 0 {
+            return;
+        }
+        let Ok(dir) = std::fs::read_dir(&self.task_dir) else {
+            return;
+        };
+        let known = threads.len();
+        let mut others: Vec<u32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|tid| threads[..known].binary_search_by_key(tid, |t| t.0).is_err())
+            .collect();
+        others.sort_unstable();
+        self.own.retain(|tid, _| others.binary_search(tid).is_ok());
+        for &tid in &others {
+            if !self.own.contains_key(&tid) {
+                let own = self.is_own(tid);
+                self.own.insert(tid, own);
+            }
+        }
+        others.retain(|tid| self.own.get(tid) == Some(&false));
+        others.truncate(self.bystanders);
+        threads.extend(others.into_iter().map(|tid| (tid, ThreadRole::Bystander)));
+        threads.sort_unstable_by_key(|t| t.0);
     }
 
     /// The registry whose threads are read.
@@ -340,6 +405,8 @@ impl RunQueueStats {
         }
         let mut threads = std::mem::take(&mut self.threads);
         self.registry.snapshot(&mut threads);
+        let registered = threads.len();
+        self.add_bystanders(&mut threads);
         self.generation += 1;
         let generation = self.generation;
         let mut tick = RunQueueTick {
@@ -377,7 +444,7 @@ impl RunQueueStats {
         self.last.retain(|_, &mut (_, seen)| seen == generation);
         let tried = threads.len();
         self.threads = threads;
-        if tried == 0 {
+        if registered == 0 {
             return Err(RunQueueUnavailable::NoThreads);
         }
         if tick.gone + tick.malformed == tried {
@@ -386,14 +453,28 @@ impl RunQueueStats {
         Ok(tick)
     }
 
-    /// Reads `<task_dir>/<tid>/schedstat`, reusing the path and text buffers.
-    fn read(&mut self, tid: u32) -> Result<Schedstat, Unread> {
+    /// Whether thread `tid` is one of this library's own, by the name in its `comm` file.
+    fn is_own(&mut self, tid: u32) -> bool {
+        self.set_path(tid, "comm");
+        self.text.clear();
+        let read =
+            File::open(&self.path).and_then(|f| f.take(READ_LIMIT).read_to_string(&mut self.text));
+        read.is_ok() && self.text.starts_with(OWN_THREADS)
+    }
+
+    /// Points the path buffer at `<task_dir>/<tid>/<file>`.
+    fn set_path(&mut self, tid: u32, file: &str) {
         self.name.clear();
         let _ = write!(self.name, "{tid}");
         self.path.as_mut_os_string().clear();
         self.path.push(&self.task_dir);
         self.path.push(&self.name);
-        self.path.push("schedstat");
+        self.path.push(file);
+    }
+
+    /// Reads `<task_dir>/<tid>/schedstat`, reusing the path and text buffers.
+    fn read(&mut self, tid: u32) -> Result<Schedstat, Unread> {
+        self.set_path(tid, "schedstat");
         self.text.clear();
         let read =
             File::open(&self.path).and_then(|f| f.take(READ_LIMIT).read_to_string(&mut self.text));
@@ -455,6 +536,48 @@ mod tests {
         assert_eq!(at(10, 20, 3).since(at(10, 20, 3)), Some(at(0, 0, 0)));
         assert_eq!(at(10, 4, 3).since(at(4, 5, 1)), None);
         assert_eq!(at(10, 20, 0).since(at(4, 5, 1)), None);
+    }
+
+    #[test]
+    fn bystanders_are_the_unregistered_threads_lowest_first_up_to_the_limit() {
+        let root = std::env::temp_dir().join(format!("rq-bystanders-{}", std::process::id()));
+        for tid in ["100", "101", "102", "103", "104", "not-a-tid"] {
+            let dir = root.join("self/task").join(tid);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("schedstat"), "5000000 1000000 40\n").unwrap();
+            std::fs::write(dir.join("comm"), "client-io\n").unwrap();
+        }
+        // The library's own threads are never bystanders.
+        std::fs::write(root.join("self/task/100/comm"), "elastic-cpu-gov\n").unwrap();
+        let registry = ThreadRegistry::new();
+        registry.register(103, ThreadRole::Worker);
+        let read = |stats: &mut RunQueueStats| {
+            let _baseline = stats.sample_over(Duration::from_millis(100)).unwrap();
+            let tick = stats.sample_over(Duration::from_millis(100)).unwrap();
+            tick.threads
+                .iter()
+                .map(|t| (t.tid, t.role))
+                .collect::<Vec<_>>()
+        };
+        let mut off = RunQueueStats::with_proc_root(&registry, &root);
+        assert_eq!(read(&mut off), [(103, ThreadRole::Worker)]);
+        let mut two = RunQueueStats::with_proc_root(&registry, &root).read_bystanders(2);
+        assert_eq!(
+            read(&mut two),
+            [
+                (101, ThreadRole::Bystander),
+                (102, ThreadRole::Bystander),
+                (103, ThreadRole::Worker)
+            ]
+        );
+        // Bystanders alone are no runtime to read.
+        let empty = ThreadRegistry::new();
+        let mut none = RunQueueStats::with_proc_root(&empty, &root).read_bystanders(8);
+        assert_eq!(
+            none.sample_over(Duration::from_millis(100)),
+            Err(RunQueueUnavailable::NoThreads)
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

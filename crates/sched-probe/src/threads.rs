@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// use elastic_cpu_probe::ThreadRole;
 /// assert!(ThreadRole::Worker.serves_foreground());
 /// assert!(!ThreadRole::Elastic.serves_foreground());
+/// assert!(!ThreadRole::Bystander.serves_foreground());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ThreadRole {
@@ -32,13 +33,20 @@ pub enum ThreadRole {
     Elastic,
     /// Any other thread registered by hand.
     Other,
+    /// A thread of the process the registry does not know, read only when
+    /// [`RunQueueStats::read_bystanders`](crate::RunQueueStats::read_bystanders) asks for them:
+    /// another runtime's, a client library's, a sidecar's in-process half. Its waits are kept
+    /// apart from the runtime's: elastic work can delay it, but it does not run the runtime's
+    /// tasks.
+    Bystander,
 }
 
 impl ThreadRole {
-    /// Whether a run-queue wait of this thread delays foreground work: true for every role but
-    /// [`Elastic`](ThreadRole::Elastic), whose waits only slow elastic work down.
+    /// Whether a run-queue wait of this thread delays the runtime's foreground work: true for
+    /// the registered roles but [`Elastic`](ThreadRole::Elastic), whose waits only slow elastic
+    /// work down; false for a [`Bystander`](ThreadRole::Bystander), which is read apart.
     pub fn serves_foreground(self) -> bool {
-        self != ThreadRole::Elastic
+        !matches!(self, ThreadRole::Elastic | ThreadRole::Bystander)
     }
 }
 
@@ -49,6 +57,7 @@ impl fmt::Display for ThreadRole {
             ThreadRole::Runtime => "runtime thread",
             ThreadRole::Elastic => "elastic",
             ThreadRole::Other => "other",
+            ThreadRole::Bystander => "bystander",
         })
     }
 }

@@ -171,6 +171,7 @@ struct SignalPoint {
     signal_source: &'static str,
     io_p99_us: Option<Num>,
     run_queue_delay_us: Option<Num>,
+    bystander_delay_us: Option<Num>,
     run_queue_wait: Option<Num>,
     elastic_run_queue_wait: Option<Num>,
     /// Inside a quota: the headroom cap on elastic work, on the limit's scale.
@@ -458,6 +459,7 @@ impl Report {
                     signal_source: t.signal.source,
                     io_p99_us: opt(t.signal.io_p99_us),
                     run_queue_delay_us: opt(t.signal.rq_delay_us),
+                    bystander_delay_us: opt(t.signal.bystander_delay_us),
                     run_queue_wait: opt(t.signal.rq_wait),
                     elastic_run_queue_wait: opt(t.signal.elastic_rq_wait),
                     quota_headroom_share: opt(t.headroom_share),
