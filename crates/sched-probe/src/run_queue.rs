@@ -328,7 +328,13 @@ impl RunQueueStats {
     ///
     /// let registry = ThreadRegistry::new();
     /// let _me = registry.register_current(ThreadRole::Worker);
-    /// let other = std::thread::spawn(|| std::thread::park());
+    /// let (running, started) = std::sync::mpsc::channel();
+    /// let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    /// let other = std::thread::spawn(move || {
+    ///     running.send(()).unwrap();
+    ///     let _ = stopped.recv(); // blocked until the end of the example
+    /// });
+    /// started.recv().unwrap(); // it has run, so its counters are not all zero
     /// let mut stats = RunQueueStats::new(&registry).read_bystanders(64);
     /// let _baseline = stats.sample();
     /// if let Ok(tick) = stats.sample() {
@@ -336,7 +342,7 @@ impl RunQueueStats {
     ///     let roles: Vec<_> = tick.threads.iter().map(|t| t.role).collect();
     ///     assert!(roles.contains(&ThreadRole::Bystander));
     /// }
-    /// other.thread().unpark();
+    /// drop(stop);
     /// other.join().unwrap();
     /// ```
     pub fn read_bystanders(mut self, at_most: usize) -> RunQueueStats {
