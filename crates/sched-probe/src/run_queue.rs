@@ -350,8 +350,9 @@ impl RunQueueStats {
         self
     }
 
-    /// Appends up to `self.bystanders` tids from the task directory that are not in `known`
-    /// (sorted by tid) as bystanders, lowest first; then sorts the whole list by tid.
+    /// Appends up to `self.bystanders` tids from the task directory that are not already in
+    /// `threads` (the registry's, sorted by tid) nor this library's own, as bystanders, lowest
+    /// first; then sorts the whole list by tid.
     fn add_bystanders(&mut self, threads: &mut Vec<(u32, ThreadRole)>) {
         if self.bystanders == 0 {
             return;
@@ -461,30 +462,25 @@ impl RunQueueStats {
 
     /// Whether thread `tid` is one of this library's own, by the name in its `comm` file.
     fn is_own(&mut self, tid: u32) -> bool {
-        self.set_path(tid, "comm");
-        self.text.clear();
-        let read =
-            File::open(&self.path).and_then(|f| f.take(READ_LIMIT).read_to_string(&mut self.text));
-        read.is_ok() && self.text.starts_with(OWN_THREADS)
+        self.read_text(tid, "comm").is_ok() && self.text.starts_with(OWN_THREADS)
     }
 
-    /// Points the path buffer at `<task_dir>/<tid>/<file>`.
-    fn set_path(&mut self, tid: u32, file: &str) {
+    /// Reads `<task_dir>/<tid>/<file>` (at most [`READ_LIMIT`] bytes) into the text buffer,
+    /// reusing the path and text buffers.
+    fn read_text(&mut self, tid: u32, file: &str) -> io::Result<usize> {
         self.name.clear();
         let _ = write!(self.name, "{tid}");
         self.path.as_mut_os_string().clear();
         self.path.push(&self.task_dir);
         self.path.push(&self.name);
         self.path.push(file);
+        self.text.clear();
+        File::open(&self.path).and_then(|f| f.take(READ_LIMIT).read_to_string(&mut self.text))
     }
 
-    /// Reads `<task_dir>/<tid>/schedstat`, reusing the path and text buffers.
+    /// Reads `<task_dir>/<tid>/schedstat`.
     fn read(&mut self, tid: u32) -> Result<Schedstat, Unread> {
-        self.set_path(tid, "schedstat");
-        self.text.clear();
-        let read =
-            File::open(&self.path).and_then(|f| f.take(READ_LIMIT).read_to_string(&mut self.text));
-        match read {
+        match self.read_text(tid, "schedstat") {
             Ok(_) => Schedstat::parse(&self.text)
                 .filter(|s| s.on_cpu_ns != 0 || s.wait_ns != 0 || s.timeslices != 0)
                 .ok_or(Unread::Malformed),
