@@ -180,8 +180,8 @@ impl ElasticBuilder {
     }
 
     /// Where [`Elastic::spawn`](crate::Elastic::spawn) runs elastic work (default
-    /// [`Placement::Auto`]: the idle-priority pool on a host without a CPU quota, else the
-    /// runtime).
+    /// [`Placement::Auto`]: the runtime; on a host without a CPU quota, the idle-priority pool
+    /// once its polls run long).
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
         self

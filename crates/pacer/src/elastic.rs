@@ -273,10 +273,11 @@ impl Elastic {
     }
 
     /// Spawn `future` as paced elastic work where it protects the foreground best (see
-    /// [`Placement`](crate::settings::Placement)): by default, on a host without a CPU quota,
-    /// on this `Elastic`'s idle-priority pool, made at the first spawn with a thread per CPU of
-    /// the runtime; inside a quota, on the runtime this thread is in (inside one of its tasks or
-    /// `block_on`, or under [`Handle::enter`]). [`Snapshot::placement`] says which, and why.
+    /// [`Placement`](crate::settings::Placement)): by default on the runtime this thread is in
+    /// (inside one of its tasks or `block_on`, or under [`Handle::enter`]); on a host without a
+    /// CPU quota it moves to this `Elastic`'s idle-priority pool (made at the first spawn, a
+    /// thread per CPU of the runtime) once its polls run long. [`Snapshot::placement`] says
+    /// where, and why.
     ///
     /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
     /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a

@@ -42,7 +42,10 @@ pub(crate) struct GrantState {
     state: State,
     /// Running time charged to the current grant (stretches and polls already finished).
     used: Duration,
-    /// The class is settled: checked once, at the first admission (module `idle_thread`).
+    /// Moved to its `Elastic`'s idle class, for good (module `thread_class`). Until then each
+    /// admission checks the thread: a future `Elastic::spawn` moves to the idle pool carries
+    /// the adapters it drives, admitted on the runtime before.
+    #[cfg(feature = "idle-pool")]
     routed: bool,
     /// The held grant has yet to see whether it needs a slot.
     new_grant: bool,
@@ -93,6 +96,7 @@ impl GrantState {
             shared,
             state: State::Idle,
             used: Duration::ZERO,
+            #[cfg(feature = "idle-pool")]
             routed: false,
             new_grant: false,
             slot: None,
@@ -120,12 +124,12 @@ impl GrantState {
                 }
                 State::Held(_) | State::Running(_) | State::Unpaced => return Poll::Ready(()),
                 State::Idle => {
+                    // On an idle pool's thread, work paced by its `Elastic` is idle work.
+                    #[cfg(feature = "idle-pool")]
                     if !self.routed {
-                        self.routed = true;
-                        // On an idle pool's thread, work paced by its `Elastic` is idle work.
-                        #[cfg(feature = "idle-pool")]
                         if let Some(idle) = crate::thread_class::class_for(&self.shared) {
                             self.shared = idle;
+                            self.routed = true;
                         }
                     }
                     // Paced work of the same `Elastic` around this adapter hands pacing over.

@@ -1,6 +1,6 @@
 //! Which idle class, if any, the current thread belongs to: an idle pool's threads note their
-//! `Elastic`'s idle class as they start, and paced work polled there for the first time moves
-//! to that class (a task never leaves its runtime, so the first poll decides for good).
+//! `Elastic`'s idle class as they start, and paced work admitted there moves to that class for
+//! good (work moves from the runtime to the pool, never back).
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};

@@ -40,14 +40,23 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
     // The pool is made at the first spawn: a thread per CPU the rates are computed for.
     assert!(common::threads() >= with_rt + 2);
     // Long polls: 1 ms of running time each (on the manual clock), until the task finds itself
-    // at idle priority.
+    // at idle priority; then 100 more of 5 ms there. As the quick start writes it, an adapter of
+    // the same `Elastic` inside the spawned future paces it: admitted on the runtime first, its
+    // grants come from the idle class once it runs on the pool.
     let step = clock.clone();
+    let mut pacer = elastic.pacer();
     let long = elastic
         .spawn(async move {
-            let mut polls = 0u32;
-            while this_thread_policy() != SCHED_IDLE {
-                step.advance(Duration::from_millis(1));
-                polls += 1;
+            let (mut polls, mut on_pool) = (0u32, 0u32);
+            while on_pool < 100 {
+                pacer.pace().await;
+                if this_thread_policy() == SCHED_IDLE {
+                    on_pool += 1;
+                    step.advance(Duration::from_millis(5));
+                } else {
+                    polls += 1;
+                    step.advance(Duration::from_millis(1));
+                }
                 tokio::task::yield_now().await;
             }
             polls
@@ -73,10 +82,16 @@ fn without_a_quota_long_polls_move_to_the_idle_pool_which_ends_with_the_elastic(
     );
     assert!(s.long_polls >= 1, "{}", s.long_polls);
     let idle = s.idle_queue.expect("the idle class");
+    // 500 ms of running time on the pool, in slices of at most 100 ms.
     assert!(
-        idle.grants >= 1,
+        idle.grants >= 5,
         "paced in the idle class once moved: {idle:?}"
     );
+    // The bucket refills what that work ran ahead of it (a no-burst bucket lends a whole slice).
+    for _ in 0..1000 {
+        clock.advance(Duration::from_millis(10));
+        elastic.tick();
+    }
     // From now on, new work goes to the pool at once: futures, and blocking work to the pool's
     // blocking threads, pacing in the idle class.
     let at_once = elastic
