@@ -42,11 +42,6 @@ pub(crate) struct GrantState {
     state: State,
     /// Running time charged to the current grant (stretches and polls already finished).
     used: Duration,
-    /// Moved to its `Elastic`'s idle class, for good (module `thread_class`). Until then each
-    /// admission checks the thread: a future `Elastic::spawn` moves to the idle pool carries
-    /// the adapters it drives, admitted on the runtime before.
-    #[cfg(feature = "idle-pool")]
-    routed: bool,
     /// The held grant has yet to see whether it needs a slot.
     new_grant: bool,
     /// The slot held with the grant, or the wait for it.
@@ -96,8 +91,6 @@ impl GrantState {
             shared,
             state: State::Idle,
             used: Duration::ZERO,
-            #[cfg(feature = "idle-pool")]
-            routed: false,
             new_grant: false,
             slot: None,
         }
@@ -124,12 +117,13 @@ impl GrantState {
                 }
                 State::Held(_) | State::Running(_) | State::Unpaced => return Poll::Ready(()),
                 State::Idle => {
-                    // On an idle pool's thread, work paced by its `Elastic` is idle work.
+                    // On an idle pool's thread, work paced by its `Elastic` is idle work, for good
+                    // (module `thread_class`). Checked at each admission until then: a future
+                    // `Elastic::spawn` moves to the pool carries the adapters it drives.
                     #[cfg(feature = "idle-pool")]
-                    if !self.routed {
+                    if !self.shared.is_idle() {
                         if let Some(idle) = crate::thread_class::class_for(&self.shared) {
                             self.shared = idle;
-                            self.routed = true;
                         }
                     }
                     // Paced work of the same `Elastic` around this adapter hands pacing over.

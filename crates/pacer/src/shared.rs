@@ -204,6 +204,13 @@ impl Shared {
         self.parent.as_ref().unwrap_or(self)
     }
 
+    /// Whether this is an idle pool's class.
+    #[cfg(feature = "idle-pool")]
+    #[inline]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.idle
+    }
+
     /// The `Elastic` this class belongs to, as a number: the address of its own class (an idle
     /// class's parent). Compared, never dereferenced.
     #[inline]
