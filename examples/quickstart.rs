@@ -17,8 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?; // installs the probe and sizes the token bucket for the workers
     let _in_rt = rt.enter(); // `elastic.spawn` may put work on this runtime
 
-    // `elastic.spawn` runs elastic work paced on this runtime; on a host without a CPU quota
-    // it moves to an idle-priority pool if its polls run long (see "Which path to use").
+    // `elastic.spawn` runs elastic work paced on this runtime; it moves to an idle-priority
+    // pool if its polls run long (see "Which path to use").
     let backup = elastic.spawn(async { (0..2_000u64).map(encode).fold(0, |a, h| a ^ h) })?;
 
     // A stream: put the work *inside* the stream (`map`), before `.paced`, so that producing

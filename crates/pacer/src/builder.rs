@@ -180,8 +180,7 @@ impl ElasticBuilder {
     }
 
     /// Where [`Elastic::spawn`](crate::Elastic::spawn) runs elastic work (default
-    /// [`Placement::Auto`]: the runtime; on a host without a CPU quota, the idle-priority pool
-    /// once its polls run long).
+    /// [`Placement::Auto`]: the runtime; the idle-priority pool once its polls run long).
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
         self

@@ -141,6 +141,9 @@ pub(crate) struct Policy {
     /// latency itself against a target judges (an allowance over the quiet latency would
     /// refuse most setups a storm brings), and a tick with setups running is just not quiet.
     pub(crate) measured: bool,
+    /// With a measured target, it steps on the allowance times this (the idle pool's looser
+    /// target: the kernel already keeps its threads off a core the foreground wants).
+    pub(crate) target_factor: u32,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
     /// Once its time comes mostly in long polls, the holder cap rounds down: at most
@@ -406,7 +409,8 @@ impl Class {
     /// signal.
     pub(crate) fn set_target(&mut self, target: Duration) {
         if self.policy.measured {
-            self.limit.set_target(target);
+            let factor = self.policy.target_factor.max(1);
+            self.limit.set_target(target.saturating_mul(factor));
         }
     }
 

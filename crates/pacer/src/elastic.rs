@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use elastic_cpu_core::SettingError;
 use elastic_cpu_probe::Probe;
-#[cfg(feature = "idle-pool")]
-use elastic_cpu_probe::QuotaReading;
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
@@ -274,9 +272,9 @@ impl Elastic {
 
     /// Spawn `future` as paced elastic work where it protects the foreground best (see
     /// [`Placement`](crate::settings::Placement)): by default on the runtime this thread is in
-    /// (inside one of its tasks or `block_on`, or under [`Handle::enter`]); on a host without a
-    /// CPU quota it moves to this `Elastic`'s idle-priority pool (made at the first spawn, a
-    /// thread per CPU of the runtime) once its polls run long. [`Snapshot::placement`] says
+    /// (inside one of its tasks or `block_on`, or under [`Handle::enter`]); it moves to this
+    /// `Elastic`'s idle-priority pool (made at the first spawn, a thread per CPU of the runtime)
+    /// once its polls run long. [`Snapshot::placement`] says
     /// where, and why.
     ///
     /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
@@ -377,8 +375,6 @@ impl Elastic {
         let environment = || {
             let record = self.control.record();
             Environment {
-                quota: self.control.quota_seen()
-                    || matches!(self.control.host().0, QuotaReading::Limited(_)),
                 workers: record.cpus.ceil().clamp(1.0, 1024.0) as usize,
                 runtime_workers: Handle::try_current().map_or(0, |rt| rt.metrics().num_workers()),
             }

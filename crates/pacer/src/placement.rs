@@ -3,13 +3,15 @@
 //! last `Elastic` handle (the handles hold it, so its threads, which keep the `Elastic`'s pacing
 //! state alive, never keep the governor alive on their own).
 //!
-//! [`Placement::Auto`] on a host without a CPU quota, where the OS grants idle priority, starts
-//! elastic work on the runtime (short polls are cut by the quantum there, and the runtime's
-//! workers answer the foreground's clients first) and moves it to the pool once its time comes
-//! mostly in polls the quantum cannot cut (`long_polls.rs`): a future spawned before moves at
-//! its next poll, blocking work spawned after goes to the pool's blocking threads. A runtime
-//! with more workers than CPUs sends it to the pool from the start: there the OS picks which
-//! worker runs, and only idle priority makes it pick the foreground's.
+//! [`Placement::Auto`], where the OS grants idle priority, starts elastic work on the runtime
+//! (short polls are cut by the quantum there, and the runtime's workers answer the foreground's
+//! clients first) and moves it to the pool once its time comes mostly in polls the quantum
+//! cannot cut (`long_polls.rs`): a future spawned before moves at its next poll, blocking work
+//! spawned after goes to the pool's blocking threads. Inside a CPU quota too: the kernel still
+//! hands a core to a foreground thread first, and the idle class's bucket, the throttling input,
+//! the quota's headroom and the quota brake hold the total. A runtime with more workers than
+//! CPUs sends it to the pool from the start: there the OS picks which worker runs, and only
+//! idle priority makes it pick the foreground's.
 
 use std::fmt;
 use std::sync::Arc;
@@ -30,18 +32,16 @@ pub enum PlacementReason {
     Undecided,
     /// [`Placement`] pinned it.
     Setting,
-    /// No CPU quota and the OS grants idle priority, but elastic polls are short: the
-    /// runtime, where the poll quantum cuts them, until they run long.
+    /// The OS grants idle priority, but elastic polls are short: the runtime, where the poll
+    /// quantum cuts them, until they run long.
     ShortPolls,
-    /// No CPU quota, the OS grants idle priority, and elastic work's time came mostly in polls
-    /// over four quanta, which the quantum cannot cut: the idle pool, where the kernel does.
+    /// The OS grants idle priority, and elastic work's time came mostly in polls over four
+    /// quanta, which the quantum cannot cut: the idle pool, where the kernel does.
     LongPolls,
-    /// No CPU quota, the OS grants idle priority, and the runtime has more workers than CPUs:
-    /// the OS, not the runtime, chooses which worker runs, and only idle priority makes it
-    /// choose the foreground's. The idle pool from the start.
+    /// The OS grants idle priority, and the runtime has more workers than CPUs: the OS, not the
+    /// runtime, chooses which worker runs, and only idle priority makes it choose the
+    /// foreground's. The idle pool from the start.
     MoreWorkersThanCpus,
-    /// A CPU quota applies: the runtime, where the bucket holds the total.
-    Quota,
     /// The OS did not lower the pool's threads to idle priority: the runtime.
     NoIdlePriority,
     /// The idle pool could not be made (the OS refused its threads): the runtime.
@@ -55,10 +55,9 @@ impl fmt::Display for PlacementReason {
         f.write_str(match self {
             PlacementReason::Undecided => "nothing spawned yet",
             PlacementReason::Setting => "the placement setting",
-            PlacementReason::ShortPolls => "no CPU quota, short elastic polls",
-            PlacementReason::LongPolls => "no CPU quota, long elastic polls",
-            PlacementReason::MoreWorkersThanCpus => "no CPU quota, more workers than CPUs",
-            PlacementReason::Quota => "a CPU quota applies",
+            PlacementReason::ShortPolls => "short elastic polls",
+            PlacementReason::LongPolls => "long elastic polls",
+            PlacementReason::MoreWorkersThanCpus => "more workers than CPUs",
             PlacementReason::NoIdlePriority => "the OS refused idle priority",
             PlacementReason::PoolFailed => "the idle pool could not start",
             PlacementReason::NoIdlePool => "built without the idle pool",
@@ -87,8 +86,6 @@ struct Decided {
 /// What deciding needs from the `Elastic`.
 #[cfg(feature = "idle-pool")]
 pub(crate) struct Environment {
-    /// A CPU quota applies to the process.
-    pub(crate) quota: bool,
     /// Threads for the pool: the CPUs the runtime's rates are computed for, rounded up.
     pub(crate) workers: usize,
     /// The worker threads of the runtime the first spawn came from.
@@ -194,9 +191,6 @@ impl Placer {
             Placement::Runtime => return runtime(PlacementReason::Setting),
             Placement::IdlePool | Placement::Auto => environment(),
         };
-        if self.setting == Placement::Auto && env.quota {
-            return runtime(PlacementReason::Quota);
-        }
         let Ok(pool) = make_pool(env.workers.max(1)) else {
             return runtime(PlacementReason::PoolFailed);
         };

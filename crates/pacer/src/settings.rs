@@ -323,7 +323,8 @@ impl OutlierThreshold {
 /// hashing, a TLS handshake) holds its worker that long, whatever the share. On the idle pool,
 /// threads at the OS's idle priority (`SCHED_IDLE`), the kernel takes the core from elastic work
 /// the moment a foreground thread wants it, a long call included; but inside a CPU quota idle
-/// threads spend the quota like any other, and there the bucket's share is what holds.
+/// threads spend the quota like any other, and there the pool's own bucket (the idle class)
+/// and the quota's headroom are what hold the total.
 ///
 /// **Priority inversion.** Work on the idle pool that holds a lock the foreground needs (a
 /// mutex, a page latch, a pool slot) gets no core while the foreground keeps the cores busy, so
@@ -341,9 +342,9 @@ impl OutlierThreshold {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Placement {
-    /// On a host without a CPU quota where the OS grants idle priority (`SCHED_IDLE`): the
-    /// runtime while elastic polls are short, the idle pool once they run mostly long, or from
-    /// the first spawn when the runtime has more workers than CPUs. Elsewhere the runtime.
+    /// Where the OS grants idle priority (`SCHED_IDLE`): the runtime while elastic polls are
+    /// short, the idle pool once they run mostly long, or from the first spawn when the runtime
+    /// has more workers than CPUs. Elsewhere the runtime.
     /// Said, with the reason, in [`Snapshot::placement`](crate::Snapshot::placement).
     #[default]
     Auto,

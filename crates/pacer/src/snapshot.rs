@@ -188,7 +188,7 @@ pub struct Snapshot {
     /// Elastic polls (and `Pacer` iterations) on the runtime that ran past 4 quanta: a long
     /// library call (compression, hashing, a TLS handshake) between two yields holds its worker
     /// that long, whatever the share. Where they add up, run the work on the idle pool
-    /// ([`Elastic::spawn`](crate::Elastic::spawn) moves it there without a CPU quota) or cut
+    /// ([`Elastic::spawn`](crate::Elastic::spawn) moves it there) or cut
     /// the call into smaller pieces with a `Pacer::pace` between them.
     pub long_polls: u64,
     /// The outlier trap over the probe window: polls that ran longer than the

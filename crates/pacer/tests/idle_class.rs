@@ -1,16 +1,20 @@
 //! The idle class (work on the idle pool, paced by its own bucket), on the manual clock: it
 //! starts at every CPU on a bare host and at the elastic limit inside a quota, steps down only
 //! on a foreground p99 above its looser target or on the cgroup's throttling, holds a fixed
-//! limit, and takes the backlog brake only inside a quota.
+//! limit, and takes the backlog brake only inside a quota. Its target is four times the
+//! `Elastic`'s, given or measured.
 
 mod common;
 
+use std::future::Future;
+use std::task::Context;
 use std::time::Duration;
 
-use common::{FakeCgroup, MS};
+use common::{attached, scripted, Burn, FakeCgroup, MS};
 use elastic_cpu_pacer::settings::Brake;
-use elastic_cpu_pacer::testing::ManualClock;
-use elastic_cpu_pacer::{Elastic, ElasticBuilder};
+use elastic_cpu_pacer::snapshot::TargetSource;
+use elastic_cpu_pacer::testing::{ManualClock, Script};
+use elastic_cpu_pacer::{Elastic, ElasticBuilder, PacedExt};
 
 /// Manual clock, 2 CPUs, target 1 ms (the idle class's: 4 ms), elastic limit 0.5.
 fn builder(clock: &ManualClock) -> ElasticBuilder {
@@ -170,4 +174,63 @@ fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
     clock.advance(50 * MS);
     quota.tick();
     assert!(!quota.snapshot().braked);
+}
+
+/// Paced work of the `Elastic`'s own class that always wants more: it keeps the ticks from
+/// being quiet readings, unless they hold it.
+fn busy_work(
+    clock: &ManualClock,
+    elastic: &Elastic,
+) -> std::pin::Pin<Box<impl Future<Output = ()>>> {
+    Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: 20 * MS,
+            polls: usize::MAX,
+        }
+        .paced(elastic),
+    )
+}
+
+#[test]
+fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
+    let clock = ManualClock::new();
+    let script = Script::new();
+    let elastic = scripted(&clock, &script)
+        .cpus(2.0)
+        .initial_share(0.5)
+        .brake(Brake::Off)
+        .build()
+        .unwrap();
+    let _rt = attached(&elastic);
+    let _pool = elastic.idle_runtime(1).unwrap();
+    assert_eq!(idle_limit(&elastic), 1.0);
+    // Quiet, the foreground waits 2 ms: the allowance is half of that, 1 ms. With elastic
+    // work, 2 ms more: twice the allowance, half the idle class's.
+    let mut work = busy_work(&clock, &elastic);
+    let waker = std::task::Waker::noop();
+    for _ in 0..40 {
+        for _ in 0..10 {
+            let _ = work.as_mut().poll(&mut Context::from_waker(waker));
+        }
+        let wait = if elastic.snapshot().quiet_hold {
+            2 * MS
+        } else {
+            4 * MS
+        };
+        for _ in 0..300 {
+            elastic.probe().record_poll(Some(wait), None, false);
+        }
+        clock.advance(100 * MS);
+        elastic.tick();
+    }
+    let s = elastic.snapshot();
+    assert_eq!(s.target_source, TargetSource::Measured);
+    assert!(
+        s.target.abs_diff(MS) <= Duration::from_micros(20),
+        "{:?}",
+        s.target
+    );
+    assert!(s.share < 0.5, "the elastic limit steps down: {}", s.share);
+    assert_eq!(idle_limit(&elastic), 1.0, "the idle class holds");
 }

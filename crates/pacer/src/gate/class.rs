@@ -75,6 +75,7 @@ pub(crate) fn create(
         overhead: false,
         brake: HoldWhen::Always,
         measured: false,
+        target_factor: 1,
         cap_holders: s.cap_concurrency,
         // A setup that is a library call (a handshake, a password hash) holds its worker.
         whole_workers: true,

@@ -122,13 +122,14 @@ pub(crate) struct Governor {
 }
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
-/// brake holds it back).
-fn elastic_policy(cap_concurrency: bool, brake: HoldWhen) -> Policy {
+/// brake holds it back; `target_factor`: the measured target's multiple it steps on).
+fn elastic_policy(cap_concurrency: bool, brake: HoldWhen, target_factor: u32) -> Policy {
     Policy {
         headroom: true,
         overhead: true,
         brake,
         measured: true,
+        target_factor,
         cap_holders: cap_concurrency,
         whole_workers: false,
     }
@@ -149,7 +150,7 @@ impl Governor {
             ClassKind::Elastic,
             own,
             limit,
-            elastic_policy(plan.cap_concurrency, HoldWhen::Always),
+            elastic_policy(plan.cap_concurrency, HoldWhen::Always, 1),
             plan.controller.min_share,
         )
         .with_part(Part::default_class());
@@ -639,7 +640,11 @@ impl Governor {
             ClassKind::Idle,
             queue,
             limit,
-            elastic_policy(self.cap_concurrency, HoldWhen::InQuota),
+            elastic_policy(
+                self.cap_concurrency,
+                HoldWhen::InQuota,
+                crate::idle::IDLE_TARGET_FACTOR,
+            ),
             self.controller.min_share,
         );
         self.add(class, 1);
@@ -704,7 +709,7 @@ impl Governor {
             ClassKind::Member(self.members_made),
             weak,
             Limit::Fixed(0.0),
-            elastic_policy(self.cap_concurrency, HoldWhen::Always),
+            elastic_policy(self.cap_concurrency, HoldWhen::Always, 1),
             self.controller.min_share,
         )
         .with_part(Part::new(settings));
@@ -855,12 +860,6 @@ impl Control {
     /// Driven by hand: no governor thread, the test drives the probe.
     pub(crate) fn is_manual(&self) -> bool {
         self.lock().clock.is_manual()
-    }
-
-    /// Whether a runtime with a CPU quota was attached.
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn quota_seen(&self) -> bool {
-        self.lock().quota_seen
     }
 
     /// Whether the I/O wake-up input is on.
