@@ -409,8 +409,8 @@ impl Class {
     /// signal.
     pub(crate) fn set_target(&mut self, target: Duration) {
         if self.policy.measured {
-            let factor = self.policy.target_factor.max(1);
-            self.limit.set_target(target.saturating_mul(factor));
+            let target = target.saturating_mul(self.policy.target_factor);
+            self.limit.set_target(target);
         }
     }
 

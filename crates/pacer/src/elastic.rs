@@ -274,8 +274,7 @@ impl Elastic {
     /// [`Placement`](crate::settings::Placement)): by default on the runtime this thread is in
     /// (inside one of its tasks or `block_on`, or under [`Handle::enter`]); it moves to this
     /// `Elastic`'s idle-priority pool (made at the first spawn, a thread per CPU of the runtime)
-    /// once its polls run long. [`Snapshot::placement`] says
-    /// where, and why.
+    /// once its polls run long. [`Snapshot::placement`] says where, and why.
     ///
     /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
     /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a
