@@ -531,6 +531,9 @@ fn sample_all(
                 p.target_us = Some(c.target_us);
                 p.source = c.source.clone();
             }
+            if let Some(c) = cur.as_ref().filter(|c| !c.placement.is_empty()) {
+                runs[i].placement.clone_from(&c.placement);
+            }
             runs[i].points.push(p);
         }
         if cur.is_some() {

@@ -8,8 +8,9 @@
 use crate::wire::{Command, Hello, Sample};
 use elastic_cpu::prelude::*;
 use elastic_cpu::settings::Enforcement;
-use elastic_cpu::snapshot::SignalSource;
-use elastic_cpu::Elastic;
+use elastic_cpu::settings::Placement;
+use elastic_cpu::snapshot::{QueueSnapshot, SignalSource};
+use elastic_cpu::{Elastic, Snapshot};
 use elastic_cpu_examples::cpu_time::process_cpu;
 use elastic_cpu_examples::quota::{self, QuotaCgroup};
 use elastic_cpu_examples::{fg, spin};
@@ -288,12 +289,23 @@ fn start_scan(
     elastic.spawn(scan).map(drop).map_err(|e| e.to_string())
 }
 
-/// Add a reading of the share and of the limit as applied to the running means.
+/// Add a reading of the share and of the limit as applied to the running means: the scan's
+/// class's, which is the idle class where `Auto` placed the scan on the idle pool.
 fn read_limit(elastic: &Elastic, m: &mut Means) {
     let s = elastic.snapshot();
-    m.share += s.share;
-    m.limit += applied_limit(s.share, s.quota_headroom, s.cpus);
+    let (share, _) = scan_class(&s);
+    m.share += share;
+    m.limit += applied_limit(share, s.quota_headroom, s.cpus);
     m.n += 1;
+}
+
+/// The share and queue of the class the scan runs in: the `Elastic`'s own on the runtime, the
+/// idle class on the idle pool.
+fn scan_class(s: &Snapshot) -> (f64, &QueueSnapshot) {
+    match (s.placement, s.idle_share, &s.idle_queue) {
+        (Placement::IdlePool, Some(share), Some(queue)) => (share, queue),
+        _ => (s.share, &s.queue),
+    }
 }
 
 /// The share the bucket's rate follows: the controller's, held to the quota's headroom (in
@@ -310,21 +322,23 @@ fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) 
     let s = elastic.snapshot();
     let t = cgroup.throttling();
     let n = f64::from(m.n.max(1));
+    let (_, queue) = scan_class(&s);
     Sample {
         cpu_s: process_cpu().map_or(0.0, |d| d.as_secs_f64()),
-        elastic_s: (s.used + Duration::from_nanos(s.idle_queue.map_or(0, |q| q.used_nanos)))
-            .as_secs_f64(),
+        elastic_s: (s.used
+            + Duration::from_nanos(s.idle_queue.as_ref().map_or(0, |q| q.used_nanos)))
+        .as_secs_f64(),
         share: m.share / n,
         limit: m.limit / n,
         lib_cpus: s.cpus,
         periods: t.map_or(0, |t| t.periods),
         throttled: t.map_or(0, |t| t.throttled_periods),
         lib_throttled: s.throttled_periods,
-        acquired_s: s.acquired.as_secs_f64(),
-        over_limit_s: s.over_limit.as_secs_f64(),
-        forgiven_s: s.queue.debt_forgiven_nanos as f64 / 1e9,
+        acquired_s: queue.acquired_nanos as f64 / 1e9,
+        over_limit_s: queue.over_limit_nanos as f64 / 1e9,
+        forgiven_s: queue.debt_forgiven_nanos as f64 / 1e9,
         quota_braked_s: s.quota_braked_time.as_secs_f64(),
-        rate_cpus: s.queue.rate_nanos_per_sec as f64 / 1e9,
+        rate_cpus: queue.rate_nanos_per_sec as f64 / 1e9,
         rows: rows.load(Ordering::Relaxed),
         signal_us: s
             .signal_p99
@@ -332,6 +346,7 @@ fn sample(elastic: &Elastic, cgroup: &QuotaCgroup, m: &Means, rows: &AtomicU64) 
             .map(|d| d.as_nanos() as f64 / 1e3),
         target_us: s.target.as_nanos() as f64 / 1e3,
         source: SignalSource::name(s.signal_source).into(),
+        placement: format!("{:?} ({})", s.placement, s.placement_reason),
     }
 }
 

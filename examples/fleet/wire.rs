@@ -95,6 +95,9 @@ pub struct Sample {
     pub target_us: f64,
     /// Which signal component that was.
     pub source: String,
+    /// Where the scan runs and why (`Snapshot::placement`, `placement_reason`).
+    #[serde(default)]
+    pub placement: String,
 }
 
 #[cfg(test)]
@@ -135,6 +138,7 @@ mod tests {
             signal_us: None,
             target_us: 120.0,
             source: "sched".into(),
+            placement: "IdlePool (more workers than CPUs)".into(),
         };
         let line = serde_json::to_string(&s).unwrap();
         assert!(!line.contains('\n'));

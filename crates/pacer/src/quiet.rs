@@ -295,21 +295,21 @@ mod tests {
         let ms = Duration::from_millis;
         // The runtime's threads and the bystanders, whose waits are a tenth.
         let t = |wait: u64| RunQueueWaits {
-            runtime: (ms(wait), 20),
-            bystanders: (ms(wait) / 10, 20),
+            runtime: (ms(wait) * 10, 200),
+            bystanders: (ms(wait), 200),
         };
-        // Two readings of two ticks: 4 ms over 40 slices, then 12 ms over 40.
+        // Two readings of two ticks: 40 ms over 400 slices, then 120 ms over 400.
         q.record(us(300), &[t(1), t(3)]);
         assert_eq!(q.baseline().run_queue, us(100));
         assert_eq!(q.baseline().bystanders, us(10));
         q.record(us(250), &[t(5), t(7)]);
         let b = q.baseline();
-        assert_eq!(b.run_queue, us(200), "pooled: 16 ms over 80 slices");
+        assert_eq!(b.run_queue, us(200), "pooled: 160 ms over 800 slices");
         assert_eq!(b.bystanders, us(20));
         assert_eq!(b.sched, us(250), "the probe's quiet window, as last read");
         // A window's worth only: the oldest ticks fall out.
         q.record(us(250), &[t(9), t(11)]);
-        assert_eq!(q.baseline().run_queue, us(400), "32 ms over 80 slices");
+        assert_eq!(q.baseline().run_queue, us(400), "320 ms over 800 slices");
         assert_eq!(q.baseline().bystanders, us(40));
         // A reading without run-queue samples keeps the pool.
         q.record(None, &[]);

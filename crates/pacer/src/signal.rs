@@ -29,6 +29,11 @@ pub const IO_TARGET_FACTOR: u32 = 3;
 /// never steers, and nothing steers by it then.
 pub(crate) const IO_MIN_CANARIES: u64 = 100;
 
+/// The fewest timeslices a run-queue delay is read from over the window: a mean of a few
+/// waits (a thread that wakes ten times a second, say) moves with whichever core it happened
+/// to wait for, and scaled to the scheduling allowance it would steer by noise alone.
+pub(crate) const RUN_QUEUE_MIN_TIMESLICES: u64 = 100;
+
 /// Which component of the signal was the largest at the last tick (what the controller stepped
 /// on).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -209,7 +214,8 @@ impl SignalStage {
 }
 
 /// Mean run-queue wait per timeslice of `who` over the window: how long, on average, one of
-/// those threads that became runnable waited for a CPU. `None` with no timeslice in the window.
+/// those threads that became runnable waited for a CPU. `None` with fewer than
+/// [`RUN_QUEUE_MIN_TIMESLICES`] timeslices in the window.
 pub(crate) fn window_delay<'a>(
     window: impl IntoIterator<Item = &'a RunQueueWaits>,
     who: Waiters,
@@ -220,8 +226,10 @@ pub(crate) fn window_delay<'a>(
             let (dw, ds) = t.of(who);
             (w + dw, s + ds)
         });
-    let slices = u32::try_from(slices).unwrap_or(u32::MAX);
-    (slices > 0).then(|| wait / slices)
+    if slices < RUN_QUEUE_MIN_TIMESLICES {
+        return None;
+    }
+    Some(wait / u32::try_from(slices).unwrap_or(u32::MAX))
 }
 
 /// The signal the controllers step on: the largest of the scheduling p99, the I/O wake-up p99
@@ -343,12 +351,18 @@ mod tests {
         assert_eq!(window_delay(&w, Waiters::Runtime), None);
         w.push_back(tick((Duration::ZERO, 0), (Duration::ZERO, 0)));
         assert_eq!(window_delay(&w, Waiters::Runtime), None);
-        w.push_back(tick((Duration::from_micros(900), 3), (Duration::ZERO, 0)));
+        w.push_back(tick((Duration::from_micros(900), 30), (Duration::ZERO, 0)));
         w.push_back(tick(
-            (Duration::from_micros(100), 7),
-            (Duration::from_micros(60), 2),
+            (Duration::from_micros(100), 70),
+            (Duration::from_micros(60), 99),
         ));
-        assert_eq!(window_delay(&w, Waiters::Runtime), us(100));
-        assert_eq!(window_delay(&w, Waiters::Bystanders), us(30));
+        assert_eq!(window_delay(&w, Waiters::Runtime), us(10));
+        // 99 timeslices: too few to read a mean from.
+        assert_eq!(window_delay(&w, Waiters::Bystanders), None);
+        w.push_back(tick((Duration::ZERO, 0), (Duration::from_micros(40), 1)));
+        assert_eq!(
+            window_delay(&w, Waiters::Bystanders),
+            Some(Duration::from_nanos(1000))
+        );
     }
 }

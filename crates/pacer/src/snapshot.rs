@@ -93,10 +93,12 @@ pub struct Snapshot {
     /// Mean OS run-queue wait per timeslice of the runtime's threads that serve the foreground,
     /// over the probe window: how long a runnable worker waited for a CPU
     /// ([`Inputs::run_queue`](crate::settings::Inputs::run_queue)). `None`:
-    /// unavailable (see [`run_queue`](Self::run_queue)) or no timeslice in the window.
+    /// unavailable (see [`run_queue`](Self::run_queue)) or fewer than 100 timeslices in the
+    /// window (a mean of a few waits is noise, and does not steer).
     pub run_queue_delay: Option<Duration>,
     /// The same for the process's threads beside the runtime (up to 64 of them: a client
-    /// library's, another runtime's; elastic work's threads aside). With the measured target
+    /// library's, another runtime's; elastic work's threads aside), from 100 timeslices in the
+    /// window. With the measured target
     /// what elastic work adds to it over its quiet reading steers too
     /// ([`SignalSource::Bystanders`]).
     pub bystander_delay: Option<Duration>,

@@ -55,6 +55,8 @@ struct State {
     io_quiet: bool,
     run_queue: Option<Duration>,
     bystanders: Option<Duration>,
+    /// Timeslices a tick behind each run-queue delay (`None`: [`SCRIPTED_TIMESLICES`]).
+    timeslices: Option<u32>,
     quota: Option<f64>,
     throttled: u64,
     process_cpu: Option<Duration>,
@@ -63,6 +65,8 @@ struct State {
 
 /// The scripted quota's cgroup directory (never read).
 const SCRIPTED_CGROUP: &str = "/scripted-cgroup";
+/// Timeslices a tick the scripted run-queue delays come from, unless set: a busy thread's.
+const SCRIPTED_TIMESLICES: u32 = 1000;
 /// The scripted I/O probe's canary period.
 const IO_PERIOD: Duration = Duration::from_millis(2);
 /// The scripted I/O probe's period while quiet.
@@ -97,6 +101,12 @@ impl Script {
     /// another runtime's) wait this long for a CPU per timeslice.
     pub fn bystander_delay(&self, per_timeslice: Duration) {
         self.state().bystanders = Some(per_timeslice);
+    }
+
+    /// From the next tick, each scripted run-queue delay comes from this many timeslices a tick
+    /// (1000 unless set): a window with too few is not read.
+    pub fn run_queue_timeslices(&self, per_tick: u32) {
+        self.state().timeslices = Some(per_tick);
     }
 
     /// The process's cgroup has a CPU quota of `cpus`: the next
@@ -195,7 +205,10 @@ impl RunQueueSource for Script {
         if s.run_queue.is_none() && s.bystanders.is_none() {
             return Err("no run-queue delay scripted".to_string());
         }
-        let one = |d: Option<Duration>| d.map_or((Duration::ZERO, 0), |d| (d, 1));
+        let n = s.timeslices.unwrap_or(SCRIPTED_TIMESLICES);
+        let one = |d: Option<Duration>| {
+            d.map_or((Duration::ZERO, 0), |d| (d.saturating_mul(n), u64::from(n)))
+        };
         Ok(RunQueueSample {
             waits: RunQueueWaits {
                 runtime: one(s.run_queue),

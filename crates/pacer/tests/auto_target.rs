@@ -211,6 +211,19 @@ fn threads_beside_the_runtime_waiting_longer_behind_elastic_work_bring_the_share
 }
 
 #[test]
+fn threads_beside_the_runtime_that_rarely_wake_do_not_steer() {
+    let l = measured();
+    // The same waits as above, but from one wake-up a tick (a thread on a 100 ms timer): too
+    // few to read a mean from.
+    l.script.run_queue_timeslices(1);
+    let (start, end) = bystanders_wait(&l, 10 * US, 40 * US, 40);
+    let s = l.elastic.snapshot();
+    assert_eq!(s.bystander_delay, None);
+    assert_ne!(s.signal_source, SignalSource::Bystanders);
+    assert!(end >= start, "{start} → {end}");
+}
+
+#[test]
 fn threads_beside_the_runtime_that_wait_without_elastic_work_leave_the_share_up() {
     let l = measured();
     // The same 40 µs, but held or not: their own load, not elastic work's doing.

@@ -83,10 +83,20 @@ fn the_signal_components_are_emitted_once_measured() {
     let snapshotter = recorder.snapshotter();
     let elastic = Elastic::builder().build().unwrap();
     let rt = elastic
-        .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
+        .runtime(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_time(),
+        )
         .build()
         .unwrap();
     let linux = cfg!(target_os = "linux") && std::path::Path::new("/proc/thread-self").exists();
+    // Workers that wake often: a run-queue delay is read from 100 timeslices in the window.
+    let ticker = rt.spawn(async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
     // A hang guard, not a timing assertion.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -119,5 +129,6 @@ fn the_signal_components_are_emitted_once_measured() {
         );
     }
     assert!(seen.iter().any(|s| s == "elastic_cpu_signal_p99_seconds"));
+    ticker.abort();
     drop(rt);
 }

@@ -176,7 +176,7 @@ impl Run {
              paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the node's CPUs at rest over \
              its baseline; rows: the scan's rows over the rows a CPU-second encodes (measured by the node alone, at its best, \
              before its quota bound: a lower bound); ledger: the elastic CPU the library's ledger charged; throttled %: of the CFS periods while \
-             the scan ran; quota brake %: of the time at rest the library's quota brake held elastic work back; limit: the controller's share as the bucket applies it (held to the quota's headroom), of the \
+             the scan ran; quota brake %: of the time at rest the library's quota brake held elastic work back; limit: the share of the scan's class (the idle class on the idle pool) as its bucket applies it (held to the quota's headroom), of the \
              node's quota; * the stepped node (foreground x{}), moved within: seconds until its limit was half way to \
              its new level.</div>",
             self.plan.lengths.rest, self.step_factor

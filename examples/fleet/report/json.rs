@@ -45,6 +45,7 @@ struct Node {
     cpu_per_request_us: Option<Num>,
     lib_cpus: Option<Num>,
     lib_cpus_source: String,
+    placement: String,
     requests_left_out_for_pauses: u64,
     requests_lost: u64,
 }
@@ -156,6 +157,7 @@ fn node(f: &NodeFigures, run: &Run, i: usize) -> Node {
         cpu_per_request_us: opt(n.cpu_per_request_us),
         lib_cpus: opt(n.lib_cpus),
         lib_cpus_source: n.lib_cpus_source.clone(),
+        placement: n.placement.clone(),
         requests_left_out_for_pauses: n.left_out,
         requests_lost: n.lost,
     }

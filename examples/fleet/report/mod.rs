@@ -95,6 +95,8 @@ pub struct NodeRun {
     /// The CPUs the library computes its rate for, and their source.
     pub lib_cpus: Option<f64>,
     pub lib_cpus_source: String,
+    /// Where the scan ran and why, as the node last said.
+    pub placement: String,
     pub cgroup: String,
     pub points: Vec<Point>,
     /// Foreground latency over the baseline window, the paced phase at rest, the whole paced

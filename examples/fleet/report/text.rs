@@ -91,14 +91,15 @@ impl Run {
              in flight across a machine pause; paced p99, limit and elastic CPUs at rest: the paced \
              phase's last {} s; elastic: the node's CPUs at rest over its baseline, rows: the scan's \
              rows over the rows a CPU-second encodes (alone, at best), ledger: the elastic CPU the \
-             library's ledger charged; thr %: throttled periods while the scan ran; brk %: time at rest the quota brake held elastic work back; limit: the share as the \
-             bucket applies it (held to the quota's headroom), of the node's quota; * the stepped node",
+             library's ledger charged; thr %: throttled periods while the scan ran; brk %: time at rest the quota brake held elastic work back; limit: the share of the \
+             scan's class (the idle class on the idle pool) as its bucket applies it (held to the \
+             quota's headroom), of the node's quota; * the stepped node",
             self.plan.lengths.rest
         );
         for n in &self.nodes {
             let _ = writeln!(
                 s,
-                "  {} (cgroup {}): {:.0} req/s{}, {} CPUs for the library ({}); paced p99 over the whole phase {}",
+                "  {} (cgroup {}): {:.0} req/s{}, {} CPUs for the library ({}); the scan on {}; paced p99 over the whole phase {}",
                 n.name,
                 n.cgroup,
                 n.rate,
@@ -109,6 +110,7 @@ impl Run {
                 },
                 f2(n.lib_cpus),
                 n.lib_cpus_source,
+                n.placement,
                 fmt_us(n.paced_whole.p99_us),
             );
         }
