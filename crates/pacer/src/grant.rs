@@ -181,6 +181,23 @@ impl GrantState {
         }
     }
 
+    /// Whether charging `took` spends the held grant (it would settle).
+    #[inline]
+    pub(crate) fn spends(&self, took: Duration) -> bool {
+        matches!(&self.state, State::Held(g) if self.used + took >= g.allotted())
+    }
+
+    /// Take back up to `over` of what was charged to the held grant (a stretch's wall-clock
+    /// charges found to exceed its CPU time). If the grant settled meanwhile the next one
+    /// gets it back: the bucket sees the same total. Nothing once idle.
+    pub(crate) fn refund(&mut self, over: Duration) {
+        if let State::Held(_) = self.state {
+            let back = over.min(self.used);
+            self.used -= back;
+            self.shared.charged.sub(back);
+        }
+    }
+
     /// The one way out of `Held` and `Running`: give back what the grant did not use, or charge
     /// what it overran. Any other state is left as it is.
     pub(crate) fn settle(&mut self) {

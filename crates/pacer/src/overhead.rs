@@ -46,6 +46,13 @@ impl Charged {
         self.0.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// Take back `took` charged before (a true-up: see `paced::ItemStretch`).
+    #[inline]
+    pub(crate) fn sub(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_sub(nanos, Ordering::Relaxed);
+    }
+
     pub(crate) fn total(&self) -> Duration {
         Duration::from_nanos(self.0.load(Ordering::Relaxed))
     }

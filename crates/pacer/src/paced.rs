@@ -12,8 +12,31 @@ use pin_project_lite::pin_project;
 use crate::grant::GrantState;
 use crate::nesting;
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
-use crate::running::{Mark, LONG_RUN};
+use crate::running::{Mark, RunningTime, LONG_RUN};
 use crate::shared::Shared;
+use elastic_cpu_core::{Clock, ThreadCpuClock};
+
+/// A stream's run of items between two yields, on an idle pool's thread: the thread's CPU
+/// clock at its start, to true up what the items were charged. Items shorter than
+/// [`LONG_RUN`] are timed on the wall clock, which also counts the time the OS ran another
+/// thread mid-item; on the runtime's workers that is rare, but an idle-priority thread gives
+/// its core up at every wake-up of a normal one, and its items' wall time ran to twice their
+/// CPU time on a busy host. Two CPU-clock reads a stretch, not one an item: a stretch ends at a
+/// yield, or when its charges would spend the grant (on the pool the quantum is the slice).
+#[derive(Clone, Copy)]
+enum ItemStretch {
+    /// Not looked at since the last yield.
+    Unknown,
+    /// Not on an idle pool's thread, or not timed adaptively: nothing to true up.
+    Off,
+    /// Open since the first item: the CPU clock then, on `thread`, and what the items after
+    /// it were charged.
+    On {
+        cpu: Duration,
+        thread: std::thread::ThreadId,
+        charged: Duration,
+    },
+}
 
 /// The timing of one paced future or stream: each inner poll is timed and charged to its
 /// grant; the poll quantum's clock runs until the task returns `Pending`.
@@ -33,6 +56,8 @@ pub(crate) struct Slot {
     /// Adapters of the same `Elastic` inside this one pace its work (see `nesting`): it holds
     /// no grant and charges nothing, and only marks its polls as elastic.
     handed_off: bool,
+    /// A stream's items since the last yield, where their wall-clock charges are trued up.
+    stretch: ItemStretch,
     /// Polls until the next poll time goes to the probe (fallback probe only).
     #[cfg(not(tokio_unstable))]
     sample_in: u8,
@@ -53,6 +78,7 @@ impl Slot {
             long: false,
             requeue: false,
             handed_off: false,
+            stretch: ItemStretch::Unknown,
             #[cfg(not(tokio_unstable))]
             sample_in: 0,
             #[cfg(not(tokio_unstable))]
@@ -115,6 +141,15 @@ impl Slot {
     #[inline]
     fn account(&mut self, took: Duration) {
         self.run += took;
+        if let ItemStretch::On { charged, .. } = &mut self.stretch {
+            *charged += took;
+            // On the idle pool the quantum is the slice: a stretch mostly ends with its grant
+            // spent, so it is trued up on the grant before that settles (and the grant may
+            // run on).
+            if self.grant.spends(took) {
+                self.true_up();
+            }
+        }
         // Settles the grant once its slice is spent: a new one is taken before the next poll.
         self.grant.charge(took);
     }
@@ -130,11 +165,53 @@ impl Slot {
     fn yielded(&mut self) {
         self.run = Duration::ZERO;
         self.yield_at.reset(self.grant.shared().quantum);
+        self.true_up();
     }
 
     /// The adapter is finished: settle for good.
     fn finish(&mut self) {
+        self.true_up();
         self.grant.finish();
+    }
+
+    /// A stream item is out: on an idle pool's thread, start the stretch its successors are
+    /// trued up in (looked at once a stretch).
+    #[inline]
+    fn item_done(&mut self) {
+        if !matches!(self.stretch, ItemStretch::Unknown) || self.handed_off {
+            return;
+        }
+        let shared = self.grant.shared();
+        self.stretch = if matches!(shared.running, RunningTime::Adaptive)
+            && crate::thread_class::on_idle_pool()
+        {
+            ItemStretch::On {
+                cpu: ThreadCpuClock.now(),
+                thread: std::thread::current().id(),
+                charged: Duration::ZERO,
+            }
+        } else {
+            ItemStretch::Off
+        };
+    }
+
+    /// Close the stretch: give back what its items were charged beyond the CPU time it took
+    /// (nothing if it moved threads, whose CPU clocks do not compare).
+    fn true_up(&mut self) {
+        let stretch = std::mem::replace(&mut self.stretch, ItemStretch::Unknown);
+        if let ItemStretch::On {
+            cpu,
+            thread,
+            charged,
+        } = stretch
+        {
+            if thread == std::thread::current().id() {
+                let ran = ThreadCpuClock.now().saturating_sub(cpu);
+                if charged > ran {
+                    self.grant.refund(charged - ran);
+                }
+            }
+        }
     }
 }
 
@@ -145,6 +222,7 @@ impl Drop for Slot {
             let took = self.grant.shared().running.since(mark).0;
             self.grant.charge(took);
         }
+        self.true_up();
     }
 }
 
@@ -253,7 +331,10 @@ impl<S: Stream> Stream for PacedStream<S> {
         }
         let mut inner = this.inner;
         match slot.run(|| inner.as_mut().poll_next(cx)) {
-            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
+            Poll::Ready(Some(item)) => {
+                slot.item_done();
+                Poll::Ready(Some(item))
+            }
             Poll::Ready(None) => {
                 slot.finish();
                 Poll::Ready(None)
