@@ -45,6 +45,11 @@ pub struct Args {
     /// the node whose foreground steps, 1-based [default: the last]
     #[arg(long, value_name = "K", value_parser = at_least_1)]
     pub step_node: Option<usize>,
+    /// the nodes whose scan runs in the paced phase, 1-based, comma-separated (to tell what a
+    /// node's own scan costs it from what the others' cost it; the bars still count every node)
+    /// [default: every node]
+    #[arg(long, value_name = "LIST", value_parser = node_list)]
+    pub scan_nodes: Option<std::vec::Vec<usize>>,
     /// the step's factor on that node's foreground rate
     #[arg(long, value_name = "X", default_value = "1.5", value_parser = positive)]
     pub step_factor: f64,
@@ -94,6 +99,20 @@ pub fn list(v: &str) -> Result<Vec<f64>, String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| positive(s).map_err(|e| format!("{s:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    if out.is_empty() {
+        return Err("an empty list".into());
+    }
+    Ok(out)
+}
+
+/// A comma-separated list of 1-based node numbers.
+fn node_list(v: &str) -> Result<Vec<usize>, String> {
+    let out: Vec<usize> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| at_least_1(s).map_err(|e| format!("{s:?}: {e}")))
         .collect::<Result<_, _>>()?;
     if out.is_empty() {
         return Err("an empty list".into());
@@ -156,6 +175,12 @@ impl Args {
                     mix.len()
                 )));
             }
+        }
+        if let Some(k) = self.scan_nodes.iter().flatten().find(|&&k| k > mix.len()) {
+            return Err(err(format!(
+                "--scan-nodes {k}: there are {} nodes",
+                mix.len()
+            )));
         }
         if self.rest_secs + self.warmup_secs > self.paced_secs {
             return Err(err(
@@ -227,6 +252,13 @@ impl Args {
             .collect())
     }
 
+    /// Whether node `i` (0-based) runs its scan in the paced phase.
+    pub fn scans(&self, i: usize) -> bool {
+        self.scan_nodes
+            .as_ref()
+            .is_none_or(|l| l.contains(&(i + 1)))
+    }
+
     /// The stepped node, 0-based.
     pub fn step_index(&self, nodes: usize) -> usize {
         self.step_node.map_or(nodes - 1, |k| k - 1)
@@ -272,6 +304,9 @@ mod tests {
         assert_eq!(mix[1].fg, Fg::Rate(200.0));
         assert_eq!(mix[1].quota, 0.6);
         assert_eq!(a.step_index(2), 0);
+        assert!(a.scans(1));
+        let a = parse(&["--scan-nodes", "1, 3"]).unwrap();
+        assert_eq!((a.scans(0), a.scans(1), a.scans(2)), (true, false, true));
     }
 
     #[test]
@@ -286,6 +321,10 @@ mod tests {
         assert!(e.contains("node2"), "{e}");
         let e = parse(&["--step-node", "4"]).unwrap_err();
         assert!(e.contains("there are 3 nodes"), "{e}");
+        let e = parse(&["--scan-nodes", "1,4"]).unwrap_err();
+        assert!(e.contains("--scan-nodes 4"), "{e}");
+        let e = parse(&["--scan-nodes", "0"]).unwrap_err();
+        assert!(e.contains("\"0\""), "{e}");
         let e = parse(&["--rates", "100", "--fg-shares", "0.2"]).unwrap_err();
         assert!(e.contains("cannot be used with"), "{e}");
         let e = parse(&["--paced-secs", "10", "--rest-secs", "8"]).unwrap_err();

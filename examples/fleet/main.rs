@@ -458,9 +458,11 @@ fn start_phase(
             eprintln!("baseline: foreground only: {}", rates.join(", "));
         }
         Kind::Paced => {
-            eprintln!("paced: every node's scan on");
-            for n in &mut fleet.0 {
-                n.send(Command::ScanOn);
+            eprintln!("paced: the scans on");
+            for (i, n) in fleet.0.iter_mut().enumerate() {
+                if args.scans(i) {
+                    n.send(Command::ScanOn);
+                }
             }
         }
         Kind::Step => {

@@ -21,16 +21,17 @@ use elastic_cpu_core::{Clock, ThreadCpuClock};
 /// [`LONG_RUN`] are timed on the wall clock, which also counts the time the OS ran another
 /// thread mid-item; on the runtime's workers that is rare, but an idle-priority thread gives
 /// its core up at every wake-up of a normal one, and its items' wall time ran to twice their
-/// CPU time on a busy host. Two CPU-clock reads a stretch, not one an item: a stretch ends at a
-/// yield, or when its charges would spend the grant (on the pool the quantum is the slice).
+/// CPU time on a busy host. Two CPU-clock reads a stretch, not one an item: a stretch runs from
+/// an item after a yield to the next yield, or until its charges would spend the grant (on the
+/// pool the quantum is the slice).
 #[derive(Clone, Copy)]
 enum ItemStretch {
     /// Not looked at since the last yield.
     Unknown,
     /// Not on an idle pool's thread, or not timed adaptively: nothing to true up.
     Off,
-    /// Open since the first item: the CPU clock then, on `thread`, and what the items after
-    /// it were charged.
+    /// Open since the first item began: the CPU clock then, on `thread`, and what the items
+    /// were charged since.
     On {
         cpu: Duration,
         thread: std::thread::ThreadId,
@@ -141,17 +142,21 @@ impl Slot {
     #[inline]
     fn account(&mut self, took: Duration) {
         self.run += took;
+        let mut charge = took;
         if let ItemStretch::On { charged, .. } = &mut self.stretch {
             *charged += took;
             // On the idle pool the quantum is the slice: a stretch mostly ends with its grant
-            // spent, so it is trued up on the grant before that settles (and the grant may
-            // run on).
+            // spent, so it is trued up before the grant settles. What it was charged beyond
+            // its CPU time comes off this item first (not charged yet), then off the grant.
             if self.grant.spends(took) {
-                self.true_up();
+                let over = self.close_stretch();
+                let off_item = over.min(took);
+                charge -= off_item;
+                self.grant.refund(over - off_item);
             }
         }
         // Settles the grant once its slice is spent: a new one is taken before the next poll.
-        self.grant.charge(took);
+        self.grant.charge(charge);
     }
 
     /// The poll quantum is spent and no one lets it run on: time to yield even with tokens left.
@@ -174,10 +179,10 @@ impl Slot {
         self.grant.finish();
     }
 
-    /// A stream item is out: on an idle pool's thread, start the stretch its successors are
-    /// trued up in (looked at once a stretch).
+    /// A stream is about to produce an item: on an idle pool's thread, open the stretch the
+    /// items up to the next yield are trued up in (looked at once a stretch).
     #[inline]
-    fn item_done(&mut self) {
+    fn open_stretch(&mut self) {
         if !matches!(self.stretch, ItemStretch::Unknown) || self.handed_off {
             return;
         }
@@ -195,22 +200,26 @@ impl Slot {
         };
     }
 
-    /// Close the stretch: give back what its items were charged beyond the CPU time it took
-    /// (nothing if it moved threads, whose CPU clocks do not compare).
-    fn true_up(&mut self) {
-        let stretch = std::mem::replace(&mut self.stretch, ItemStretch::Unknown);
-        if let ItemStretch::On {
-            cpu,
-            thread,
-            charged,
-        } = stretch
-        {
-            if thread == std::thread::current().id() {
-                let ran = ThreadCpuClock.now().saturating_sub(cpu);
-                if charged > ran {
-                    self.grant.refund(charged - ran);
-                }
+    /// Close the stretch: what its items were charged beyond the CPU time it took (nothing if
+    /// it moved threads, whose CPU clocks do not compare).
+    fn close_stretch(&mut self) -> Duration {
+        match std::mem::replace(&mut self.stretch, ItemStretch::Unknown) {
+            ItemStretch::On {
+                cpu,
+                thread,
+                charged,
+            } if thread == std::thread::current().id() => {
+                charged.saturating_sub(ThreadCpuClock.now().saturating_sub(cpu))
             }
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Close the stretch and give back what its items were charged beyond its CPU time.
+    fn true_up(&mut self) {
+        let over = self.close_stretch();
+        if !over.is_zero() {
+            self.grant.refund(over);
         }
     }
 }
@@ -329,12 +338,10 @@ impl<S: Stream> Stream for PacedStream<S> {
             slot.yielded();
             return Poll::Pending;
         }
+        slot.open_stretch();
         let mut inner = this.inner;
         match slot.run(|| inner.as_mut().poll_next(cx)) {
-            Poll::Ready(Some(item)) => {
-                slot.item_done();
-                Poll::Ready(Some(item))
-            }
+            Poll::Ready(Some(item)) => Poll::Ready(Some(item)),
             Poll::Ready(None) => {
                 slot.finish();
                 Poll::Ready(None)
