@@ -14,6 +14,7 @@ use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
 use crate::long_polls::{is_long, LONG_POLL_MAX};
+use crate::placement::on_idle_pool;
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
 
@@ -153,14 +154,6 @@ impl SetupPermit {
             }
         }
     }
-}
-
-/// Whether the calling thread is one of an idle pool's.
-fn on_idle_pool() -> bool {
-    #[cfg(feature = "idle-pool")]
-    return crate::thread_class::on_idle_pool();
-    #[cfg(not(feature = "idle-pool"))]
-    false
 }
 
 impl Drop for SetupPermit {
