@@ -76,7 +76,6 @@ mod slots;
 pub mod snapshot;
 #[cfg(feature = "test-util")]
 pub mod testing;
-#[cfg(feature = "idle-pool")]
 mod thread_class;
 mod throttle;
 #[cfg(feature = "tower")]

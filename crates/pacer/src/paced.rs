@@ -188,7 +188,7 @@ impl Slot {
         }
         let shared = self.grant.shared();
         self.stretch = if matches!(shared.running, RunningTime::Adaptive)
-            && crate::placement::on_idle_pool()
+            && crate::thread_class::on_idle_pool()
         {
             ItemStretch::On {
                 cpu: ThreadCpuClock.now(),

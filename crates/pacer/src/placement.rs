@@ -23,15 +23,6 @@ use crate::idle::{IdlePriority, IdleRuntime};
 use crate::long_polls::LongPolls;
 use crate::settings::Placement;
 
-/// Whether the calling thread is one of an idle pool's (never without the feature `idle-pool`).
-#[inline]
-pub(crate) fn on_idle_pool() -> bool {
-    #[cfg(feature = "idle-pool")]
-    return crate::thread_class::on_idle_pool();
-    #[cfg(not(feature = "idle-pool"))]
-    false
-}
-
 /// Why elastic work goes where it goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]

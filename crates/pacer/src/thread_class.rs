@@ -1,13 +1,17 @@
 //! Which idle class, if any, the current thread belongs to: an idle pool's threads note their
 //! `Elastic`'s idle class as they start, and paced work admitted there moves to that class for
-//! good (work moves from the runtime to the pool, never back).
+//! good (work moves from the runtime to the pool, never back). Without the feature `idle-pool`
+//! no thread is one.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Weak};
+#[cfg(feature = "idle-pool")]
+use std::sync::Arc;
+use std::sync::Weak;
 
 use crate::shared::Shared;
 
 /// The idle class of the `Elastic` whose pool this thread belongs to.
+#[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
 struct IdleThread {
     /// The `Elastic`'s own class, by address (compared, never dereferenced).
     parent: *const Shared,
@@ -20,6 +24,7 @@ thread_local! {
 }
 
 /// Mark the calling thread as one of `parent`'s idle pool, whose class is `idle`.
+#[cfg(feature = "idle-pool")]
 pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
     IDLE.with(|t| {
         *t.borrow_mut() = Some(IdleThread {
@@ -37,6 +42,7 @@ pub(crate) fn on_idle_pool() -> bool {
 
 /// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
 /// `shared`'s idle pool, else `None` (work stays in its class).
+#[cfg(feature = "idle-pool")]
 pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
     IDLE.with(|t| {
         let t = t.borrow();

@@ -14,9 +14,9 @@ use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
 use crate::long_polls::{is_long, LONG_POLL_MAX};
-use crate::placement::on_idle_pool;
 use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
 use crate::running::Mark;
+use crate::thread_class::on_idle_pool;
 
 /// An admitted connection setup. Run the setup's CPU work under it, calling
 /// [`pace`](Self::pace) between chunks; drop it when the setup is done (or failed): that
