@@ -94,25 +94,21 @@ pub struct Args {
 
 /// A comma-separated list of positive numbers.
 pub fn list(v: &str) -> Result<Vec<f64>, String> {
-    let out: Vec<f64> = v
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| positive(s).map_err(|e| format!("{s:?}: {e}")))
-        .collect::<Result<_, _>>()?;
-    if out.is_empty() {
-        return Err("an empty list".into());
-    }
-    Ok(out)
+    list_of(v, positive)
 }
 
 /// A comma-separated list of 1-based node numbers.
 fn node_list(v: &str) -> Result<Vec<usize>, String> {
-    let out: Vec<usize> = v
+    list_of(v, at_least_1)
+}
+
+/// A comma-separated, non-empty list, each value read by `one`.
+fn list_of<T>(v: &str, one: fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    let out: Vec<T> = v
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| at_least_1(s).map_err(|e| format!("{s:?}: {e}")))
+        .map(|s| one(s).map_err(|e| format!("{s:?}: {e}")))
         .collect::<Result<_, _>>()?;
     if out.is_empty() {
         return Err("an empty list".into());

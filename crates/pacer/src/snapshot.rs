@@ -98,9 +98,8 @@ pub struct Snapshot {
     pub run_queue_delay: Option<Duration>,
     /// The same for the process's threads beside the runtime (up to 64 of them: a client
     /// library's, another runtime's; elastic work's threads aside), from 100 timeslices in the
-    /// window. With the measured target
-    /// what elastic work adds to it over its quiet reading steers too
-    /// ([`SignalSource::Bystanders`]).
+    /// window. With the measured target what elastic work adds to it over its quiet reading
+    /// steers too ([`SignalSource::Bystanders`]).
     pub bystander_delay: Option<Duration>,
     /// Run-queue wait of those threads over the last tick, summed, as a fraction of the tick
     /// (0.12: together they waited 12 % of the tick for a CPU).
