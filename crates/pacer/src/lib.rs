@@ -35,8 +35,8 @@
 //!
 //! Features: `metrics` (default) exports the snapshot through the `metrics` facade every tick
 //! (the names are in [`metrics::METRICS`]); `gate` (default) the connection gate; `idle-pool`
-//! (default) the idle-priority pool; `test-util` the test plumbing ([`testing`]), for tests
-//! only.
+//! (default) the idle-priority pool; `test-util` the test plumbing (module `testing`), for
+//! tests only.
 #![forbid(unsafe_code)]
 
 mod brake;
