@@ -193,6 +193,9 @@ impl GrantState {
     pub(crate) fn refund(&mut self, over: Duration) {
         if let State::Held(_) = self.state {
             let back = over.min(self.used);
+            if back.is_zero() {
+                return;
+            }
             self.used -= back;
             self.shared.charged.sub(back);
         }

@@ -218,9 +218,7 @@ impl Slot {
     /// Close the stretch and give back what its items were charged beyond its CPU time.
     fn true_up(&mut self) {
         let over = self.close_stretch();
-        if !over.is_zero() {
-            self.grant.refund(over);
-        }
+        self.grant.refund(over);
     }
 }
 
