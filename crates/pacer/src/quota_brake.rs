@@ -141,7 +141,9 @@ impl QuotaBrake {
                 .stop_at
                 .saturating_sub(spent)
                 .div_f64(self.parallelism)
-                .clamp(self.check, self.period / LONGEST_CHECK),
+                // A period under four shortest checks (the kernel takes 1 ms) has no room
+                // between them: every shortest check.
+                .clamp(self.check, (self.period / LONGEST_CHECK).max(self.check)),
             _ => self.check,
         })
     }
@@ -316,6 +318,17 @@ mod tests {
         idle.step(MS, Some(Duration::ZERO));
         let longest = Some(PERIOD / LONGEST_CHECK);
         assert_eq!(idle.next_check(MS), longest, "at most a quarter period");
+    }
+
+    #[test]
+    fn a_period_of_a_few_milliseconds_is_checked_every_shortest_check() {
+        // The kernel takes periods down to 1 ms; a quarter of one is below the shortest check.
+        for period in [MS, 2 * MS, 3 * MS] {
+            let mut b = QuotaBrake::new(2.0, period, 1, true).expect("a valid quota");
+            b.step(Duration::ZERO, Some(Duration::ZERO));
+            b.step(MS, Some(Duration::ZERO));
+            assert_eq!(b.next_check(MS), Some(MIN_CHECK), "{period:?}");
+        }
     }
 
     #[test]
