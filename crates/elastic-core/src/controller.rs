@@ -141,7 +141,7 @@ impl StepController {
                     (old + delta * f64::from(boost)).min(boost_until.max(old + delta))
                 } else {
                     if far_below && self.descent_from.is_some_and(|from| old >= from) {
-                        self.calm += period;
+                        self.calm = self.calm.saturating_add(period);
                         if self.calm >= c.window {
                             self.descent_from = None;
                         }

@@ -25,7 +25,7 @@ impl RecentLow {
             self.slot = (self.slot + 1) % SLOTS;
             self.slots[self.slot] = None;
         }
-        self.age += period;
+        self.age = self.age.saturating_add(period);
         let cur = &mut self.slots[self.slot];
         *cur = Some(cur.map_or(p99, |low| low.min(p99)));
         self.low().unwrap_or(p99)

@@ -315,3 +315,24 @@ fn a_tight_target_lifts_the_threshold_once_back_where_the_descent_began() {
     assert!(boosts[..11].iter().all(|&b| b == 1), "{boosts:?}");
     assert_eq!(boosts.iter().max(), Some(&8), "{boosts:?}");
 }
+
+/// `tick`'s period is the caller's (a stalled governor, a clock that jumped): any length is
+/// one step, never an overflow of the slow-start state it accumulates.
+#[test]
+fn a_huge_period_is_one_step_not_an_overflow() {
+    let config = ControllerConfig::cockroach();
+    let mut c = StepController::with_initial_share(config.clone(), config.max_share).unwrap();
+    let above = Some(2 * TARGET);
+    let far_below = Some(Duration::from_micros(10));
+    // A descent from the ceiling, then back at it, far below the target: the calm is counted.
+    c.tick(above, TICK, true);
+    c.tick(far_below, Duration::from_secs(1000), true);
+    assert_eq!(c.share(), config.max_share);
+    c.tick(far_below, Duration::from_secs(1), true);
+    for _ in 0..3 {
+        let share = c.tick(far_below, Duration::MAX, true);
+        assert_eq!(share, config.max_share);
+    }
+    let share = c.tick(above, Duration::MAX, true);
+    assert_eq!(share, config.min_share);
+}
