@@ -164,9 +164,10 @@ impl RetryBudget {
         }
     }
 
-    /// `d` × (0.5 ..= 1.5).
+    /// `d` × (0.5 ..= 1.5), saturating at [`Duration::MAX`] (the hint is the server's).
     fn jitter(&mut self, d: Duration) -> Duration {
-        d.mul_f64(0.5 + self.uniform())
+        Duration::try_from_secs_f64(d.as_secs_f64() * (0.5 + self.uniform()))
+            .unwrap_or(Duration::MAX)
     }
 
     /// Uniform in [0, 1) (splitmix64).

@@ -95,6 +95,19 @@ fn a_refusal_waits_its_hint_with_jitter_and_a_silent_one_backs_off() {
     assert!(b.failed(Duration::ZERO) <= 50 * MS);
 }
 
+/// The hint is the server's (a `Retry-After` read off the wire, or a gate's hint at rate zero,
+/// `Duration::MAX`): however long, the wait is that hint with jitter, saturated, never a panic.
+#[test]
+fn a_hint_past_what_a_duration_holds_saturates() {
+    let mut b = budget(6);
+    for hint in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+        for _ in 0..20 {
+            let wait = b.refused(Duration::ZERO, Some(hint));
+            assert!(wait >= hint / 2, "{wait:?} for {hint:?}");
+        }
+    }
+}
+
 #[test]
 fn bad_settings_are_typed_errors() {
     for (k, window, setting) in [
