@@ -49,8 +49,8 @@ pub const FLOORS_AT_MOST: f64 = 0.5;
 ///   ([`FLOORS_AT_MOST`]): the total bounds them, and a class without a floor still gets a part.
 ///
 /// The parts sum to at most `total`, and to `total` exactly unless every active class is held
-/// at its cap. Bad figures (a weight that is not above zero, a NaN) count as weight zero or no
-/// cap; they never panic.
+/// at its cap. Bad figures (a weight that is not above zero, a NaN, an infinite floor with no
+/// finite cap or demand) count as weight zero, no cap or no floor; they never panic.
 ///
 /// ```
 /// use elastic_cpu_core::{split_share, Want};
@@ -98,7 +98,8 @@ pub fn split_share(total: f64, wants: &[Want], out: &mut Vec<f64>) {
         }
     };
     let low = |w: &Want| {
-        if any_active && w.floor > 0.0 {
+        // An infinite floor that neither cap nor demand bounds is a bad figure: no floor.
+        if any_active && w.floor > 0.0 && w.floor.min(high(w)).is_finite() {
             w.floor.min(high(w))
         } else {
             0.0

@@ -83,3 +83,18 @@ proptest! {
         }
     }
 }
+
+/// An infinite floor is a bad figure like a NaN: no panic, and the split stays within the
+/// total (here the class without a cap or a finite demand takes what it would without one).
+#[test]
+fn an_infinite_floor_does_not_panic() {
+    let inf = f64::INFINITY;
+    let mut out = Vec::new();
+    split_share(0.5, &[Want::waiting(1.0, inf, inf)], &mut out);
+    assert!((out[0] - 0.5).abs() < 1e-9, "{out:?}");
+    let wants = [Want::waiting(1.0, inf, inf), Want::waiting(1.0, inf, 0.1)];
+    split_share(0.6, &wants, &mut out);
+    let sum: f64 = out.iter().sum();
+    assert!(out.iter().all(|p| p.is_finite() && *p >= 0.0), "{out:?}");
+    assert!((sum - 0.6).abs() < 1e-9, "{out:?}");
+}
