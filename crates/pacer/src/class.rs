@@ -29,6 +29,10 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn waiters(&self) -> usize {
         0
     }
+    /// Grants held now.
+    fn holders(&self) -> usize {
+        0
+    }
     /// Whether its bucket holds tokens now (work that waits then is held by something else).
     fn has_tokens(&self) -> bool {
         false
@@ -456,13 +460,24 @@ impl Class {
                 Some(part) if self.retune => part.total,
                 _ => self.applied,
             };
-            let cap = holder_cap(share, rates.cpus, whole);
+            let cap = holder_cap(share, rates.cpus, whole).max(self.lent_place(&*queue));
             queue.set_holder_cap(cap);
             // Split among classes, together they hold what one class would.
             if self.decides_split() {
                 queue.set_slots(self.retune.then_some(cap));
             }
         }
+    }
+
+    /// The holder cap that lets one more grant out when the holders ran nothing over a whole
+    /// tick while work waited for a place, not held back: they wait on something else (I/O, a
+    /// lock, a `Pacer` kept past its loop), and work in line would otherwise wait for them,
+    /// for ever if they never come back. 0 when the holders ran or nothing waited.
+    fn lent_place(&self, queue: &dyn ClassQueue) -> usize {
+        if !self.waited || self.used_cpus > 0.0 || self.held != 0 {
+            return 0;
+        }
+        queue.holders().saturating_add(1)
     }
 
     /// Its limit's share held to `headroom_cpus` (what the quota's headroom leaves it) where

@@ -242,7 +242,9 @@ pin_project! {
     /// returning `Pending` can only be cut at its own poll boundaries. Such code should call
     /// [`Pacer::pace`](crate::Pacer::pace) in its loop instead.
     ///
-    /// Dropping it at any point settles the grant it holds: tokens are conserved.
+    /// While it waits on something else (I/O, another task) it keeps its grant and its place
+    /// under the holder cap; another place is lent to work in line once a tick passes in which
+    /// no holder ran. Dropping it at any point settles the grant it holds: tokens are conserved.
     #[must_use = "futures do nothing unless polled"]
     pub struct Paced<F> {
         #[pin]

@@ -20,7 +20,9 @@ use crate::shared::Shared;
 /// apart), never per iteration. When the poll quantum is spent it yields to the scheduler
 /// (unless another worker of the runtime is parked and nothing is queued for it: then it runs
 /// on, up to 400 µs between yields); when the slice is spent it settles it and waits for a new
-/// grant. Dropping the pacer settles what it holds.
+/// grant. Dropping the pacer settles what it holds: drop it when its loop ends, as until then
+/// it holds its grant and a place under the holder cap (another is lent to work in line once
+/// a tick passes in which no holder ran).
 ///
 /// Running time is the thread's CPU time over each stretch between yields (the wall time if the
 /// stretch moved threads or timing is set to the wall clock), so an `.await` on other things

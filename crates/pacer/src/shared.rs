@@ -247,6 +247,19 @@ impl Shared {
             .push(sampler);
     }
 
+    /// Let the sampling probes sample at their quiet period (nothing steers) or at the full
+    /// rate.
+    pub(crate) fn set_samplers_quiet(&self, quiet: bool) {
+        for sampler in self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            sampler.set_quiet(quiet);
+        }
+    }
+
     /// Stop the sampling probes and join their threads.
     pub(crate) fn stop_samplers(&self) {
         let samplers =
@@ -293,6 +306,10 @@ impl ClassQueue for Shared {
 
     fn has_tokens(&self) -> bool {
         self.queue.snapshot().balance_nanos > 0
+    }
+
+    fn holders(&self) -> usize {
+        self.queue.snapshot().holders
     }
 
     fn set_holder_cap(&self, cap: usize) {

@@ -4,13 +4,16 @@ mod common;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::Enforcement;
-use elastic_cpu_pacer::PacedExt;
+use elastic_cpu_pacer::{PacedExt, PacedStreamExt};
+use futures_core::Stream;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
     Pin::new(f).poll(cx)
@@ -322,6 +325,132 @@ fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
         );
         drop(futs);
         assert_ledger_balanced(&elastic.snapshot());
+    }
+}
+
+#[test]
+fn holders_that_run_nothing_for_a_tick_lend_a_place_to_work_in_line() {
+    let clock = ManualClock::new();
+    // 0.4 of 2 CPUs: one grant at a time.
+    let elastic = manual_elastic(&clock, 0.4, 2.0);
+    let (counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let io = Arc::new(AtomicBool::new(false));
+    // Runs 2 ms, then waits on I/O holding its grant.
+    let mut waits = Box::pin(
+        WaitsOn {
+            clock: clock.clone(),
+            work: Duration::from_millis(2),
+            open: io.clone(),
+        }
+        .paced(&elastic),
+    );
+    assert!(poll(&mut waits, &mut cx).is_pending());
+    let mut other = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(1),
+            polls: 2,
+        }
+        .paced(&elastic),
+    );
+    assert!(poll(&mut other, &mut cx).is_pending());
+    assert_eq!(elastic.snapshot().waiters, 1, "behind the holder cap");
+
+    // The holder ran in this tick: the cap holds.
+    let wakes = counter.count();
+    clock.advance(Duration::from_millis(100));
+    elastic.tick();
+    assert_eq!(elastic.snapshot().waiters, 1);
+    // A whole tick in which no holder ran while work waited: one more place.
+    clock.advance(Duration::from_millis(100));
+    elastic.tick();
+    let s = elastic.snapshot();
+    assert_eq!((s.waiters, s.queue.holders), (0, 2));
+    assert_eq!(counter.count(), wakes + 1, "the waiter is woken");
+    while poll(&mut other, &mut cx).is_pending() {}
+
+    io.store(true, Ordering::Relaxed);
+    assert!(poll(&mut waits, &mut cx).is_ready());
+    let s = elastic.snapshot();
+    assert_eq!((s.used, s.queue.holders), (4 * MS, 0));
+    assert_ledger_balanced(&s);
+}
+
+#[test]
+fn a_holder_that_runs_keeps_its_place_under_the_cap() {
+    let clock = ManualClock::new();
+    let elastic = manual_elastic(&clock, 0.4, 2.0);
+    let (_counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    // A stream of ready items holds its grant between items.
+    let mut runs = Box::pin(
+        Items {
+            clock: clock.clone(),
+            per_item: Duration::from_millis(1),
+        }
+        .paced(&elastic),
+    );
+    assert!(runs.as_mut().poll_next(&mut cx).is_ready());
+    let mut other = Box::pin(
+        Burn {
+            clock: clock.clone(),
+            per_poll: Duration::from_millis(1),
+            polls: 2,
+        }
+        .paced(&elastic),
+    );
+    assert!(poll(&mut other, &mut cx).is_pending());
+    for _ in 0..5 {
+        // The holder runs a little in every tick (far from spending its 100 ms slice); it
+        // yields at the quantum between items, keeping its grant.
+        let mut polls = 0;
+        while runs.as_mut().poll_next(&mut cx).is_pending() {
+            polls += 1;
+            assert!(polls < 10, "a ready stream yields, then goes on");
+        }
+        clock.advance(Duration::from_millis(100));
+        elastic.tick();
+        let s = elastic.snapshot();
+        assert_eq!((s.waiters, s.queue.holders), (1, 1), "no place lent");
+    }
+    drop(runs);
+    assert_eq!(elastic.snapshot().waiters, 0, "the place passes on");
+    drop(other);
+    assert_ledger_balanced(&elastic.snapshot());
+}
+
+/// A stream of items that are always ready, each `per_item` on `clock`.
+struct Items {
+    clock: ManualClock,
+    per_item: Duration,
+}
+
+impl Stream for Items {
+    type Item = ();
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<()>> {
+        self.clock.advance(self.per_item);
+        Poll::Ready(Some(()))
+    }
+}
+
+/// Runs `work` on `clock` at its first poll, then waits (woken by nobody here) until `open`.
+struct WaitsOn {
+    clock: ManualClock,
+    work: Duration,
+    open: Arc<AtomicBool>,
+}
+
+impl Future for WaitsOn {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        let work = std::mem::take(&mut self.work);
+        self.clock.advance(work);
+        if self.open.load(Ordering::Relaxed) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 
