@@ -20,6 +20,12 @@ use crate::settings::{
 };
 use crate::shared::{QueueClock, Shared};
 
+/// The shortest and longest governor tick ([`Steps::tick`](crate::settings::Steps::tick)).
+const MIN_TICK: Duration = Duration::from_millis(1);
+const MAX_TICK: Duration = Duration::from_secs(3600);
+/// The longest window, in ticks ([`Steps::window`](crate::settings::Steps::window)).
+const MAX_WINDOW_TICKS: u32 = 1000;
+
 /// Why [`ElasticBuilder::build`] failed.
 ///
 /// ```
@@ -122,9 +128,11 @@ impl ElasticBuilder {
 
     /// The target p99 of the signal (scheduling latency, the I/O wake-up over
     /// [`IO_TARGET_FACTOR`](crate::snapshot::IO_TARGET_FACTOR), the run-queue delay): above it
-    /// the share steps down, below it (with work waiting) up. Default 1 ms; valid 50 µs ..= 1 s.
-    /// Pick it a little above the p99 your runtime shows with no elastic work
-    /// (`snapshot().sched_p99` tells).
+    /// the share steps down, below it (with work waiting) up. Valid 50 µs ..= 1 s. By default
+    /// there is none: the governor measures the latency without elastic work and steps on what
+    /// elastic work adds to it ([`TargetSource::Measured`](crate::snapshot::TargetSource)), and
+    /// the backlog brake is at 4 × [`DEFAULT_TARGET`] (4 ms). A fixed target suits a runtime
+    /// whose latency without elastic work you know (`snapshot().sched_p99` tells).
     pub fn target_p99(mut self, target: Duration) -> Self {
         self.target_p99 = Some(target);
         self
@@ -261,6 +269,18 @@ impl ElasticBuilder {
             if !(s > 0.0 && s <= 1.0) {
                 return refuse("fixed_share", s.to_string(), "above 0.0, at most 1.0");
             }
+        }
+        // The governor thread wakes every tick: a tick of microseconds spends a core on it, and
+        // the window is kept as one histogram set per tick.
+        if !(MIN_TICK..=MAX_TICK).contains(&controller.tick) {
+            return refuse("tick", format!("{:?}", controller.tick), "1 ms ..= 1 h");
+        }
+        if controller.window > controller.tick.saturating_mul(MAX_WINDOW_TICKS) {
+            return refuse(
+                "window",
+                format!("{:?}", controller.window),
+                "tick ..= 1000 ticks",
+            );
         }
         let e = &self.enforcement;
         if e.slice < MIN_SLICE || e.slice > MAX_SLICE {

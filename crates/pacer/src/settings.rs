@@ -65,9 +65,9 @@ pub struct Steps {
     pub inactive_decrease_factor: f64,
     /// Where idle decay stops, as a fraction of the way from the floor to the ceiling (0 ..= 1).
     pub inactive_point: f64,
-    /// The governor's tick: how often it reads, decides and applies (above 0).
+    /// The governor's tick: how often it reads, decides and applies (1 ms ..= 1 h).
     pub tick: Duration,
-    /// The window every percentile is taken over (at least one tick).
+    /// The window every percentile is taken over (1 ..= 1000 ticks).
     pub window: Duration,
     /// Largest multiple of the step an upward run grows to while the signal stays far below the
     /// target (slow start); 1 is fixed steps (1 ..= 64).

@@ -83,8 +83,23 @@ fn every_bad_setting_is_refused_by_name() {
             Elastic::builder().profile(steps(|s| s.tick = Duration::ZERO)),
         ),
         (
+            "tick",
+            Elastic::builder().profile(steps(|s| s.tick = Duration::from_micros(999))),
+        ),
+        (
+            "tick",
+            Elastic::builder().profile(steps(|s| {
+                s.tick = Duration::MAX;
+                s.window = Duration::MAX;
+            })),
+        ),
+        (
             "window",
             Elastic::builder().profile(steps(|s| s.window = Duration::from_millis(50))),
+        ),
+        (
+            "window",
+            Elastic::builder().profile(steps(|s| s.window = Duration::from_millis(100_001))),
         ),
         (
             "max_boost",
@@ -128,4 +143,21 @@ fn the_defaults_build() {
     let e = Elastic::builder().build().unwrap();
     let s = e.snapshot();
     assert!(s.share > 0.0 && s.share <= 1.0);
+}
+
+#[test]
+fn the_tick_and_window_bounds_build() {
+    for (tick, window) in [
+        (Duration::from_millis(1), Duration::from_millis(1)),
+        (Duration::from_millis(1), Duration::from_secs(1)),
+        (Duration::from_secs(3600), Duration::from_secs(3600)),
+    ] {
+        let built = Elastic::builder()
+            .profile(steps(|s| {
+                s.tick = tick;
+                s.window = window;
+            }))
+            .build();
+        assert!(built.is_ok(), "{tick:?}, {window:?}: {:?}", built.err());
+    }
 }
