@@ -162,6 +162,6 @@ pub use outliers::{site_label, Outlier, Outliers, SiteOutliers};
 pub use poll_state::mark_elastic_poll;
 pub use probe::{Probe, Source};
 pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};
-pub use sampler::Sampler;
+pub use sampler::{Sampler, QUIET_SAMPLE_PERIOD};
 pub use threads::{current_tid, ThreadRegistration, ThreadRegistry, ThreadRole};
 pub use window::{Split, Summary, Window};

@@ -18,6 +18,10 @@ use crate::shared::{nanos, Shared};
 /// How often the sampler spawns a probe task.
 pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
 
+/// How often it does while it is quiet ([`Sampler::set_quiet`]): each sample mostly wakes a
+/// parked worker, which on an idle runtime cost ~5 % of a core at [`SAMPLE_PERIOD`].
+pub const QUIET_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+
 /// Probe tasks spawned but not yet finished, at most. Bounds the sampler's extra load when the
 /// runtime is stalled; while at the bound it spawns nothing new.
 const MAX_IN_FLIGHT: usize = 1024;
@@ -51,6 +55,8 @@ struct Control {
     samples: AtomicU64,
     /// Set when the thread has ended because the runtime is gone.
     runtime_gone: AtomicBool,
+    /// Sampling every [`QUIET_SAMPLE_PERIOD`].
+    quiet: AtomicBool,
 }
 
 impl Sampler {
@@ -59,6 +65,7 @@ impl Sampler {
             stop: AtomicBool::new(false),
             samples: AtomicU64::new(0),
             runtime_gone: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
         });
         let thread = {
             let ctl = ctl.clone();
@@ -80,6 +87,35 @@ impl Sampler {
         self.ctl.samples.load(Ordering::Relaxed)
     }
 
+    /// Sample every [`QUIET_SAMPLE_PERIOD`] instead of every millisecond (`true`), or at the full
+    /// rate again (`false`, at once): for when nothing steers by the latency, so the samples'
+    /// own wake-ups do not cost an idle runtime CPU.
+    ///
+    /// ```
+    /// use elastic_cpu_probe::{Probe, ProbeConfig};
+    ///
+    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// let sampler = probe.start_sampler(rt.handle());
+    /// sampler.set_quiet(true);
+    /// assert!(sampler.is_quiet());
+    /// sampler.set_quiet(false);
+    /// assert!(!sampler.is_quiet());
+    /// ```
+    pub fn set_quiet(&self, quiet: bool) {
+        let was = self.ctl.quiet.swap(quiet, Ordering::Relaxed);
+        if was && !quiet {
+            if let Some(t) = &self.thread {
+                t.thread().unpark();
+            }
+        }
+    }
+
+    /// Whether it samples at the quiet period ([`set_quiet`](Self::set_quiet)).
+    pub fn is_quiet(&self) -> bool {
+        self.ctl.quiet.load(Ordering::Relaxed)
+    }
+
     /// Whether the sampler thread is still running (false once the runtime is gone).
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
@@ -95,6 +131,7 @@ impl fmt::Debug for Sampler {
                 "runtime_gone",
                 &self.ctl.runtime_gone.load(Ordering::Relaxed),
             )
+            .field("quiet", &self.is_quiet())
             .finish()
     }
 }
@@ -132,11 +169,17 @@ fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }
-        next += SAMPLE_PERIOD;
+        let period = if ctl.quiet.load(Ordering::Relaxed) {
+            QUIET_SAMPLE_PERIOD
+        } else {
+            SAMPLE_PERIOD
+        };
         let now = Instant::now();
-        if next <= now {
-            // Fell behind (descheduled): do not burst to catch up.
-            next = now + SAMPLE_PERIOD;
+        next += period;
+        if next <= now || next > now + period {
+            // Fell behind (descheduled): do not burst to catch up. Or woken early (no longer
+            // quiet): one period from now.
+            next = now + period;
         }
         thread::park_timeout(next - now);
     }

@@ -106,3 +106,24 @@ fn sampler_thread_ends_when_the_runtime_is_gone() {
     wait_until(|| !sampler.is_running());
     drop(sampler); // still fine after the thread ended
 }
+
+#[test]
+fn a_quiet_sampler_samples_on_and_goes_back_to_the_full_rate() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let probe = long_window();
+    let sampler = probe.start_sampler(rt.handle());
+    sampler.set_quiet(true);
+    assert!(sampler.is_quiet());
+    assert!(format!("{sampler:?}").contains("quiet: true"));
+    // Sparser, not stopped.
+    let before = sampler.samples();
+    wait_until(|| sampler.samples() >= before + 3);
+    sampler.set_quiet(false);
+    assert!(!sampler.is_quiet());
+    let before = sampler.samples();
+    wait_until(|| sampler.samples() >= before + 20);
+    assert!(window_queue_count(&probe) >= before + 20);
+}

@@ -101,6 +101,9 @@ pub(crate) struct Governor {
     /// That quota's period.
     quota_period: Option<Duration>,
     ticks: u64,
+    /// Something steered by the signal in the last tick (work ran or waited, a gate or an idle
+    /// pool exists): the samplers sample at the full rate only then.
+    steering: bool,
     /// The builder gave no target: it is measured (`quiet.rs`), from a poll quantum up.
     auto_target: bool,
     quantum: Duration,
@@ -183,6 +186,7 @@ impl Governor {
             quota_seen: false,
             quota_period: None,
             ticks: 0,
+            steering: false,
             auto_target: plan.auto_target,
             quiet: Quiet::new(shared.probe.config().intervals()),
             target,
@@ -277,6 +281,7 @@ impl Governor {
         // The I/O canaries matter only while something steers by the signal; otherwise each
         // one mostly wakes a parked worker, so they slow to the quiet period.
         SignalStage::set_io_quiet(&mut self.sources, !steering, &mut signal.reading);
+        self.steering = steering;
         self.last_signal = signal;
         self.ticks += 1;
         let classes = self
@@ -790,9 +795,12 @@ impl Control {
     pub(crate) fn tick(&self, shared: &Shared, period: Duration) {
         let mut g = self.lock();
         let record = g.tick(period);
+        let steering = g.steering;
         #[cfg(feature = "metrics")]
         let queues: Vec<_> = g.classes.iter().filter_map(Class::queue).collect();
         drop(g);
+        // Like the I/O canaries, the sampler's tasks matter only while something steers.
+        shared.set_samplers_quiet(!steering);
         self.publish(record);
         #[cfg(feature = "metrics")]
         {
@@ -801,8 +809,6 @@ impl Control {
                 queue.export();
             }
         }
-        #[cfg(not(feature = "metrics"))]
-        let _ = shared;
     }
 
     /// [`Governor::brake_step`]: returns when to look again before the next tick.
