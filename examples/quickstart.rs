@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 
 /// Stands in for the CPU-heavy part of elastic work: encoding, hashing, compressing.
 fn encode(row: u64) -> u64 {
-    (0..2_000u64).fold(row, |h, x| h.rotate_left(5) ^ x.wrapping_mul(0x9e37_79b9))
+    (0..2_000u64).fold(row, |h, x| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -334,7 +334,9 @@ impl Elastic {
 
     /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`], where
     /// [`spawn`](Self::spawn) runs elastic work: on the idle pool's blocking threads (at idle
-    /// priority too) or on the runtime's (`spawn_blocking`).
+    /// priority too) or on the runtime's (`spawn_blocking`). Dropping that runtime waits for
+    /// the work, which still runs at its share: call [`shutdown`](Self::shutdown) first (the
+    /// work then runs unpaced) or use tokio's `Runtime::shutdown_timeout`.
     ///
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
