@@ -31,7 +31,9 @@ pub(crate) enum Cancelled<O> {
 /// The waiters of one queue and the outcomes their tickets have not collected (`O`: what a
 /// ticket collects, e.g. the nanoseconds of its grant).
 pub(crate) struct WaitLine<O> {
-    /// Oldest first. A waiter taken out is ended ([`end`](Self::end)) or put back.
+    /// Oldest first, so in the order of their ids: a ticket finds its waiter by binary search
+    /// (a flood of waiters must not make each poll or cancel walk all of them). A waiter taken
+    /// out is ended ([`end`](Self::end)) or put back in its place.
     pub(crate) waiters: VecDeque<Waiter>,
     /// Ended waits whose tickets have not collected them: (ticket id, outcome).
     ended: Vec<(u64, O)>,
@@ -73,6 +75,10 @@ impl<O> WaitLine<O> {
 
     /// Queue `id` at the back, waiting since `now`.
     pub(crate) fn push(&mut self, id: u64, now: u64, terms: u64, waker: Option<Waker>) {
+        debug_assert!(
+            self.waiters.back().is_none_or(|w| w.id < id),
+            "ids in order"
+        );
         self.waiters.push_back(Waiter {
             id,
             since: now,
@@ -106,7 +112,7 @@ impl<O> WaitLine<O> {
         if let Some(pos) = self.ended.iter().position(|e| e.0 == id) {
             return Poll::Ready(Some(self.ended.swap_remove(pos).1));
         }
-        let Some(w) = self.waiters.iter_mut().find(|w| w.id == id) else {
+        let Some(w) = self.find(id).map(|pos| &mut self.waiters[pos]) else {
             return Poll::Ready(None);
         };
         match &mut w.waker {
@@ -119,7 +125,7 @@ impl<O> WaitLine<O> {
     /// A ticket dropped before it collected anything: it leaves the line, or gives up the
     /// outcome it never collected. `None`: nothing was left of it.
     pub(crate) fn cancel(&mut self, id: u64, now: u64) -> Option<Cancelled<O>> {
-        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
+        if let Some(pos) = self.find(id) {
             let w = self.waiters.remove(pos)?;
             self.count_wait(w.since, now);
             Some(Cancelled::Waiting)
@@ -127,6 +133,11 @@ impl<O> WaitLine<O> {
             let pos = self.ended.iter().position(|e| e.0 == id)?;
             Some(Cancelled::Ended(self.ended.swap_remove(pos).1))
         }
+    }
+
+    /// Where waiter `id` is in the line, if it waits.
+    fn find(&self, id: u64) -> Option<usize> {
+        self.waiters.binary_search_by_key(&id, |w| w.id).ok()
     }
 
     /// Close: every waiter leaves (its ticket then polls `Ready(None)`), woken. Returns how many.
