@@ -28,6 +28,10 @@ use crate::thread_class::on_idle_pool;
 /// runs past the estimate taken at admission is charged the overrun at its next `pace`, so
 /// later admissions see the debt at once. A setup that has started is never held back: its
 /// client is waiting for it, and stopping it would waste what it already spent.
+///
+/// Drop it as soon as the setup is done, before serving the connection: a permit kept longer
+/// holds one of the places setups run in and is charged its waits (wrong costs for the
+/// estimate later admissions use); one dropped before the setup charges the setup nothing.
 pub struct SetupPermit {
     gate: Arc<GateShared>,
     grant: Option<SetupGrant>,

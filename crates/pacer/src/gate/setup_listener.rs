@@ -45,6 +45,11 @@ pub struct SetupListener<Io> {
 
 impl<Io: Send + 'static> SetupListener<Io> {
     /// Set up each connection `listener` admits with `setup`, on the current runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime: it spawns its accept loop there, as `tokio::spawn` does.
+    #[track_caller]
     pub fn new<F, Fut>(listener: GatedListener, setup: F) -> SetupListener<Io>
     where
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
@@ -69,6 +74,7 @@ impl<Io: Send + 'static> SetupListener<Io> {
         Self::start(listener, setup, Some(runtime))
     }
 
+    #[track_caller]
     fn start<F, Fut>(mut listener: GatedListener, setup: F, on: Option<Handle>) -> Self
     where
         F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
