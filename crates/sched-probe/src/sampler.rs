@@ -19,7 +19,7 @@ use crate::shared::{nanos, Shared};
 pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
 
 /// How often it does while it is quiet ([`Sampler::set_quiet`]): each sample mostly wakes a
-/// parked worker, which on an idle runtime cost ~5 % of a core at [`SAMPLE_PERIOD`].
+/// parked worker, which on an idle runtime cost ~5 % of a core at one a millisecond.
 pub const QUIET_SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
 /// Probe tasks spawned but not yet finished, at most. Bounds the sampler's extra load when the
