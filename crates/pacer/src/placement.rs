@@ -27,7 +27,7 @@ use crate::settings::Placement;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PlacementReason {
-    /// Nothing was spawned yet.
+    /// `Auto`, and nothing was spawned yet.
     #[default]
     Undecided,
     /// [`Placement`] pinned it.
@@ -116,13 +116,17 @@ impl Placer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The placement decided, and why (`Auto` and `Undecided` before the first spawn).
+    /// The placement decided, and why. Before the first spawn: a pinned setting as it is
+    /// (`Setting`), `Auto` and `Undecided` otherwise.
     pub(crate) fn decided(&self) -> (Placement, PlacementReason) {
         #[cfg(not(feature = "idle-pool"))]
         return (Placement::Runtime, PlacementReason::NoIdlePool);
         #[cfg(feature = "idle-pool")]
         self.now(self.lock().placement)
-            .unwrap_or((Placement::Auto, PlacementReason::Undecided))
+            .unwrap_or(match self.setting {
+                Placement::Auto => (Placement::Auto, PlacementReason::Undecided),
+                pinned => (pinned, PlacementReason::Setting),
+            })
     }
 
     /// Where elastic work goes now, from what the first spawn decided: a runtime watched for

@@ -182,7 +182,8 @@ pub struct Snapshot {
     pub idle_queue: Option<QueueSnapshot>,
     /// Where [`Elastic::spawn`](crate::Elastic::spawn) runs elastic work:
     /// [`Runtime`](Placement::Runtime) or [`IdlePool`](Placement::IdlePool), or
-    /// [`Auto`](Placement::Auto) before the first spawn decides.
+    /// [`Auto`](Placement::Auto) before the first spawn decides (a pinned setting shows as
+    /// itself from the start).
     pub placement: Placement,
     /// Why it goes there.
     pub placement_reason: PlacementReason,

@@ -53,9 +53,11 @@ fn pinned_to_the_runtime_it_needs_one() {
         .placement(Placement::Runtime)
         .build()
         .unwrap();
+    let s = elastic.snapshot();
     assert_eq!(
-        elastic.snapshot().placement_reason,
-        PlacementReason::Undecided
+        (s.placement, s.placement_reason),
+        (Placement::Runtime, PlacementReason::Setting),
+        "pinned before anything is spawned"
     );
     assert!(
         elastic.spawn(async {}).is_err(),
