@@ -570,15 +570,16 @@ impl IoProbe {
         self.shared.skipped.load(Ordering::Relaxed)
     }
 
-    /// Whether both the writer thread and the reader task are still running (false once the
-    /// runtime has shut down and the writer has noticed).
+    /// Whether any part of the probe still runs: false once the runtime has shut down (which
+    /// ends the reader task) and the writer thread, where there is one, has noticed and ended.
+    /// Once false, no canary is sent or received any more.
     pub fn is_running(&self) -> bool {
-        let source = match &self.source {
+        let writer = match &self.source {
             #[cfg(target_os = "linux")]
-            Source::Timer(_) => true,
+            Source::Timer(_) => false,
             Source::Thread(writer) => writer.as_ref().is_some_and(|t| !t.is_finished()),
         };
-        source && !self.reader.is_finished()
+        writer || !self.reader.is_finished()
     }
 }
 
