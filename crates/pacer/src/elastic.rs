@@ -202,7 +202,8 @@ impl Elastic {
     /// foreground belongs in same-runtime [`paced`](crate::PacedExt::paced) work (see
     /// [`IdleRuntime`]: at idle priority a lock holder starves). Feature `idle-pool` (default).
     ///
-    /// Errors: `workers == 0` is an [`io::ErrorKind::InvalidInput`] error wrapping a
+    /// Errors: `workers` outside `1 ..=` [`IdleRuntime::MAX_WORKERS`] is an
+    /// [`io::ErrorKind::InvalidInput`] error wrapping a
     /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the
     /// runtime builder's error. The OS refusing to lower the priority is not an error:
     /// [`IdleRuntime::priority`] says what the threads got.
@@ -211,6 +212,7 @@ impl Elastic {
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
     /// let err = elastic.idle_runtime(0).err().unwrap();
     /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// assert!(elastic.idle_runtime(1_000_000).is_err()); // a task count, not a CPU count
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "idle-pool")]

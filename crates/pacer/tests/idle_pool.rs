@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::this_thread_policy;
 use common::{assert_ledger_balanced, eventually, must_finish, spin, SCHED_IDLE};
 use elastic_cpu_pacer::idle::IdlePriority;
+use elastic_cpu_pacer::idle::IdleRuntime;
 use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_util::StreamExt;
 
@@ -76,18 +77,20 @@ fn every_pool_thread_runs_at_sched_idle_and_the_foreground_does_not() {
 }
 
 #[test]
-fn zero_workers_is_a_typed_error() {
+fn a_worker_count_out_of_range_is_a_typed_error() {
     let elastic = Elastic::builder().build().unwrap();
-    let err = elastic.idle_runtime(0).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-    let setting = err
-        .get_ref()
-        .and_then(|e| e.downcast_ref::<elastic_cpu_pacer::SettingError>())
-        .expect("a SettingError inside");
-    assert!(
-        setting.to_string().contains("idle_runtime(workers)"),
-        "{setting}"
-    );
+    for workers in [0, IdleRuntime::MAX_WORKERS + 1, usize::MAX] {
+        let err = elastic.idle_runtime(workers).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        let setting = err
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<elastic_cpu_pacer::SettingError>())
+            .expect("a SettingError inside");
+        assert!(
+            setting.to_string().contains("idle_runtime(workers)"),
+            "{setting}"
+        );
+    }
 }
 
 #[test]

@@ -198,13 +198,17 @@ pub struct IdleRuntime {
 }
 
 impl IdleRuntime {
-    /// `workers == 0` is an [`io::ErrorKind::InvalidInput`] error (checked before anything is
-    /// made).
+    /// The most worker threads a pool may have: past this a pool is a mistake (a count of
+    /// tasks, not of CPUs) that would start threads until the OS refuses.
+    pub const MAX_WORKERS: usize = 1024;
+
+    /// `workers` outside `1 ..= MAX_WORKERS` is an [`io::ErrorKind::InvalidInput`] error
+    /// (checked before anything is made).
     pub(crate) fn check_workers(workers: usize) -> io::Result<()> {
-        if workers == 0 {
+        if !(1..=IdleRuntime::MAX_WORKERS).contains(&workers) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                SettingError::new("idle_runtime(workers)", workers, "at least 1"),
+                SettingError::new("idle_runtime(workers)", workers, "1 ..= 1024"),
             ));
         }
         Ok(())
