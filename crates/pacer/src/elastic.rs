@@ -166,12 +166,28 @@ impl Elastic {
     /// Tell this `Elastic` which runtime it governs: sizes the buckets (unless
     /// [`ElasticBuilder::cpus`] fixed them) for the least of the runtime's worker threads, the
     /// cgroup CPU quota (fractional: 1.5 CPUs stay 1.5) and the CPUs the process may run on (its
-    /// affinity mask; `available_parallelism` when that cannot be read), and, without
-    /// `tokio_unstable`, starts the sampling probe on it. [`Snapshot::cpus_source`] says which
-    /// figure it took. The quota and the mask are read here, once (a few small files). With a
-    /// quota, the governor watches the cgroup's throttling and holds elastic work within what
-    /// the foreground leaves of the quota from now on (see
-    /// [`Inputs`](crate::settings::Inputs)).
+    /// affinity mask; `available_parallelism` when that cannot be read), and, where the task
+    /// hooks are not installed (no `tokio_unstable`, or a runtime not built through
+    /// [`runtime`](Self::runtime) or [`instrument`](Self::instrument)), starts the sampling
+    /// probe on it. [`Snapshot::cpus_source`] says which figure it took. The quota and the mask
+    /// are read here, once (a few small files). With a quota, the governor watches the cgroup's
+    /// throttling and holds elastic work within what the foreground leaves of the quota from
+    /// now on (see [`Inputs`](crate::settings::Inputs)).
+    ///
+    /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
+    ///
+    /// ```
+    /// #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    ///     let handle = tokio::runtime::Handle::current();
+    ///     elastic.attach(&handle); // the bucket, and the sampling probe
+    ///     elastic.start_io_probe(&handle)?; // the I/O wake-up signal
+    ///     let sum = elastic.spawn(async { (0..1_000u64).sum::<u64>() })?.await?;
+    ///     assert_eq!(sum, 499_500);
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn attach(&self, handle: &Handle) {
         let (quota, affinity, available) = self.control.host();
         let (cpus, source) = choose_cpus(&CpusInputs {
@@ -182,11 +198,11 @@ impl Elastic {
             available,
         });
         self.control.attach(cpus, source, &quota);
-        // On a manual clock the test drives the probe: no sampler records real latencies.
-        if matches!(Probe::source(), elastic_cpu_probe::Source::Sampler)
-            && !self.control.is_manual()
-        {
-            let root = self.shared.root_class();
+        // Without the task hooks (no `tokio_unstable`, or a runtime built without `instrument`:
+        // `#[tokio::main]`) the sampler measures the runtime. On a manual clock the test drives
+        // the probe: no sampler records real latencies.
+        let root = self.shared.root_class();
+        if !root.probe.has_hooks() && !self.control.is_manual() {
             root.keep_sampler(root.probe.start_sampler(handle));
         }
     }

@@ -113,6 +113,7 @@ impl Probe {
                 raised: AtomicBool::new(false),
                 listener: Mutex::new(None),
                 outlier_above: AtomicU64::new(u64::MAX),
+                hooked: AtomicBool::new(false),
                 born: quanta::Instant::now(),
                 outliers,
             }),
@@ -174,6 +175,7 @@ impl Probe {
         {
             // Calibrate the poll-time clock here, not in the first poll's hook.
             let _ = quanta::Instant::now();
+            self.shared.hooked.store(true, Ordering::Relaxed);
             let shared = self.shared.clone();
             builder
                 .track_task_schedule_latency()
@@ -187,6 +189,21 @@ impl Probe {
         {
             builder
         }
+    }
+
+    /// Whether [`instrument`](Self::instrument) has installed the task hooks on a builder:
+    /// never without `tokio_unstable`. A runtime built without them (`#[tokio::main]`, a
+    /// framework's) is measured by [`start_sampler`](Self::start_sampler) instead.
+    ///
+    /// ```
+    /// # use elastic_cpu_probe::{Probe, ProbeConfig, Source};
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// assert!(!probe.has_hooks());
+    /// probe.instrument(&mut tokio::runtime::Builder::new_current_thread());
+    /// assert_eq!(probe.has_hooks(), Probe::source() == Source::Hooks);
+    /// ```
+    pub fn has_hooks(&self) -> bool {
+        self.shared.hooked.load(Ordering::Relaxed)
     }
 
     /// Starts the sampling fallback on the runtime behind `handle`: a dedicated OS thread spawns

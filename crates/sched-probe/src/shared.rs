@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) born: quanta::Instant,
     /// The outliers collected from the slots, a window of them.
     pub(crate) outliers: Mutex<TrapWindow>,
+    /// Set once [`Probe::instrument`](crate::Probe::instrument) has installed the task hooks
+    /// on a builder (never without `tokio_unstable`).
+    pub(crate) hooked: AtomicBool,
 }
 
 /// What the hooks (or a caller of `record_poll`) know of a poll found over the threshold.

@@ -1,0 +1,32 @@
+//! A runtime the library did not build (`#[tokio::main]`, a framework's runtime): `attach`
+//! alone must give the governor a scheduling-latency signal, with or without `tokio_unstable`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::eventually;
+use elastic_cpu_pacer::Elastic;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn an_attached_runtime_built_elsewhere_is_measured() {
+    let elastic = Elastic::builder().build().unwrap();
+    elastic.attach(&tokio::runtime::Handle::current());
+    // Foreground tasks the probe can see waiting for the worker.
+    let load = tokio::spawn(async {
+        loop {
+            tokio::spawn(async {}).await.unwrap();
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    });
+    let seen = {
+        let elastic = elastic.clone();
+        tokio::task::spawn_blocking(move || {
+            eventually("queue latency recorded", Duration::from_secs(30), || {
+                elastic.snapshot().window.queue_latency.all.count > 0
+            });
+        })
+    };
+    seen.await.unwrap();
+    load.abort();
+}
