@@ -255,6 +255,10 @@ pub struct Args {
     /// an A/B
     #[arg(long)]
     pub no_os_yield: bool,
+    /// build the service's runtime as plain tokio, as `#[tokio::main]` does, and
+    /// `elastic.attach` it (and start its I/O probe) instead of `elastic.runtime(..)`
+    #[arg(long)]
+    pub attach: bool,
     /// append the controller-speed phases: low, high and step for each --profiles entry
     #[arg(long)]
     speed: bool,

@@ -58,6 +58,9 @@ pub struct Tuning {
     pub run_queue_signal: bool,
     /// The library's OS yield at each quantum (on by default).
     pub os_yield: bool,
+    /// Build the service's runtime as plain tokio (as `#[tokio::main]` does) and `attach` it,
+    /// instead of building it through `elastic.runtime(..)`.
+    pub attach: bool,
 }
 
 /// What the monitor reads every sample.
@@ -114,7 +117,7 @@ impl Control {
             b = b.outlier_threshold(OutlierThreshold::At(Duration::from_micros(us)));
         }
         if let Mode::Library = mode {
-            return Control::with(workers, b, true);
+            return Control::with(workers, b, true, tune.attach);
         }
         match mode {
             Mode::Unpaced | Mode::Library => {}
@@ -157,13 +160,25 @@ impl Control {
                 throttling: tune.throttle_signal,
                 quota_headroom: tune.quota_headroom,
             });
-        Control::with(workers, b, !matches!(mode, Mode::Unpaced))
+        Control::with(workers, b, !matches!(mode, Mode::Unpaced), tune.attach)
     }
 
-    fn with(workers: usize, b: ElasticBuilder, paced: bool) -> Result<Control, String> {
+    fn with(
+        workers: usize,
+        b: ElasticBuilder,
+        paced: bool,
+        attach: bool,
+    ) -> Result<Control, String> {
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
-        let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
-            .map_err(|e| format!("runtime: {e}"))?;
+        let rt = if attach {
+            let rt = (fg::runtime_builder(workers).build()).map_err(|e| format!("runtime: {e}"))?;
+            elastic.attach(rt.handle());
+            (elastic.start_io_probe(rt.handle())).map_err(|e| format!("I/O probe: {e}"))?;
+            rt
+        } else {
+            (elastic.runtime(fg::runtime_builder(workers)).build())
+                .map_err(|e| format!("runtime: {e}"))?
+        };
         Ok(Control { rt, elastic, paced })
     }
 

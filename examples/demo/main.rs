@@ -349,5 +349,6 @@ fn tuning(ctx: &Ctx) -> Tuning {
         io_signal: !a.no_io_signal,
         run_queue_signal: !a.no_run_queue_signal,
         os_yield: !a.no_os_yield,
+        attach: a.attach,
     }
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use elastic_cpu_core::SettingError;
-use elastic_cpu_probe::Probe;
 use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
@@ -461,7 +460,7 @@ impl Elastic {
 
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
     #[cfg(feature = "test-util")]
-    pub fn probe(&self) -> &Probe {
+    pub fn probe(&self) -> &elastic_cpu_probe::Probe {
         &self.shared.probe
     }
 
