@@ -187,7 +187,10 @@ impl Started {
 /// times to the probe as elastic poll times, as on any runtime). Its worker threads (and its
 /// blocking-pool threads) are named `elastic-cpu-idle` and lower their own priority as they
 /// start. Dropping the `IdleRuntime` shuts it down like dropping a tokio [`Runtime`]; use
-/// [`shutdown_timeout`](Self::shutdown_timeout) to bound the wait.
+/// [`shutdown_timeout`](Self::shutdown_timeout) to bound the wait. The pool's own threads are
+/// what cancel its tasks, and while normal threads keep every core busy they get next to no
+/// CPU: there only `shutdown_timeout` or [`shutdown_background`](Self::shutdown_background)
+/// bounds how long a shutdown takes.
 ///
 /// [`paced`]: crate::PacedExt::paced
 pub struct IdleRuntime {
