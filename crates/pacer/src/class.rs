@@ -262,6 +262,9 @@ pub(crate) struct Class {
     waited: bool,
     /// Why it is held back now ([`Hold`] bits).
     held: u8,
+    /// Held at some point since the last [`apply`](Self::apply): nothing running then says
+    /// nothing about the holders.
+    held_in_tick: bool,
     /// Whether its time came mostly in long polls (for classes that count them).
     long_watch: LongPollWatch,
     /// The share last reported to `tracing`.
@@ -295,6 +298,7 @@ impl Class {
             used_cpus: 0.0,
             waited: false,
             held: 0,
+            held_in_tick: false,
             long_watch: LongPollWatch::new(),
             reported: share,
             part: None,
@@ -461,6 +465,7 @@ impl Class {
                 _ => self.applied,
             };
             let cap = holder_cap(share, rates.cpus, whole).max(self.lent_place(&*queue));
+            self.held_in_tick = self.held != 0;
             queue.set_holder_cap(cap);
             // Split among classes, together they hold what one class would.
             if self.decides_split() {
@@ -472,9 +477,11 @@ impl Class {
     /// The holder cap that lets one more grant out when the holders ran nothing over a whole
     /// tick while work waited for a place, not held back: they wait on something else (I/O, a
     /// lock, a `Pacer` kept past its loop), and work in line would otherwise wait for them,
-    /// for ever if they never come back. 0 when the holders ran or nothing waited.
+    /// for ever if they never come back. 0 when the holders ran, nothing waited, or a hold (a
+    /// brake, a quiet reading) was on in the tick: that is why nothing ran, and lending then
+    /// would put one holder more than the cap on the CPUs after every hold.
     fn lent_place(&self, queue: &dyn ClassQueue) -> usize {
-        if !self.waited || self.used_cpus > 0.0 || self.held != 0 {
+        if !self.waited || self.used_cpus > 0.0 || self.held != 0 || self.held_in_tick {
             return 0;
         }
         queue.holders().saturating_add(1)
@@ -542,6 +549,7 @@ impl Class {
         let was = self.held;
         if on && applies {
             self.held |= why as u8;
+            self.held_in_tick = true;
         } else if !on {
             self.held &= !(why as u8);
         }

@@ -495,3 +495,46 @@ fn governor_thread_brakes_on_the_alarm_without_waiting_for_a_tick() {
     assert_eq!((s.brakes, s.queue.pauses), (1, 1));
     assert!(!s.queue.paused);
 }
+
+#[test]
+fn no_place_is_lent_in_the_tick_a_brake_ends() {
+    // Nothing ran during the brake because the brake held it: that is no reason to lend a
+    // place past the holder cap (one grant at a time here) once it ends.
+    let clock = ManualClock::new();
+    let elastic = braking(&clock);
+    let (_counter, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut a = Box::pin(burn(&clock, ms(1), 1_000).paced(&elastic));
+    let mut b = Box::pin(burn(&clock, ms(1), 1_000).paced(&elastic));
+    assert!(poll(&mut a, &mut cx).is_pending());
+    assert!(poll(&mut b, &mut cx).is_pending());
+    let s = elastic.snapshot();
+    assert_eq!((s.queue.holders, s.waiters), (1, 1));
+
+    alarm(&elastic);
+    elastic.tick();
+    assert!(poll(&mut a, &mut cx).is_pending()); // gives its grant back and queues
+    let s = elastic.snapshot();
+    assert!(s.braked, "{s:#?}");
+    assert_eq!((s.queue.holders, s.waiters), (0, 2));
+    while elastic.snapshot().braked {
+        clock.advance(ms(10));
+        elastic.tick();
+    }
+    let s = elastic.snapshot();
+    assert_eq!(
+        (s.queue.holders, s.waiters),
+        (1, 1),
+        "one place, as before the brake: {s:#?}"
+    );
+    // The holder (the one that waited longest) runs; the next tick keeps the cap.
+    for _ in 0..3 {
+        assert!(poll(&mut b, &mut cx).is_pending());
+    }
+    clock.advance(ms(10));
+    elastic.tick();
+    let s = elastic.snapshot();
+    assert_eq!((s.queue.holders, s.waiters), (1, 1), "{s:#?}");
+    drop((a, b));
+    assert_ledger_balanced(&elastic.snapshot());
+}
