@@ -481,7 +481,8 @@ impl Class {
     /// brake, a quiet reading) was on in the tick: that is why nothing ran, and lending then
     /// would put one holder more than the cap on the CPUs after every hold.
     fn lent_place(&self, queue: &dyn ClassQueue) -> usize {
-        if !self.waited || self.used_cpus > 0.0 || self.held != 0 || self.held_in_tick {
+        // `held_in_tick` covers a hold on now: `hold` sets it, and `apply` keeps it while held.
+        if !self.waited || self.used_cpus > 0.0 || self.held_in_tick {
             return 0;
         }
         queue.holders().saturating_add(1)

@@ -393,7 +393,10 @@ impl Elastic {
         let environment = || {
             let record = self.control.record();
             Environment {
-                workers: record.cpus.ceil().clamp(1.0, 1024.0) as usize,
+                workers: record
+                    .cpus
+                    .ceil()
+                    .clamp(1.0, IdleRuntime::MAX_WORKERS as f64) as usize,
                 runtime_workers: Handle::try_current().map_or(0, |rt| rt.metrics().num_workers()),
             }
         };

@@ -86,9 +86,11 @@ fn a_worker_count_out_of_range_is_a_typed_error() {
             .get_ref()
             .and_then(|e| e.downcast_ref::<elastic_cpu_pacer::SettingError>())
             .expect("a SettingError inside");
+        let message = setting.to_string();
+        assert!(message.contains("idle_runtime(workers)"), "{message}");
         assert!(
-            setting.to_string().contains("idle_runtime(workers)"),
-            "{setting}"
+            message.contains(&IdleRuntime::MAX_WORKERS.to_string()),
+            "the bound named: {message}"
         );
     }
 }
