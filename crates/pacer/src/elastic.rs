@@ -168,10 +168,11 @@ impl Elastic {
     /// affinity mask; `available_parallelism` when that cannot be read), and, where the task
     /// hooks are not installed (no `tokio_unstable`, or a runtime not built through
     /// [`runtime`](Self::runtime) or [`instrument`](Self::instrument)), starts the sampling
-    /// probe on it. [`Snapshot::cpus_source`] says which figure it took. The quota and the mask
-    /// are read here, once (a few small files). With a quota, the governor watches the cgroup's
-    /// throttling and holds elastic work within what the foreground leaves of the quota from
-    /// now on (see [`Inputs`](crate::settings::Inputs)).
+    /// probe on it, whose tasks also register the workers they run on for the run-queue delay
+    /// (where no thread hooks did). [`Snapshot::cpus_source`] says which figure it took. The
+    /// quota and the mask are read here, once (a few small files). With a quota, the governor
+    /// watches the cgroup's throttling and holds elastic work within what the foreground leaves
+    /// of the quota from now on (see [`Inputs`](crate::settings::Inputs)).
     ///
     /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
     ///
@@ -202,7 +203,7 @@ impl Elastic {
         // the probe: no sampler records real latencies.
         let root = self.shared.root_class();
         if !root.probe.has_hooks() && !self.control.is_manual() {
-            root.keep_sampler(root.probe.start_sampler(handle));
+            root.keep_sampler(root.probe.start_sampler_registering(handle, &root.threads));
         }
     }
 

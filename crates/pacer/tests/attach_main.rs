@@ -1,11 +1,13 @@
 //! A runtime the library did not build (`#[tokio::main]`, a framework's runtime): `attach`
-//! alone must give the governor a scheduling-latency signal, with or without `tokio_unstable`.
+//! alone must give the governor a scheduling-latency signal, with or without `tokio_unstable`,
+//! and the run-queue delay of the runtime's workers.
 
 mod common;
 
 use std::time::Duration;
 
 use common::eventually;
+use elastic_cpu_pacer::snapshot::Availability;
 use elastic_cpu_pacer::Elastic;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -29,4 +31,23 @@ async fn an_attached_runtime_built_elsewhere_is_measured() {
     };
     seen.await.unwrap();
     load.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_runtimes_workers_are_read_for_the_run_queue_delay() {
+    if !cfg!(target_os = "linux") {
+        return; // the run-queue delay is read from /proc
+    }
+    let elastic = Elastic::builder().build().unwrap();
+    elastic.attach(&tokio::runtime::Handle::current());
+    // No thread hooks on this runtime: the sampler's tasks register the workers they run on.
+    let seen = {
+        let elastic = elastic.clone();
+        tokio::task::spawn_blocking(move || {
+            eventually("run-queue delay read", Duration::from_secs(30), || {
+                elastic.snapshot().run_queue == Availability::On
+            });
+        })
+    };
+    seen.await.unwrap();
 }

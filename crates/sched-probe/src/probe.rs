@@ -17,6 +17,7 @@ use crate::outliers::{Outliers, TrapWindow};
 use crate::sampler::Sampler;
 use crate::shared::{nanos, Shared, SLOTS};
 use crate::slot::Layout;
+use crate::threads::ThreadRegistry;
 use crate::window::{Window, WindowState};
 
 /// Where the probe's queue latency comes from in this build.
@@ -224,7 +225,35 @@ impl Probe {
     /// drop(sampler);
     /// ```
     pub fn start_sampler(&self, handle: &tokio::runtime::Handle) -> Sampler {
-        Sampler::start(&self.shared, handle)
+        Sampler::start(&self.shared, handle, None)
+    }
+
+    /// [`start_sampler`](Self::start_sampler), which also registers each worker its probe
+    /// tasks run on in `registry` as a [`ThreadRole::Worker`](crate::ThreadRole::Worker)
+    /// ([`ThreadRegistry::register_current_worker`]), so a
+    /// [`RunQueueStats`](crate::RunQueueStats) reads the run-queue wait of a runtime built
+    /// without [`ThreadRegistry::instrument`]. A worker is registered once a probe task has run
+    /// on it (under load every worker takes from the shared queue; on an idle runtime one may
+    /// do all the sampling), and unregistered when the sampler sees the runtime gone.
+    ///
+    /// ```
+    /// use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
+    ///
+    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    /// let probe = Probe::new(ProbeConfig::default()).unwrap();
+    /// let registry = ThreadRegistry::new();
+    /// let sampler = probe.start_sampler_registering(rt.handle(), &registry);
+    /// while sampler.samples() == 0 {
+    ///     std::thread::sleep(std::time::Duration::from_millis(1));
+    /// }
+    /// assert_eq!(registry.len(), usize::from(elastic_cpu_probe::current_tid().is_ok()));
+    /// ```
+    pub fn start_sampler_registering(
+        &self,
+        handle: &tokio::runtime::Handle,
+        registry: &ThreadRegistry,
+    ) -> Sampler {
+        Sampler::start(&self.shared, handle, Some(registry))
     }
 
     /// Records one poll sample into the calling thread's slot: its worker's slot on a runtime

@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::shared::{nanos, Shared};
+use crate::threads::ThreadRegistry;
 
 /// How often the sampler spawns a probe task.
 pub(crate) const SAMPLE_PERIOD: Duration = Duration::from_millis(1);
@@ -57,15 +58,23 @@ struct Control {
     runtime_gone: AtomicBool,
     /// Sampling every [`QUIET_SAMPLE_PERIOD`].
     quiet: AtomicBool,
+    /// Where the workers the probe tasks run on are registered, and the tids registered so:
+    /// no stop hook removes them, so the sampler does once the runtime is gone.
+    workers: Option<(ThreadRegistry, Mutex<Vec<u32>>)>,
 }
 
 impl Sampler {
-    pub(crate) fn start(shared: &Arc<Shared>, handle: &Handle) -> Sampler {
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        handle: &Handle,
+        workers: Option<&ThreadRegistry>,
+    ) -> Sampler {
         let ctl = Arc::new(Control {
             stop: AtomicBool::new(false),
             samples: AtomicU64::new(0),
             runtime_gone: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
+            workers: workers.map(|r| (r.clone(), Mutex::new(Vec::new()))),
         });
         let thread = {
             let ctl = ctl.clone();
@@ -157,6 +166,7 @@ fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
             let task = in_flight.pop_front().expect("front exists");
             if cancelled(task) {
                 ctl.runtime_gone.store(true, Ordering::Relaxed);
+                ctl.unregister_workers();
                 return;
             }
         }
@@ -166,6 +176,7 @@ fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
             in_flight.push_back(handle.spawn(async move {
                 let waited = requeue().await;
                 let _ = shared.record(Some(nanos(waited)), None, false);
+                ctl.note_worker();
                 ctl.samples.fetch_add(1, Ordering::Relaxed);
             }));
         }
@@ -186,6 +197,36 @@ fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
     // Probe tasks still queued would record after the stop: cancel them.
     for task in in_flight {
         task.abort();
+    }
+}
+
+impl Control {
+    /// Registers the worker this probe task runs on (one thread-local read once it is). A
+    /// thread marks one registry at a time: with two registries sampling one runtime it is
+    /// registered again and again, so each tid is kept once.
+    fn note_worker(&self) {
+        if let Some((registry, mine)) = &self.workers {
+            if let Some(tid) = registry.register_current_worker() {
+                let mut mine = mine.lock().unwrap_or_else(PoisonError::into_inner);
+                if !mine.contains(&tid) {
+                    mine.push(tid);
+                }
+            }
+        }
+    }
+
+    /// Removes the workers this sampler registered: their runtime is gone, and a later thread
+    /// may get the same tid.
+    fn unregister_workers(&self) {
+        if let Some((registry, mine)) = &self.workers {
+            for tid in mine
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .drain(..)
+            {
+                registry.unregister(tid);
+            }
+        }
     }
 }
 

@@ -227,14 +227,43 @@ impl ThreadRegistry {
     /// The park hook: marks the calling thread as a worker of this registry, once.
     #[inline]
     fn note_worker(&self) {
+        let _ = self.register_current_worker();
+    }
+
+    /// Registers the calling thread as a [`ThreadRole::Worker`], once per thread: later calls
+    /// (and the park hook of [`instrument`](Self::instrument), which does the same) cost one
+    /// thread-local read. For a runtime built without `instrument` (`#[tokio::main]`, a
+    /// framework's): call it from a task, and the workers that task runs on are read. Such a
+    /// registration stays until [`unregister`](Self::unregister), as no stop hook removes it.
+    ///
+    /// Returns the thread's tid when this call registered it; `None` when it was already
+    /// registered this way (by a park or an earlier call) or [`current_tid`] fails (off Linux).
+    ///
+    /// ```
+    /// use elastic_cpu_probe::{ThreadRegistry, ThreadRole};
+    ///
+    /// let registry = ThreadRegistry::new();
+    /// let rt = tokio::runtime::Builder::new_current_thread().build().unwrap(); // not instrumented
+    /// let first = rt.block_on({
+    ///     let registry = registry.clone();
+    ///     async move { (registry.register_current_worker(), registry.register_current_worker()) }
+    /// });
+    /// match first {
+    ///     (Some(tid), None) => assert_eq!(registry.role(tid), Some(ThreadRole::Worker)),
+    ///     (None, None) => assert!(elastic_cpu_probe::current_tid().is_err()), // off Linux
+    ///     other => panic!("registered twice: {other:?}"),
+    /// }
+    /// ```
+    #[inline]
+    pub fn register_current_worker(&self) -> Option<u32> {
         let id = self.inner.id;
         if WORKER_OF.try_with(Cell::get).unwrap_or(id) == id {
-            return;
+            return None;
         }
         let _ = WORKER_OF.try_with(|w| w.set(id));
-        if let Ok(tid) = current_tid() {
-            self.lock().insert(tid, ThreadRole::Worker);
-        }
+        let tid = current_tid().ok()?;
+        self.lock().insert(tid, ThreadRole::Worker);
+        Some(tid)
     }
 
     /// Registers thread `tid` with `role`, replacing its earlier role; returns that earlier role.
