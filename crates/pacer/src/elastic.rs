@@ -24,7 +24,7 @@ use crate::pacer::Pacer;
 use crate::placed::{OwnAbort, Placed};
 use crate::placement::Placer;
 #[cfg(feature = "idle-pool")]
-use crate::placement::{Environment, Route};
+use crate::placement::{Environment, Route, Work};
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
 use crate::shared::Shared;
@@ -329,7 +329,7 @@ impl Elastic {
             pool.handle().spawn(Paced::new(future, self.shared.clone()))
         };
         #[cfg(feature = "idle-pool")]
-        let future = match self.route(on_pool, future) {
+        let future = match self.route(Work::Future, on_pool, future) {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
             Routed::Watch(future) => {
@@ -350,11 +350,15 @@ impl Elastic {
         Ok(self.spawn_on(&handle, future))
     }
 
-    /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`], where
-    /// [`spawn`](Self::spawn) runs elastic work: on the idle pool's blocking threads (at idle
-    /// priority too) or on the runtime's (`spawn_blocking`). Dropping that runtime waits for
-    /// the work, which still runs at its share: call [`shutdown`](Self::shutdown) first (the
-    /// work then runs unpaced) or use tokio's `Runtime::shutdown_timeout`.
+    /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`]: on the idle
+    /// pool's blocking threads (at idle priority too) wherever [`spawn`](Self::spawn) has the
+    /// pool, else on the runtime's (`spawn_blocking`). With
+    /// [`Placement::Auto`](crate::settings::Placement::Auto) that is wherever the OS grants
+    /// idle priority, short calls or long: a blocking thread holds no worker, so the quantum
+    /// frees nothing, and at normal priority it takes cores from the foreground's other threads.
+    /// Dropping that runtime waits for the work, which still runs at its share: call
+    /// [`shutdown`](Self::shutdown) first (the work then runs unpaced) or use tokio's
+    /// `Runtime::shutdown_timeout`.
     ///
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
@@ -378,9 +382,9 @@ impl Elastic {
         R: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let f = match self.route(|pool, f| pool.handle().spawn_blocking(f), f) {
+        let f = match self.route(Work::Blocking, |pool, f| pool.handle().spawn_blocking(f), f) {
             Routed::Spawned(task) => return Ok(task),
-            // Blocking work cannot move: it goes where elastic work runs now.
+            // Blocking work is never watched: it goes to the pool wherever there is one.
             Routed::Runtime(f) | Routed::Watch(f) => f,
         };
         let handle = Handle::try_current().map_err(SpawnError)?;
@@ -390,7 +394,12 @@ impl Elastic {
     /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
     /// `work` back with where it goes.
     #[cfg(feature = "idle-pool")]
-    fn route<W, T>(&self, spawn: impl FnOnce(&IdleRuntime, W) -> T, work: W) -> Routed<W, T> {
+    fn route<W, T>(
+        &self,
+        kind: Work,
+        spawn: impl FnOnce(&IdleRuntime, W) -> T,
+        work: W,
+    ) -> Routed<W, T> {
         let environment = || {
             let record = self.control.record();
             Environment {
@@ -407,7 +416,7 @@ impl Elastic {
             Route::Runtime => Routed::Runtime(work),
             Route::Watch => Routed::Watch(work),
         };
-        self.placer.with(environment, make_pool, spawn)
+        self.placer.with(kind, environment, make_pool, spawn)
     }
 
     /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.

@@ -6,10 +6,12 @@
 //! [`Placement::Auto`], where the OS grants idle priority, starts elastic work on the runtime
 //! (short polls are cut by the quantum there, and the runtime's workers answer the foreground's
 //! clients first) and moves it to the pool once its time comes mostly in polls the quantum
-//! cannot cut (`long_polls.rs`): a future spawned before moves at its next poll, blocking work
-//! spawned after goes to the pool's blocking threads. Inside a CPU quota too: the kernel still
-//! hands a core to a foreground thread first, and the idle class's bucket, the throttling input,
-//! the quota's headroom and the quota brake hold the total. A runtime with more workers than
+//! cannot cut (`long_polls.rs`): a future spawned before moves at its next poll. Blocking work
+//! goes to the pool's blocking threads from the first spawn: it holds no worker, so the quantum
+//! frees nothing, and at normal priority it takes cores from the foreground's other threads.
+//! Inside a CPU quota too: the kernel still hands a core to a foreground thread first, and the
+//! idle class's bucket, the throttling input, the quota's headroom and the quota brake hold the
+//! total. A runtime with more workers than
 //! CPUs sends it to the pool from the start: there the OS picks which worker runs, and only
 //! idle priority makes it pick the foreground's.
 
@@ -33,7 +35,8 @@ pub enum PlacementReason {
     /// [`Placement`] pinned it.
     Setting,
     /// The OS grants idle priority, but elastic polls are short: the runtime, where the poll
-    /// quantum cuts them, until they run long.
+    /// quantum cuts them, until they run long. Blocking work goes to the pool's blocking threads
+    /// all the same (it holds no worker for the quantum to free).
     ShortPolls,
     /// The OS grants idle priority, and elastic work's time came mostly in polls over four
     /// quanta, which the quantum cannot cut: the idle pool, where the kernel does.
@@ -92,6 +95,17 @@ pub(crate) struct Environment {
     pub(crate) runtime_workers: usize,
 }
 
+/// What one spawn runs.
+#[cfg(feature = "idle-pool")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// A future: on the runtime the quantum cuts its polls, so it may start there.
+    Future,
+    /// A closure on a blocking thread: it holds no worker for the quantum to free, so it goes to
+    /// the pool wherever there is one.
+    Blocking,
+}
+
 /// Where one spawn goes.
 #[cfg(feature = "idle-pool")]
 pub(crate) enum Route<'a> {
@@ -144,11 +158,12 @@ impl Placer {
         }
     }
 
-    /// Run `spawn` with the route the next spawn takes, deciding (and making the pool) the
-    /// first time; `environment` and `make_pool` are called only then.
+    /// Run `spawn` with the route the next spawn of `kind` takes, deciding (and making the pool)
+    /// the first time; `environment` and `make_pool` are called only then.
     #[cfg(feature = "idle-pool")]
     pub(crate) fn with<R>(
         &self,
+        kind: Work,
         environment: impl FnOnce() -> Environment,
         make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
         spawn: impl FnOnce(Route<'_>) -> R,
@@ -159,10 +174,11 @@ impl Placer {
             d.pool = pool;
             d.placement = Some((placement, reason));
         }
-        let watching = matches!(
-            self.now(d.placement),
-            Some((_, PlacementReason::ShortPolls))
-        );
+        let watching = kind == Work::Future
+            && matches!(
+                self.now(d.placement),
+                Some((_, PlacementReason::ShortPolls))
+            );
         match &d.pool {
             Some(_) if watching => spawn(Route::Watch),
             Some(pool) => spawn(Route::Pool(pool)),

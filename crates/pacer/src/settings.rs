@@ -344,7 +344,8 @@ impl OutlierThreshold {
 pub enum Placement {
     /// Where the OS grants idle priority (`SCHED_IDLE`): the runtime while elastic polls are
     /// short, the idle pool once they run mostly long, or from the first spawn when the runtime
-    /// has more workers than CPUs. Elsewhere the runtime.
+    /// has more workers than CPUs; blocking work the pool's blocking threads at once. Elsewhere
+    /// the runtime.
     /// Said, with the reason, in [`Snapshot::placement`](crate::Snapshot::placement).
     #[default]
     Auto,

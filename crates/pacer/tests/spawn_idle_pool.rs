@@ -1,7 +1,7 @@
-//! By default `Elastic::spawn` runs elastic work on the runtime
-//! while its polls are short and moves it to the `Elastic`'s idle pool (the idle class, at idle
-//! priority) once its time comes mostly in long polls; `spawn_blocking` follows; the pool ends
-//! with the last handle. One test in this file: it counts the process's threads.
+//! By default `Elastic::spawn` runs elastic work on the runtime while its polls are short and
+//! moves it to the `Elastic`'s idle pool (the idle class, at idle priority) once its time comes
+//! mostly in long polls; `spawn_blocking` goes there from the start; the pool ends with the last
+//! handle. One test in this file: it counts the process's threads.
 
 mod common;
 

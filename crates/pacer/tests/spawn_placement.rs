@@ -46,6 +46,20 @@ fn spawned_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
     rt.block_on(task).unwrap()
 }
 
+/// Runs a closure through `spawn_blocking` and says whether its thread was at idle priority.
+fn spawned_blocking_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
+    let _in_rt = rt.enter();
+    let task = elastic
+        .spawn_blocking(|| {
+            #[cfg(target_os = "linux")]
+            return this_thread_policy() == SCHED_IDLE;
+            #[cfg(not(target_os = "linux"))]
+            false
+        })
+        .unwrap();
+    rt.block_on(task).unwrap()
+}
+
 #[test]
 fn pinned_to_the_runtime_it_needs_one() {
     let script = Script::new();
@@ -65,6 +79,7 @@ fn pinned_to_the_runtime_it_needs_one() {
     );
     let rt = runtime(&elastic);
     assert!(!spawned_at_idle(&elastic, &rt));
+    assert!(!spawned_blocking_at_idle(&elastic, &rt));
     let s = elastic.snapshot();
     assert_eq!(
         (s.placement, s.placement_reason),
@@ -143,16 +158,18 @@ fn as_many_workers_as_cpus_start_on_the_runtime() {
     let elastic = builder(&script, None).build().unwrap();
     let rt = runtime(&elastic);
     assert!(!spawned_at_idle(&elastic, &rt));
+    let blocking_at_idle = spawned_blocking_at_idle(&elastic, &rt);
     let s = elastic.snapshot();
     assert_eq!(s.placement, Placement::Runtime);
-    assert!(
-        matches!(
-            s.placement_reason,
-            PlacementReason::ShortPolls
-                | PlacementReason::NoIdlePriority
-                | PlacementReason::PoolFailed
-        ),
-        "{:?}",
-        s.placement_reason
-    );
+    match s.placement_reason {
+        // Blocking work holds no worker: it goes to the pool's idle-priority threads at once.
+        PlacementReason::ShortPolls => {
+            #[cfg(target_os = "linux")]
+            assert!(blocking_at_idle, "on the pool's blocking threads");
+        }
+        PlacementReason::NoIdlePriority | PlacementReason::PoolFailed => {
+            assert!(!blocking_at_idle)
+        }
+        other => panic!("{other:?}"),
+    }
 }
