@@ -825,6 +825,21 @@ fn run_queue(c: &mut Criterion) {
             let _ = t.join();
         }
     }
+    // The park hook on a thread already registered: what every park of a worker costs, with
+    // one registry and with two sampling the same runtime (taking turns).
+    let one = ThreadRegistry::new();
+    let _ = one.register_current_worker();
+    group.bench_function("known_worker/1", |b| {
+        b.iter(|| black_box(one.register_current_worker()))
+    });
+    let two = ThreadRegistry::new();
+    let _ = two.register_current_worker();
+    group.bench_function("known_worker/2", |b| {
+        b.iter(|| {
+            black_box(one.register_current_worker());
+            black_box(two.register_current_worker())
+        })
+    });
     group.finish();
 }
 

@@ -103,12 +103,17 @@ impl Default for Inner {
     }
 }
 
+/// Registries a thread remembers being a worker of; a thread of more re-registers (correct,
+/// one map insert).
+const WORKER_OF_SLOTS: usize = 4;
+
 thread_local! {
     /// This thread's tid, once read (0: not yet).
     static TID: Cell<u32> = const { Cell::new(0) };
-    /// Id of the registry that has this thread as a [`ThreadRole::Worker`] (0: none), so that the
-    /// park hook costs one thread-local read after the first park.
-    static WORKER_OF: Cell<u64> = const { Cell::new(0) };
+    /// Ids of the registries that have this thread as a [`ThreadRole::Worker`] (0: none), the
+    /// latest first, so that the park hook costs one thread-local read after the first park, and
+    /// two registries sampling one runtime do not take turns registering its workers.
+    static WORKER_OF: Cell<[u64; WORKER_OF_SLOTS]> = const { Cell::new([0; WORKER_OF_SLOTS]) };
 }
 
 /// The calling thread's OS thread id (Linux tid), as `/proc/self/task/<tid>` names it.
@@ -220,7 +225,7 @@ impl ThreadRegistry {
                 if let Ok(tid) = current_tid() {
                     stop.lock().remove(&tid);
                 }
-                let _ = WORKER_OF.try_with(|w| w.set(0));
+                let _ = WORKER_OF.try_with(|w| w.set([0; WORKER_OF_SLOTS]));
             })
     }
 
@@ -257,10 +262,18 @@ impl ThreadRegistry {
     #[inline]
     pub fn register_current_worker(&self) -> Option<u32> {
         let id = self.inner.id;
-        if WORKER_OF.try_with(Cell::get).unwrap_or(id) == id {
+        let known = WORKER_OF
+            .try_with(Cell::get)
+            .unwrap_or([id; WORKER_OF_SLOTS]);
+        if known.contains(&id) {
             return None;
         }
-        let _ = WORKER_OF.try_with(|w| w.set(id));
+        let _ = WORKER_OF.try_with(|w| {
+            let mut ids = known;
+            ids.rotate_right(1);
+            ids[0] = id;
+            w.set(ids);
+        });
         let tid = current_tid().ok()?;
         self.lock().insert(tid, ThreadRole::Worker);
         Some(tid)

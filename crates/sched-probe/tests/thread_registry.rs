@@ -144,3 +144,33 @@ fn a_current_thread_runtime_registers_its_thread_at_the_first_park() {
     // Not started by tokio, so not stopped by it either: still registered, removable by hand.
     assert_eq!(registry.unregister(me), Some(ThreadRole::Worker));
 }
+
+#[test]
+fn a_thread_registers_once_as_a_worker_of_each_of_a_few_registries() {
+    // Two `Elastic`s attached to one runtime each register its workers: taking turns on one
+    // thread must not register it again each time.
+    let registries: Vec<ThreadRegistry> = (0..3).map(|_| ThreadRegistry::new()).collect();
+    let first: Vec<Option<u32>> = registries
+        .iter()
+        .map(ThreadRegistry::register_current_worker)
+        .collect();
+    if !LINUX {
+        assert!(first.iter().all(Option::is_none), "no tid off Linux");
+        return;
+    }
+    let tid = current_tid().unwrap();
+    assert!(first.iter().all(|&t| t == Some(tid)), "{first:?}");
+    for _ in 0..3 {
+        for r in &registries {
+            assert_eq!(r.register_current_worker(), None, "registered again");
+            assert_eq!(r.role(tid), Some(ThreadRole::Worker));
+        }
+    }
+    // More registries than the thread remembers: still correct, the oldest registers again.
+    let more: Vec<ThreadRegistry> = (0..5).map(|_| ThreadRegistry::new()).collect();
+    for r in &more {
+        assert_eq!(r.register_current_worker(), Some(tid));
+    }
+    assert_eq!(registries[0].register_current_worker(), Some(tid));
+    assert_eq!(more[4].register_current_worker(), None);
+}
