@@ -32,32 +32,26 @@ fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Whether the calling thread runs at idle priority.
+fn at_idle() -> bool {
+    #[cfg(target_os = "linux")]
+    return this_thread_policy() == SCHED_IDLE;
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
 /// Runs a task through `spawn` and says whether its thread was at idle priority.
 fn spawned_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
     let _in_rt = rt.enter();
-    let task = elastic
-        .spawn(async {
-            #[cfg(target_os = "linux")]
-            return this_thread_policy() == SCHED_IDLE;
-            #[cfg(not(target_os = "linux"))]
-            false
-        })
-        .unwrap();
-    rt.block_on(task).unwrap()
+    rt.block_on(elastic.spawn(async { at_idle() }).unwrap())
+        .unwrap()
 }
 
 /// Runs a closure through `spawn_blocking` and says whether its thread was at idle priority.
 fn spawned_blocking_at_idle(elastic: &Elastic, rt: &tokio::runtime::Runtime) -> bool {
     let _in_rt = rt.enter();
-    let task = elastic
-        .spawn_blocking(|| {
-            #[cfg(target_os = "linux")]
-            return this_thread_policy() == SCHED_IDLE;
-            #[cfg(not(target_os = "linux"))]
-            false
-        })
-        .unwrap();
-    rt.block_on(task).unwrap()
+    rt.block_on(elastic.spawn_blocking(at_idle).unwrap())
+        .unwrap()
 }
 
 #[test]
