@@ -11,9 +11,8 @@
 //! frees nothing, and at normal priority it takes cores from the foreground's other threads.
 //! Inside a CPU quota too: the kernel still hands a core to a foreground thread first, and the
 //! idle class's bucket, the throttling input, the quota's headroom and the quota brake hold the
-//! total. A runtime with more workers than
-//! CPUs sends it to the pool from the start: there the OS picks which worker runs, and only
-//! idle priority makes it pick the foreground's.
+//! total. A runtime with more workers than CPUs sends it to the pool from the start: there the
+//! OS picks which worker runs, and only idle priority makes it pick the foreground's.
 
 use std::fmt;
 use std::sync::Arc;
