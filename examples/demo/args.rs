@@ -255,6 +255,10 @@ pub struct Args {
     /// an A/B
     #[arg(long)]
     pub no_os_yield: bool,
+    /// turn off the idle pool's moving of a runtime worker queued behind another
+    /// (`Enforcement::unstack_workers`), in every phase, `default` included: for an A/B
+    #[arg(long)]
+    pub no_unstack: bool,
     /// build the service's runtime as plain tokio, as `#[tokio::main]` does, and
     /// `elastic.attach` it (and start its I/O probe) instead of `elastic.runtime(..)`
     #[arg(long)]

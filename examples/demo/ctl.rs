@@ -58,6 +58,8 @@ pub struct Tuning {
     pub run_queue_signal: bool,
     /// The library's OS yield at each quantum (on by default).
     pub os_yield: bool,
+    /// The idle pool's moving of stacked workers (on by default).
+    pub unstack: bool,
     /// Build the service's runtime as plain tokio (as `#[tokio::main]` does) and `attach` it,
     /// instead of building it through `elastic.runtime(..)`.
     pub attach: bool,
@@ -117,6 +119,12 @@ impl Control {
             b = b.outlier_threshold(OutlierThreshold::At(Duration::from_micros(us)));
         }
         if let Mode::Library = mode {
+            if !tune.unstack {
+                b = b.enforcement(Enforcement {
+                    unstack_workers: false,
+                    ..Enforcement::default()
+                });
+            }
             return Control::with(workers, b, true, tune.attach);
         }
         match mode {
@@ -152,6 +160,7 @@ impl Control {
                     .quantum_us
                     .map_or(defaults.quantum, Duration::from_micros),
                 os_yield: tune.os_yield,
+                unstack_workers: tune.unstack,
                 ..defaults
             })
             .inputs(Inputs {

@@ -349,6 +349,7 @@ fn tuning(ctx: &Ctx) -> Tuning {
         io_signal: !a.no_io_signal,
         run_queue_signal: !a.no_run_queue_signal,
         os_yield: !a.no_os_yield,
+        unstack: !a.no_unstack,
         attach: a.attach,
     }
 }

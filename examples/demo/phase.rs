@@ -416,6 +416,12 @@ fn run_phase_inner(
     let used_end = ctl.used().as_nanos() as u64;
     let end_snap = ctl.full_snapshot();
     let brakes_end = end_snap.brakes;
+    if end_snap.idle_unstacked > 0 {
+        eprintln!(
+            "[{name}] idle pool moved a stacked worker {} times",
+            end_snap.idle_unstacked
+        );
+    }
     // The library's own target, where it measured one: what elastic work may add.
     if matches!(spec.kind, Kind::Default | Kind::Culprit)
         || (spec.kind.controlled() && ctx.target_us.is_none())

@@ -152,6 +152,10 @@ pub struct Args {
     /// cannot cut a call and the gate's holder cap is all that keeps a worker free)
     #[arg(long, value_name = "WHERE", default_value = "idle", value_parser = ["idle", "runtime"])]
     pub gate_setups: String,
+    /// turn off the idle pool's moving of a runtime worker queued behind another
+    /// (`Enforcement::unstack_workers`): for an A/B
+    #[arg(long)]
+    pub no_unstack: bool,
     /// the gate's queue bound
     #[arg(long, value_name = "N", default_value = "512", value_parser = at_least_1)]
     pub gate_queue: usize,

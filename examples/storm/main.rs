@@ -87,7 +87,8 @@ fn main() {
         args,
     };
     let (rate, per_request_cpu_us) = fg::rate_or_calibrate(ctx.args.fg.rate, || {
-        let (elastic, rt) = phase::service_runtime(ctx.args.fg.workers, None)?;
+        let (elastic, rt) =
+            phase::service_runtime(ctx.args.fg.workers, None, !ctx.args.no_unstack)?;
         let calibrated = fg::calibrate_rate(&rt, &ctx.args.fg, ctx.args.fg_load, ctx.args.seed);
         rt.shutdown_timeout(Duration::from_secs(3));
         drop(elastic);

@@ -26,10 +26,17 @@ use tokio::runtime::Runtime;
 pub fn service_runtime(
     workers: usize,
     target: Option<Duration>,
+    unstack: bool,
 ) -> Result<(Elastic, Runtime), String> {
     let mut builder = Elastic::builder();
     if let Some(t) = target {
         builder = builder.target_p99(t);
+    }
+    if !unstack {
+        builder = builder.enforcement(elastic_cpu::settings::Enforcement {
+            unstack_workers: false,
+            ..Default::default()
+        });
     }
     let elastic = builder.build().map_err(|e| format!("elastic: {e}"))?;
     let rt = (elastic.runtime(fg::runtime_builder(workers)).build())
@@ -169,7 +176,11 @@ fn client_totals(c: &Option<Clients>) -> [u64; 4] {
 fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Result<(), String> {
     let a = &ctx.args;
     let name = kind.name();
-    let (elastic, rt) = service_runtime(a.fg.workers, a.target_us.map(Duration::from_micros))?;
+    let (elastic, rt) = service_runtime(
+        a.fg.workers,
+        a.target_us.map(Duration::from_micros),
+        !a.no_unstack,
+    )?;
     let fg_addr = fg::start_server(&rt, a.fg.work_us)?;
     let rate = Rate::new(ctx.rate);
     let stats = FgStats::new();

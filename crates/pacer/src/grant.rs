@@ -31,7 +31,7 @@ use std::time::Duration;
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
 use crate::nesting;
-use crate::quantum::may_run_on;
+use crate::quantum::{may_run_on, CoreYield};
 use crate::running::{RunningClock, RunningTime, LONG_RUN};
 use crate::shared::{QueueClock, Shared};
 use crate::slots::Slot;
@@ -264,7 +264,9 @@ impl GrantState {
     fn stretch_checked(&mut self) -> Step {
         match &mut self.state {
             State::Running(stretch) => {
-                if !self.shared.braked() && stretch.run_on(self.shared.quantum) {
+                if !self.shared.braked()
+                    && stretch.run_on(self.shared.quantum, self.shared.core_yield())
+                {
                     return Step::Go;
                 }
                 self.end_stretch();
@@ -334,9 +336,10 @@ impl Stretch {
 
     /// The deadline is reached: move it one `quantum` on (never past the grant) if the task
     /// may run on without yielding. The stretch started at the task's last yield, so its
-    /// deadline is the running time since then.
+    /// deadline is the running time since then. Where it runs on, `core` does what applies
+    /// ([`CoreYield::run_on`]).
     #[inline]
-    fn run_on(&mut self, quantum: Duration) -> bool {
+    fn run_on(&mut self, quantum: Duration, core: CoreYield<'_>) -> bool {
         let at = self.handle.deadline();
         if at >= self.room {
             return false; // the slice is spent: settle
@@ -346,6 +349,7 @@ impl Stretch {
             return false;
         }
         self.handle.set_deadline(next);
+        core.run_on();
         true
     }
 

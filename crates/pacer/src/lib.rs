@@ -81,6 +81,7 @@ mod throttle;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod trace;
+mod unstack;
 
 pub use crate::builder::{BuildError, ElasticBuilder};
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};

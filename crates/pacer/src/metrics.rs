@@ -109,6 +109,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Quantum yields at which elastic work also yielded its thread's CPU to the OS",
     ),
     (
+        "elastic_cpu_idle_unstacked_total",
+        "count",
+        "Times an idle pool's thread moved a runtime worker queued behind another onto its own CPU",
+    ),
+    (
         "elastic_cpu_long_polls_total",
         "count",
         "Elastic polls on the runtime that ran past 4 quanta (a long call holds its worker whatever the share)",
@@ -262,6 +267,7 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
     counter!("elastic_cpu_os_yields_total").absolute(s.os_yields);
+    counter!("elastic_cpu_idle_unstacked_total").absolute(s.idle_unstacked);
     counter!("elastic_cpu_long_polls_total").absolute(s.long_polls);
     for (site, n) in &s.outliers.polls_by_site {
         counter!("elastic_cpu_outlier_polls_total", "site" => site.clone()).absolute(*n);

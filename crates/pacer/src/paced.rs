@@ -162,7 +162,9 @@ impl Slot {
     /// The poll quantum is spent and no one lets it run on: time to yield even with tokens left.
     #[inline]
     fn quantum_spent(&mut self) -> bool {
-        self.yield_at.due(self.run, self.grant.shared().quantum)
+        let shared = self.grant.shared();
+        self.yield_at
+            .due(self.run, shared.quantum, shared.core_yield())
     }
 
     /// The task is about to return `Pending`: it yields, so the quantum starts over.
@@ -331,7 +333,7 @@ impl<S: Stream> Stream for PacedStream<S> {
         if slot.quantum_spent() {
             slot.yielded();
             slot.requeue = true;
-            yield_to_scheduler(cx, slot.grant.shared().os_yield());
+            yield_to_scheduler(cx, slot.grant.shared().core_yield());
             return Poll::Pending;
         }
         if slot.poll_acquire(cx).is_pending() {

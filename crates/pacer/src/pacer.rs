@@ -10,7 +10,7 @@ use std::time::Duration;
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
 use crate::grant::{GrantState, Phase, Step};
-use crate::quantum::{os_yield, requeue_behind_woken, yield_to_scheduler};
+use crate::quantum::{requeue_behind_woken, yield_to_scheduler};
 use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
@@ -82,16 +82,18 @@ impl Pacer {
         }
         self.note_thread();
         // Off the runtime no task waits behind us, but other threads may wait for the core:
-        // with `os_yield` a stretch is a quantum and ends in a yield of the core, as on a
-        // worker; without, it is the whole slice (the OS preempts us when it will).
+        // with `os_yield` a stretch is a quantum and ends in a yield of the core (on an idle
+        // pool: a look at the runtime's workers), as on a worker; without, it is the
+        // whole slice (the OS preempts us when it will).
         let shared = self.grant.shared();
-        let stretch = if shared.os_yield {
+        let core = shared.core_yield();
+        let stretch = if core.gives() {
             shared.quantum
         } else {
             shared.slice
         };
-        if let (Some(count), Step::Ended) = (shared.os_yield(), step) {
-            os_yield(count);
+        if step == Step::Ended {
+            core.give();
         }
         let waker = self.parker();
         let mut cx = Context::from_waker(&waker);
@@ -189,7 +191,7 @@ impl Pacer {
             // Quantum (or slice) spent: yield, so the foreground tasks queued behind this
             // worker (and the I/O driver) run. The grant is paused meanwhile, so time spent
             // waiting in the run queue is never charged as running time.
-            yield_to_scheduler(cx, self.grant.shared().os_yield());
+            yield_to_scheduler(cx, self.grant.shared().core_yield());
             self.requeue = true;
             return Poll::Pending;
         }

@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Context;
 use std::time::Duration;
 
+use crate::unstack::Unstack;
+
 /// Longest run between yields while the quantum's yields are skipped (8 default quanta).
 pub(crate) const RUN_ON_LIMIT: Duration = Duration::from_micros(400);
 
@@ -78,14 +80,16 @@ impl YieldPoint {
     /// Whether the task, having run `run` since it last returned `Pending`, must yield now.
     /// False while `run` is short of the yield point, or when the point moved on (a quantum
     /// past `run`).
+    /// At a quantum where it runs on, `core` does what applies ([`CoreYield::run_on`]).
     #[inline]
-    pub(crate) fn due(&mut self, run: Duration, quantum: Duration) -> bool {
+    pub(crate) fn due(&mut self, run: Duration, quantum: Duration, core: CoreYield<'_>) -> bool {
         if run < self.at {
             return false;
         }
         let next = run + quantum;
         if may_run_on(next) {
             self.at = next;
+            core.run_on();
             return false;
         }
         true
@@ -98,19 +102,54 @@ impl YieldPoint {
     }
 }
 
+/// What a quantum's yield does with the thread's CPU, besides handing the worker back to tokio.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CoreYield<'a> {
+    /// Nothing: the OS takes the CPU when it will.
+    Keep,
+    /// Yield it to the OS ([`os_yield`]), counted here: a thread waiting for this core gets it
+    /// now rather than when the kernel's time slice ends.
+    Os(&'a AtomicU64),
+    /// On an idle pool: hand it to a runtime worker queued behind another, if there is one.
+    Unstack(&'a Unstack, Duration),
+}
+
+impl CoreYield<'_> {
+    /// Do it.
+    #[inline]
+    pub(crate) fn give(self) {
+        match self {
+            CoreYield::Keep => {}
+            CoreYield::Os(count) => os_yield(count),
+            CoreYield::Unstack(unstack, quantum) => {
+                unstack.at_quantum(quantum);
+            }
+        }
+    }
+
+    /// Whether it does anything.
+    pub(crate) fn gives(self) -> bool {
+        !matches!(self, CoreYield::Keep)
+    }
+
+    /// At a quantum where the task runs on instead of yielding: what still applies (moving a
+    /// worker here needs no yield; an OS yield would cost the run-on its point).
+    #[inline]
+    pub(crate) fn run_on(self) {
+        if let CoreYield::Unstack(unstack, quantum) = self {
+            unstack.at_quantum(quantum);
+        }
+    }
+}
+
 /// Return `Pending` the way `tokio::task::yield_now` does: the waker is deferred until the
 /// worker has run its other ready tasks and polled the I/O driver (what that poll wakes runs
 /// first only with the second step, [`requeue_behind_woken`]). Outside a runtime it wakes at
-/// once.
-///
-/// With `os` (the counter of such yields), the worker thread also yields its CPU to the OS
-/// ([`os_yield`]), so a thread of this process or another that is waiting for the core gets it
-/// now rather than when the kernel's time slice ends (docs/design.md §5, "Yielding to the OS").
+/// once. First `core` says what happens to the thread's CPU (docs/design.md §5, "Yielding to
+/// the OS").
 #[inline]
-pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>, os: Option<&AtomicU64>) {
-    if let Some(count) = os {
-        os_yield(count);
-    }
+pub(crate) fn yield_to_scheduler(cx: &mut Context<'_>, core: CoreYield<'_>) {
+    core.give();
     let mut y = std::pin::pin!(tokio::task::yield_now());
     let _ = y.as_mut().poll(cx);
 }
@@ -133,7 +172,7 @@ pub(crate) fn requeue_behind_woken(cx: &mut Context<'_>) -> bool {
     if !tasks_queued_behind() {
         return false;
     }
-    yield_to_scheduler(cx, None);
+    yield_to_scheduler(cx, CoreYield::Keep);
     true
 }
 

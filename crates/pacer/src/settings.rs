@@ -199,6 +199,16 @@ pub struct Enforcement {
     /// now rather than when the kernel's time slice ends; `pace_blocking` loops then run in
     /// quantum stretches too. One system call per quantum yield.
     pub os_yield: bool,
+    /// On an idle pool's threads (which skip `os_yield`: at idle priority the kernel gives the
+    /// core to any thread it places there): at a quantum, when two of the runtime's workers are
+    /// runnable on one CPU and none on this thread's, move one of them here (Linux: pin it to
+    /// this CPU for a moment, then put its own affinity mask back). A CPU that runs
+    /// idle-priority work never goes idle, so the kernel can leave a worker queued behind
+    /// another for up to a time slice while this CPU runs elastic work. The look reads the
+    /// workers' `/proc` `stat` files and is spaced to cost at most 1/20 of the time between
+    /// looks. Counted in [`Snapshot::idle_unstacked`](crate::snapshot::Snapshot::idle_unstacked).
+    /// Turn it off if something else sets the workers' affinity while they run.
+    pub unstack_workers: bool,
     /// At most `ceil(share × cpus)` grants held at once, so elastic work never occupies more
     /// workers at a time than its share pays for. Turn it off when paced work spends much of its
     /// grant waiting on I/O: a holder waiting on I/O keeps its place.
@@ -213,6 +223,7 @@ impl Default for Enforcement {
             slice: DEFAULT_SLICE,
             quantum: DEFAULT_QUANTUM,
             os_yield: true,
+            unstack_workers: true,
             cap_concurrency: true,
             timing: Timing::Adaptive,
         }

@@ -14,9 +14,11 @@ use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 use crate::class::ClassQueue;
 use crate::long_polls::LongPolls;
 use crate::overhead::Charged;
+use crate::quantum::CoreYield;
 use crate::running::RunningTime;
 use crate::settings::Enforcement;
 use crate::slots::Slots;
+use crate::unstack::Unstack;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -72,6 +74,11 @@ pub(crate) struct Shared {
     pub(crate) os_yield: bool,
     /// Those OS yields so far.
     pub(crate) os_yields: AtomicU64,
+    /// The setting: an idle class's threads take over a foreground worker queued behind another
+    /// on one CPU.
+    pub(crate) unstack_on: bool,
+    /// An idle class's, where the setting is on (`None` elsewhere).
+    pub(crate) unstack: Option<Unstack>,
     /// Elastic polls (or `Pacer` stretches) that ran past four quanta: one poll holds a worker
     /// that long whatever the share.
     pub(crate) long_polls: Arc<LongPolls>,
@@ -110,11 +117,15 @@ impl Shared {
         Duration::from_nanos(self.asks.load(Ordering::Relaxed))
     }
 
-    /// What a quantum's yield passes to [`yield_to_scheduler`](crate::quantum::yield_to_scheduler):
-    /// the OS-yield counter when elastic work yields the CPU too.
+    /// What a quantum's yield does with the thread's CPU
+    /// ([`yield_to_scheduler`](crate::quantum::yield_to_scheduler)).
     #[inline]
-    pub(crate) fn os_yield(&self) -> Option<&AtomicU64> {
-        self.os_yield.then_some(&self.os_yields)
+    pub(crate) fn core_yield(&self) -> CoreYield<'_> {
+        match (&self.unstack, self.os_yield) {
+            (Some(unstack), _) => CoreYield::Unstack(unstack, self.quantum),
+            (None, true) => CoreYield::Os(&self.os_yields),
+            (None, false) => CoreYield::Keep,
+        }
     }
 
     /// An `Elastic`'s own class: `threads` is the registry the run-queue delay reads.
@@ -132,6 +143,8 @@ impl Shared {
             quantum: enforcement.quantum,
             os_yield: enforcement.os_yield,
             os_yields: AtomicU64::new(0),
+            unstack_on: enforcement.unstack_workers,
+            unstack: None,
             long_polls: Arc::default(),
             running,
             probe,
@@ -155,9 +168,12 @@ impl Shared {
             slice: parent.slice,
             asks: AtomicU64::new(nanos(parent.slice)),
             quantum,
-            // At idle priority the kernel hands the core to any other thread at once.
+            // At idle priority the kernel hands the core to any thread placed on it at once;
+            // what it does not always do is place a waiting worker on it (see `Unstack`).
             os_yield: false,
             os_yields: AtomicU64::new(0),
+            unstack_on: parent.unstack_on,
+            unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
             long_polls: Arc::default(),
             running: parent.running.clone(),
             probe: parent.probe.clone(),
@@ -185,6 +201,8 @@ impl Shared {
             quantum: root.quantum,
             os_yield: root.os_yield,
             os_yields: AtomicU64::new(0),
+            unstack_on: root.unstack_on,
+            unstack: None,
             long_polls: root.long_polls.clone(),
             running: root.running.clone(),
             probe: root.probe.clone(),

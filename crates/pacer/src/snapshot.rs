@@ -157,6 +157,10 @@ pub struct Snapshot {
     /// Times elastic work yielded its thread's CPU to the OS at a poll quantum
     /// ([`Enforcement::os_yield`](crate::settings::Enforcement::os_yield); 0 when it is off).
     pub os_yields: u64,
+    /// Times a thread of the idle pool moved a runtime worker queued behind another onto its own
+    /// CPU ([`Enforcement::unstack_workers`](crate::settings::Enforcement::unstack_workers); 0
+    /// without a pool).
+    pub idle_unstacked: u64,
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
     /// runtime with a quota was attached (0 without a quota or with
     /// the [`throttling`](crate::settings::Inputs::throttling) input off). Each one steps the
@@ -267,6 +271,7 @@ impl Snapshot {
             quota_brakes: record.quota_brakes,
             quota_braked_time: record.quota_braked_time,
             os_yields,
+            idle_unstacked: 0,
             throttled_periods: record.throttled_periods,
             quota_headroom: record.quota_headroom,
             overhead: record.overhead,

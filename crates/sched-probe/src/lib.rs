@@ -114,6 +114,8 @@
 //!   like the probe's.
 //! * [`RunQueueStats`]: time the threads of a [`ThreadRegistry`] spent runnable in the OS run
 //!   queue (Linux per-thread `schedstat`), per tick, per thread and summed.
+//! * [`WorkerStacking`]: whether two or more of a registry's workers are runnable on one CPU
+//!   (Linux per-thread `stat`), read on demand by idle-priority threads.
 
 // One `unsafe` block: registering the I/O probe's timerfd with tokio (io_probe/timer.rs).
 #![deny(unsafe_code)]
@@ -124,6 +126,7 @@
 //   io_probe -> config, runtime_load, shared, slot, window
 //   runtime_load: no crate imports
 //   run_queue -> threads
+//   stacking -> run_queue, threads
 //   threads: no crate imports
 //   hooks   -> shared
 //   sampler -> shared
@@ -148,6 +151,7 @@ mod sampler;
 mod shared;
 mod sites;
 mod slot;
+mod stacking;
 mod threads;
 mod window;
 
@@ -163,5 +167,6 @@ pub use poll_state::mark_elastic_poll;
 pub use probe::{Probe, Source};
 pub use run_queue::{RunQueueStats, RunQueueTick, RunQueueUnavailable, ThreadWait};
 pub use sampler::{Sampler, QUIET_SAMPLE_PERIOD};
+pub use stacking::{Stacking, WorkerStacking};
 pub use threads::{current_tid, ThreadRegistration, ThreadRegistry, ThreadRole};
 pub use window::{Split, Summary, Window};

@@ -14,7 +14,7 @@ use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
 use crate::long_polls::{is_long, LONG_POLL_MAX};
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
+use crate::quantum::{requeue_behind_woken, yield_to_scheduler, CoreYield, YieldPoint};
 use crate::running::Mark;
 use crate::thread_class::on_idle_pool;
 
@@ -139,8 +139,11 @@ impl SetupPermit {
         let same_thread = id == thread::current().id();
         let took = if same_thread { running } else { wall };
         // Most chunks are short: one comparison. A long one on an idle-pool thread holds no
-        // runtime worker (the OS cuts it), so it is not counted.
-        if is_long(wall, self.gate.quantum) && !on_idle_pool() {
+        // runtime worker (the OS cuts it), so it is not counted; there, a chunk's end is where
+        // the pool's thread may look at the runtime's workers.
+        if on_idle_pool() {
+            crate::thread_class::unstack_at_quantum(self.gate.quantum);
+        } else if is_long(wall, self.gate.quantum) {
             let exact = same_thread && self.gate.running.is_running_time(mark);
             self.gate.long_polls.note(
                 wall,
@@ -212,11 +215,21 @@ impl Future for SetupPace<'_> {
         }
         permit.end_chunk();
         let quantum = permit.gate.quantum;
-        if !permit.gate.is_closed() && permit.yield_at.due(permit.since_yield, quantum) {
+        if !permit.gate.is_closed()
+            && permit
+                .yield_at
+                .due(permit.since_yield, quantum, CoreYield::Keep)
+        {
             permit.since_yield = Duration::ZERO;
             permit.yield_at.reset(quantum);
             this.yielded = true;
-            yield_to_scheduler(cx, permit.gate.os_yield.then_some(&permit.gate.os_yields));
+            yield_to_scheduler(
+                cx,
+                match permit.gate.os_yield {
+                    true => CoreYield::Os(&permit.gate.os_yields),
+                    false => CoreYield::Keep,
+                },
+            );
             return Poll::Pending;
         }
         permit.start_chunk();

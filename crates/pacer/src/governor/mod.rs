@@ -935,14 +935,14 @@ impl Control {
     /// Everything at once: the record, the probe `window`, the queue ledgers.
     pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
         #[cfg(feature = "idle-pool")]
-        let idle_queue = self
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .upgrade()
-            .map(|class| class.queue.snapshot());
+        let idle = (self.idle.lock().unwrap_or_else(|p| p.into_inner())).upgrade();
+        #[cfg(feature = "idle-pool")]
+        let (idle_queue, idle_unstacked) = idle.map_or((None, 0), |class| {
+            let steps = class.unstack.as_ref().map_or(0, |u| u.moved());
+            (Some(class.queue.snapshot()), steps)
+        });
         #[cfg(not(feature = "idle-pool"))]
-        let idle_queue = None;
+        let (idle_queue, idle_unstacked) = (None, 0);
         let mut s = Snapshot::new(
             &self.record(),
             window,
@@ -953,6 +953,7 @@ impl Control {
             shared.long_polls.count(),
         );
         s.outliers = shared.probe.outliers();
+        s.idle_unstacked = idle_unstacked;
         s
     }
 

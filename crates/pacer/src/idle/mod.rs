@@ -81,9 +81,15 @@ pub(crate) fn create(
             start.initial_share(),
         )?)),
     };
-    // The quantum is the slice: a yield on an idle thread lets no foreground task in (the
-    // kernel does that), it would only cost the scheduler.
-    let shared = Arc::new(Shared::idle_class(parent, queue, parent.slice));
+    // A yield on an idle thread lets no foreground task in (the kernel does that), it only
+    // costs the scheduler: the quantum is the slice, unless the pool unstacks workers, which it
+    // considers once a quantum (a pool task mostly runs on past it: `quantum::may_run_on`).
+    let quantum = if parent.unstack_on {
+        parent.quantum
+    } else {
+        parent.slice
+    };
+    let shared = Arc::new(Shared::idle_class(parent, queue, quantum));
     Ok((shared, limit))
 }
 

@@ -1,0 +1,361 @@
+//! An idle pool's threads hand their CPU to a runtime worker the kernel left queued behind
+//! another (why: on [`Unstack`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use elastic_cpu_probe::{Stacking, ThreadRegistry, WorkerStacking};
+
+/// A look at the workers costs at most 1/this of the time between two looks.
+const COST_SHARE: u64 = 20;
+
+/// Reads the workers' states (the OS's, or a test's script).
+pub(crate) trait Look: Send {
+    /// What the workers do now; `here`: the caller's CPU ([`Stacking::movable`]). `None`: no
+    /// reading.
+    fn look(&mut self, here: u32) -> Option<Stacking>;
+}
+
+impl Look for WorkerStacking {
+    fn look(&mut self, here: u32) -> Option<Stacking> {
+        self.read(Some(here)).ok()
+    }
+}
+
+/// Moves a thread (the OS, or a test's record).
+pub(crate) trait Mover: Send + Sync {
+    /// The CPU the calling thread runs on (`None`: unknown here: never look).
+    fn here(&self) -> Option<u32>;
+    /// Moves thread `tid` onto CPU `cpu` and leaves its affinity as it was; whether it moved.
+    fn move_to(&self, tid: u32, cpu: u32) -> bool;
+}
+
+/// The OS's: Linux affinity calls.
+#[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+struct OsMover;
+
+#[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
+impl Mover for OsMover {
+    fn here(&self) -> Option<u32> {
+        nix::sched::sched_getcpu()
+            .ok()
+            .and_then(|c| u32::try_from(c).ok())
+    }
+
+    /// Pins the thread to `cpu` for a moment (the kernel moves it there before the call
+    /// returns), then puts its own mask back, which leaves it where it is. Nothing if `cpu` is
+    /// not in its mask.
+    fn move_to(&self, tid: u32, cpu: u32) -> bool {
+        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+        use nix::unistd::Pid;
+        let (Ok(pid), Ok(cpu)) = (i32::try_from(tid), usize::try_from(cpu)) else {
+            return false;
+        };
+        let pid = Pid::from_raw(pid);
+        let Ok(own) = sched_getaffinity(pid) else {
+            return false;
+        };
+        if !own.is_set(cpu).unwrap_or(false) {
+            return false;
+        }
+        let mut only = CpuSet::new();
+        if only.set(cpu).is_err() || sched_setaffinity(pid, &only).is_err() {
+            return false;
+        }
+        // Its own mask back at once; a second try if the first fails (the mask it had was
+        // valid a moment ago).
+        if sched_setaffinity(pid, &own).is_err() {
+            let _ = sched_setaffinity(pid, &own);
+        }
+        true
+    }
+}
+
+#[cfg(not(all(feature = "idle-pool", any(target_os = "linux", target_os = "android"))))]
+impl Mover for OsMover {
+    fn here(&self) -> Option<u32> {
+        None
+    }
+
+    fn move_to(&self, _: u32, _: u32) -> bool {
+        false
+    }
+}
+
+/// Idle-priority work hands its CPU to a runtime worker queued behind another.
+///
+/// A CPU running only idle-priority threads never goes idle, so Linux neither balances onto it
+/// as a CPU going idle nor, on a busy machine, finds it on a wake-up: it stops searching for
+/// idle CPUs when the last-level cache's CPUs look fully used, idle-priority time included,
+/// and a woken task goes where its waker or its last CPU is. A worker woken by another worker
+/// then waits behind it on one CPU, for up to a time slice, while another CPU runs elastic
+/// work at idle priority; once two workers share a CPU, their wake-ups keep them there.
+///
+/// So at its poll quantum an idle pool's thread may look at the workers ([`WorkerStacking`]):
+/// if two are runnable on one CPU and none on its own, it moves one of them onto its own CPU
+/// (pins it there for a moment, then puts its affinity mask back), where it preempts the
+/// idle-priority thread at once. Looks are spaced by time, at least a quantum apart and so
+/// that they cost at most 1/20 of the time between them (a look is a `pread` per worker, a few
+/// µs each). One thread looks at a time; the others run on.
+pub(crate) struct Unstack {
+    /// The workers' states.
+    look: Mutex<Box<dyn Look>>,
+    mover: Box<dyn Mover>,
+    /// Where `next_look` counts from.
+    start: Instant,
+    /// When the next look is due, in nanoseconds since `start`.
+    next_look: AtomicU64,
+    /// Workers moved so far.
+    moved: AtomicU64,
+}
+
+impl Unstack {
+    /// Looks at the workers of `foreground` (its [`ThreadRole::Worker`]s) in `/proc`.
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    ///
+    /// [`ThreadRole::Worker`]: elastic_cpu_probe::ThreadRole::Worker
+    pub(crate) fn new(foreground: &ThreadRegistry) -> Unstack {
+        Unstack::with(Box::new(WorkerStacking::new(foreground)), Box::new(OsMover))
+    }
+
+    /// Over a given reader and mover (tests).
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
+    pub(crate) fn with(look: Box<dyn Look>, mover: Box<dyn Mover>) -> Unstack {
+        Unstack {
+            look: Mutex::new(look),
+            mover,
+            start: Instant::now(),
+            next_look: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
+        }
+    }
+
+    /// Workers moved so far.
+    pub(crate) fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    /// At a quantum of running time (`quantum` long): if a look is due, look at the workers
+    /// and move one queued behind another onto this CPU. Returns whether it moved one.
+    pub(crate) fn at_quantum(&self, quantum: Duration) -> bool {
+        let now = nanos(self.start.elapsed());
+        if now < self.next_look.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(here) = self.mover.here() else {
+            return false;
+        };
+        let Ok(mut look) = self.look.try_lock() else {
+            return false; // another thread is looking
+        };
+        let movable = look.look(here).and_then(|s| s.movable);
+        drop(look);
+        let after = nanos(self.start.elapsed());
+        let gap = (after.saturating_sub(now))
+            .saturating_mul(COST_SHARE)
+            .max(nanos(quantum));
+        self.next_look
+            .store(after.saturating_add(gap), Ordering::Relaxed);
+        let moved = movable.is_some_and(|tid| self.mover.move_to(tid, here));
+        if moved {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        moved
+    }
+}
+
+/// `d` in nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl std::fmt::Debug for Unstack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unstack")
+            .field("moved", &self.moved())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Scripted readings, one per look (the last repeats).
+    struct Script(Vec<Stacking>);
+
+    impl Look for Script {
+        fn look(&mut self, _: u32) -> Option<Stacking> {
+            let s = if self.0.len() > 1 {
+                self.0.remove(0)
+            } else {
+                *self.0.first()?
+            };
+            Some(s)
+        }
+    }
+
+    /// Records moves; runs on CPU `here`.
+    #[derive(Clone, Default)]
+    struct Record {
+        here: Option<u32>,
+        moves: Arc<Mutex<Vec<(u32, u32)>>>,
+    }
+
+    impl Mover for Record {
+        fn here(&self) -> Option<u32> {
+            self.here
+        }
+        fn move_to(&self, tid: u32, cpu: u32) -> bool {
+            self.moves.lock().unwrap().push((tid, cpu));
+            true
+        }
+    }
+
+    fn stacked(movable: Option<u32>) -> Stacking {
+        Stacking {
+            workers: 2,
+            runnable: 2,
+            most_on_one_cpu: 2,
+            movable,
+        }
+    }
+
+    #[test]
+    fn a_movable_worker_is_moved_onto_this_cpu() {
+        let record = Record {
+            here: Some(1),
+            ..Record::default()
+        };
+        let u = Unstack::with(
+            Box::new(Script(vec![stacked(Some(7))])),
+            Box::new(record.clone()),
+        );
+        assert!(u.at_quantum(Duration::ZERO));
+        assert_eq!(*record.moves.lock().unwrap(), vec![(7, 1)]);
+        assert_eq!(u.moved(), 1);
+    }
+
+    #[test]
+    fn nothing_moves_when_no_worker_is_movable() {
+        let record = Record {
+            here: Some(0),
+            ..Record::default()
+        };
+        let calm = Stacking {
+            workers: 2,
+            runnable: 1,
+            most_on_one_cpu: 1,
+            movable: None,
+        };
+        let script = Script(vec![calm, stacked(None), calm]);
+        let u = Unstack::with(Box::new(script), Box::new(record.clone()));
+        for _ in 0..3 {
+            assert!(!u.at_quantum(Duration::ZERO));
+        }
+        assert!(record.moves.lock().unwrap().is_empty());
+        assert_eq!(u.moved(), 0);
+    }
+
+    #[test]
+    fn without_a_known_cpu_there_is_no_look() {
+        let record = Record::default(); // here: None
+        let u = Unstack::with(
+            Box::new(Script(vec![stacked(Some(7))])),
+            Box::new(record.clone()),
+        );
+        assert!(!u.at_quantum(Duration::ZERO));
+        assert!(record.moves.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn looks_are_at_least_a_quantum_apart() {
+        let record = Record {
+            here: Some(1),
+            ..Record::default()
+        };
+        let u = Unstack::with(
+            Box::new(Script(vec![stacked(Some(7))])),
+            Box::new(record.clone()),
+        );
+        // A quantum of an hour: the first look is due, the next not within this test.
+        assert!(u.at_quantum(Duration::from_secs(3600)));
+        assert!(!u.at_quantum(Duration::from_secs(3600)));
+        assert_eq!(record.moves.lock().unwrap().len(), 1);
+    }
+
+    /// The OS mover moves a spinning thread onto the CPU asked for and leaves its mask as it
+    /// was.
+    #[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
+    #[test]
+    fn the_os_mover_moves_a_thread_and_puts_its_mask_back() {
+        use nix::sched::{sched_getaffinity, sched_getcpu, CpuSet};
+        use nix::unistd::Pid;
+        use std::sync::atomic::{AtomicBool, AtomicI64};
+
+        let mine = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        let allowed: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| mine.is_set(c).unwrap())
+            .collect();
+        if allowed.len() < 2 {
+            return; // one CPU: nowhere to move to
+        }
+        // The spinner reports its tid, the CPU it runs on, and whether it ran on `want`.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (on, tid, want) = (
+            Arc::new(AtomicI64::new(-1)),
+            Arc::new(AtomicI64::new(0)),
+            Arc::new(AtomicI64::new(-1)),
+        );
+        let seen = Arc::new(AtomicBool::new(false));
+        let spinner = {
+            let (stop, on, tid, want, seen) = (
+                stop.clone(),
+                on.clone(),
+                tid.clone(),
+                want.clone(),
+                seen.clone(),
+            );
+            std::thread::spawn(move || {
+                tid.store(i64::from(nix::unistd::gettid().as_raw()), Ordering::SeqCst);
+                while !stop.load(Ordering::Relaxed) {
+                    let cpu = sched_getcpu().map_or(-1, |c| c as i64);
+                    on.store(cpu, Ordering::Relaxed);
+                    if cpu == want.load(Ordering::Relaxed) {
+                        seen.store(true, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let hang_guard = Instant::now() + Duration::from_secs(60);
+        while on.load(Ordering::Relaxed) < 0 {
+            assert!(Instant::now() < hang_guard, "the spinner never ran");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let tid = u32::try_from(tid.load(Ordering::SeqCst)).unwrap();
+        let pid = Pid::from_raw(tid as i32);
+        let before = sched_getaffinity(pid).unwrap();
+        let from = on.load(Ordering::Relaxed) as usize;
+        let target = *allowed.iter().find(|&&c| c != from).unwrap();
+        want.store(target as i64, Ordering::Relaxed);
+        assert!(OsMover.move_to(tid, target as u32));
+        while !seen.load(Ordering::Relaxed) {
+            assert!(
+                Instant::now() < hang_guard,
+                "the spinner never ran on CPU {target}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            sched_getaffinity(pid).unwrap(),
+            before,
+            "the mask is put back"
+        );
+        // A CPU outside the thread's mask: no move.
+        assert!(!OsMover.move_to(tid, CpuSet::count() as u32 + 1));
+        stop.store(true, Ordering::Relaxed);
+        spinner.join().unwrap();
+    }
+}
