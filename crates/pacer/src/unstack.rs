@@ -223,67 +223,60 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_movable_worker_is_moved_onto_this_cpu() {
+    /// An `Unstack` over `readings`, on CPU `here`, and the record of its moves.
+    fn unstack(
+        readings: Vec<Stacking>,
+        here: Option<u32>,
+    ) -> (Unstack, Arc<Mutex<Vec<(u32, u32)>>>) {
         let record = Record {
-            here: Some(1),
+            here,
             ..Record::default()
         };
-        let u = Unstack::with(
-            Box::new(Script(vec![stacked(Some(7))])),
-            Box::new(record.clone()),
-        );
+        let moves = record.moves.clone();
+        (
+            Unstack::with(Box::new(Script(readings)), Box::new(record)),
+            moves,
+        )
+    }
+
+    #[test]
+    fn a_movable_worker_is_moved_onto_this_cpu() {
+        let (u, moves) = unstack(vec![stacked(Some(7))], Some(1));
         assert!(u.at_quantum(Duration::ZERO));
-        assert_eq!(*record.moves.lock().unwrap(), vec![(7, 1)]);
+        assert_eq!(*moves.lock().unwrap(), vec![(7, 1)]);
         assert_eq!(u.moved(), 1);
     }
 
     #[test]
     fn nothing_moves_when_no_worker_is_movable() {
-        let record = Record {
-            here: Some(0),
-            ..Record::default()
-        };
         let calm = Stacking {
             workers: 2,
             runnable: 1,
             most_on_one_cpu: 1,
             movable: None,
         };
-        let script = Script(vec![calm, stacked(None), calm]);
-        let u = Unstack::with(Box::new(script), Box::new(record.clone()));
+        let (u, moves) = unstack(vec![calm, stacked(None), calm], Some(0));
         for _ in 0..3 {
             assert!(!u.at_quantum(Duration::ZERO));
         }
-        assert!(record.moves.lock().unwrap().is_empty());
+        assert!(moves.lock().unwrap().is_empty());
         assert_eq!(u.moved(), 0);
     }
 
     #[test]
     fn without_a_known_cpu_there_is_no_look() {
-        let record = Record::default(); // here: None
-        let u = Unstack::with(
-            Box::new(Script(vec![stacked(Some(7))])),
-            Box::new(record.clone()),
-        );
+        let (u, moves) = unstack(vec![stacked(Some(7))], None);
         assert!(!u.at_quantum(Duration::ZERO));
-        assert!(record.moves.lock().unwrap().is_empty());
+        assert!(moves.lock().unwrap().is_empty());
     }
 
     #[test]
     fn looks_are_at_least_a_quantum_apart() {
-        let record = Record {
-            here: Some(1),
-            ..Record::default()
-        };
-        let u = Unstack::with(
-            Box::new(Script(vec![stacked(Some(7))])),
-            Box::new(record.clone()),
-        );
+        let (u, moves) = unstack(vec![stacked(Some(7))], Some(1));
         // A quantum of an hour: the first look is due, the next not within this test.
         assert!(u.at_quantum(Duration::from_secs(3600)));
         assert!(!u.at_quantum(Duration::from_secs(3600)));
-        assert_eq!(record.moves.lock().unwrap().len(), 1);
+        assert_eq!(moves.lock().unwrap().len(), 1);
     }
 
     /// The OS mover moves a spinning thread onto the CPU asked for and leaves its mask as it
