@@ -197,11 +197,14 @@ mod tests {
         }
     }
 
+    /// The moves made: (tid, CPU).
+    type Moves = Arc<Mutex<Vec<(u32, u32)>>>;
+
     /// Records moves; runs on CPU `here`.
     #[derive(Clone, Default)]
     struct Record {
         here: Option<u32>,
-        moves: Arc<Mutex<Vec<(u32, u32)>>>,
+        moves: Moves,
     }
 
     impl Mover for Record {
@@ -224,10 +227,7 @@ mod tests {
     }
 
     /// An `Unstack` over `readings`, on CPU `here`, and the record of its moves.
-    fn unstack(
-        readings: Vec<Stacking>,
-        here: Option<u32>,
-    ) -> (Unstack, Arc<Mutex<Vec<(u32, u32)>>>) {
+    fn unstack(readings: Vec<Stacking>, here: Option<u32>) -> (Unstack, Moves) {
         let record = Record {
             here,
             ..Record::default()
