@@ -333,19 +333,21 @@ mod tests {
         let from = on.load(Ordering::Relaxed) as usize;
         let target = *allowed.iter().find(|&&c| c != from).unwrap();
         want.store(target as i64, Ordering::Relaxed);
-        assert!(OsMover.move_to(tid, target as u32));
+        // With its mask back, the kernel may move it away again before it ran there (other
+        // tests keep the CPUs busy): move it again until it has run there once.
         while !seen.load(Ordering::Relaxed) {
+            assert!(OsMover.move_to(tid, target as u32));
+            assert_eq!(
+                sched_getaffinity(pid).unwrap(),
+                before,
+                "the mask is put back"
+            );
             assert!(
                 Instant::now() < hang_guard,
                 "the spinner never ran on CPU {target}"
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(
-            sched_getaffinity(pid).unwrap(),
-            before,
-            "the mask is put back"
-        );
         // A CPU outside the thread's mask: no move.
         assert!(!OsMover.move_to(tid, CpuSet::count() as u32 + 1));
         stop.store(true, Ordering::Relaxed);
