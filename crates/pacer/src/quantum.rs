@@ -80,6 +80,7 @@ impl YieldPoint {
     /// Whether the task, having run `run` since it last returned `Pending`, must yield now.
     /// False while `run` is short of the yield point, or when the point moved on (a quantum
     /// past `run`).
+    ///
     /// At a quantum where it runs on, `core` does what applies ([`CoreYield::run_on`]).
     #[inline]
     pub(crate) fn due(&mut self, run: Duration, quantum: Duration, core: CoreYield<'_>) -> bool {

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use elastic_cpu_probe::{Stacking, ThreadRegistry, WorkerStacking};
 
+use crate::shared::nanos;
+
 /// A look at the workers costs at most 1/this of the time between two looks.
 const COST_SHARE: u64 = 20;
 
@@ -112,9 +114,9 @@ pub(crate) struct Unstack {
 
 impl Unstack {
     /// Looks at the workers of `foreground` (its [`ThreadRole::Worker`]s) in `/proc`.
-    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     ///
     /// [`ThreadRole::Worker`]: elastic_cpu_probe::ThreadRole::Worker
+    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn new(foreground: &ThreadRegistry) -> Unstack {
         Unstack::with(Box::new(WorkerStacking::new(foreground)), Box::new(OsMover))
     }
@@ -163,11 +165,6 @@ impl Unstack {
         }
         moved
     }
-}
-
-/// `d` in nanoseconds, saturating.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl std::fmt::Debug for Unstack {

@@ -138,9 +138,9 @@ impl SetupPermit {
         // The CPU clock of another thread says nothing about ours.
         let same_thread = id == thread::current().id();
         let took = if same_thread { running } else { wall };
-        // Most chunks are short: one comparison. A long one on an idle-pool thread holds no
-        // runtime worker (the OS cuts it), so it is not counted; there, a chunk's end is where
-        // the pool's thread may look at the runtime's workers.
+        // A thread-local read, then for most chunks one comparison. A long chunk on an idle-pool
+        // thread holds no runtime worker (the OS cuts it), so it is not counted; there a chunk's
+        // end is where the pool's thread may look at the runtime's workers.
         if on_idle_pool() {
             crate::thread_class::unstack_at_quantum(self.gate.quantum);
         } else if is_long(wall, self.gate.quantum) {
@@ -223,13 +223,12 @@ impl Future for SetupPace<'_> {
             permit.since_yield = Duration::ZERO;
             permit.yield_at.reset(quantum);
             this.yielded = true;
-            yield_to_scheduler(
-                cx,
-                match permit.gate.os_yield {
-                    true => CoreYield::Os(&permit.gate.os_yields),
-                    false => CoreYield::Keep,
-                },
-            );
+            let core = if permit.gate.os_yield {
+                CoreYield::Os(&permit.gate.os_yields)
+            } else {
+                CoreYield::Keep
+            };
+            yield_to_scheduler(cx, core);
             return Poll::Pending;
         }
         permit.start_chunk();

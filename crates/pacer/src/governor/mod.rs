@@ -938,8 +938,8 @@ impl Control {
         let idle = (self.idle.lock().unwrap_or_else(|p| p.into_inner())).upgrade();
         #[cfg(feature = "idle-pool")]
         let (idle_queue, idle_unstacked) = idle.map_or((None, 0), |class| {
-            let steps = class.unstack.as_ref().map_or(0, |u| u.moved());
-            (Some(class.queue.snapshot()), steps)
+            let moved = class.unstack.as_ref().map_or(0, |u| u.moved());
+            (Some(class.queue.snapshot()), moved)
         });
         #[cfg(not(feature = "idle-pool"))]
         let (idle_queue, idle_unstacked) = (None, 0);
