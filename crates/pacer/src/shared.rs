@@ -54,7 +54,7 @@ impl Clock for QueueClock {
 pub(crate) type Queue = WorkQueue<QueueClock>;
 
 /// `d` in nanoseconds, saturating.
-pub(crate) fn nanos(d: Duration) -> u64 {
+fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 
 use elastic_cpu_probe::{Stacking, ThreadRegistry, WorkerStacking};
 
-use crate::shared::nanos;
-
 /// A look at the workers costs at most 1/this of the time between two looks.
 const COST_SHARE: u64 = 20;
 
@@ -165,6 +163,11 @@ impl Unstack {
         }
         moved
     }
+}
+
+/// `d` in nanoseconds, saturating (`shared` has its own: this module sits below it).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl std::fmt::Debug for Unstack {
