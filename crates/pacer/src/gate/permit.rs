@@ -138,9 +138,10 @@ impl SetupPermit {
         // The CPU clock of another thread says nothing about ours.
         let same_thread = id == thread::current().id();
         let took = if same_thread { running } else { wall };
-        // A thread-local read, then for most chunks one comparison. A long chunk on an idle-pool
-        // thread holds no runtime worker (the OS cuts it), so it is not counted; there a chunk's
-        // end is where the pool's thread may look at the runtime's workers.
+        // Off the pool: a thread-local read, then for most chunks one comparison. A long chunk on
+        // an idle-pool thread holds no runtime worker (the OS cuts it), so it is not counted;
+        // there a chunk's end is where the pool's thread may look at the runtime's workers (its
+        // class from the thread-local, one clock read, a look only when one is due).
         if on_idle_pool() {
             crate::thread_class::unstack_at_quantum(self.gate.quantum);
         } else if is_long(wall, self.gate.quantum) {
