@@ -63,11 +63,13 @@ pub struct Snapshot {
     pub quiet_hold: bool,
     /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
     pub sched_p99: Option<Duration>,
-    /// What the controller stepped on at the last tick, against [`target`](Self::target). With
-    /// a measured target: what elastic work adds over the quiet baseline, the largest of
-    /// [`sched_p99`](Self::sched_p99), [`io_p99`](Self::io_p99) and
+    /// What the controller stepped on at the last tick, against [`target`](Self::target), where
+    /// the scheduling p99 is [`sched_p99`](Self::sched_p99) less the window's worst tick (a
+    /// host pause or a burst of one tick is the brake's). With a measured target: what elastic
+    /// work adds over the quiet baseline, the largest of the scheduling p99,
+    /// [`io_p99`](Self::io_p99) and
     /// [`run_queue_delay`](Self::run_queue_delay) over each one's own. With the builder's (or
-    /// before the first quiet reading): the largest of `sched_p99`, `io_p99` over
+    /// before the first quiet reading): the largest of the scheduling p99, `io_p99` over
     /// [`IO_TARGET_FACTOR`] and `run_queue_delay` themselves. `Duration::MAX` in a tick the
     /// cgroup was throttled; `None`: no component had data.
     pub signal_p99: Option<Duration>,

@@ -231,3 +231,33 @@ fn threads_beside_the_runtime_that_wait_without_elastic_work_leave_the_share_up(
     assert_ne!(l.elastic.snapshot().signal_source, SignalSource::Bystanders);
     assert!(end >= start, "{start} → {end}");
 }
+
+#[test]
+fn a_pause_of_one_tick_leaves_the_share_up_and_the_same_latency_every_tick_brings_it_down() {
+    // `spike`: whether the tick's foreground waits 5 ms (every task), else 200 µs; returns the
+    // share after 20 ticks of work, then after 12 more with the spike pattern.
+    let run = |spike: &dyn Fn(usize) -> bool| {
+        let l = measured();
+        let mut work = l.work();
+        for _ in 0..20 {
+            for _ in 0..10 {
+                let _ = poll(&mut work);
+            }
+            l.tick(200 * US);
+        }
+        let before = l.elastic.snapshot().share;
+        for i in 0..12 {
+            for _ in 0..10 {
+                let _ = poll(&mut work);
+            }
+            l.tick(if spike(i) { 5 * MS } else { 200 * US });
+        }
+        (before, l.elastic.snapshot().share)
+    };
+    // The machine stops for one tick (a host pause): the controller does not answer it.
+    let (before, after) = run(&|i| i == 1);
+    assert!(after >= before, "{before} → {after}");
+    // Every third tick: a latency that lasts is elastic work's to answer for.
+    let (before, after) = run(&|i| i % 3 == 1);
+    assert!(after < before - 0.05, "{before} → {after}");
+}

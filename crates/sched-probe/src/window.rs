@@ -89,6 +89,10 @@ pub struct Window {
     /// Number of intervals (ticks) currently in the window, up to
     /// [`ProbeConfig::intervals`](crate::ProbeConfig::intervals).
     pub intervals: usize,
+    /// The p99 of every poll's queue latency without the interval whose own p99 was highest
+    /// (with at least 3 intervals with samples; else `queue_latency.all.p99`): a latency that
+    /// lasted one tick (a host pause, a burst) moves it little.
+    pub queue_p99_trimmed: Option<Duration>,
 }
 
 /// The ring of past intervals and the running sum over it.
@@ -97,6 +101,9 @@ pub(crate) struct WindowState {
     template: Histogram<u64>,
     /// Oldest first; `None` marks an interval without samples (costs no histogram memory).
     ring: VecDeque<Option<Box<Hists>>>,
+    /// Each interval's own queue-latency p99 over every poll (nanoseconds; 0: no samples), in
+    /// `ring`'s order.
+    p99s: VecDeque<u64>,
     /// Sum of every interval in `ring`.
     running: Hists,
     /// Per slot: the counter values read at the last rotation.
@@ -115,6 +122,7 @@ impl WindowState {
             capacity,
             template: Histogram::new_from(template),
             ring: VecDeque::new(),
+            p99s: VecDeque::new(),
             running: Hists::new(template),
             seen: Vec::new(),
             pool: Vec::new(),
@@ -142,11 +150,16 @@ impl WindowState {
 
     /// Pushes a finished interval and evicts what falls out of the window.
     pub(crate) fn push(&mut self, interval: Option<Box<Hists>>) {
+        let mut p99 = 0;
         if let Some(iv) = &interval {
             self.running.add(iv);
+            merge(&iv.queue, &mut self.scratch);
+            p99 = self.scratch.value_at_quantile(0.99);
         }
         self.ring.push_back(interval);
+        self.p99s.push_back(p99);
         while self.ring.len() > self.capacity {
+            self.p99s.pop_front();
             if let Some(Some(mut old)) = self.ring.pop_front() {
                 self.running.subtract(&old);
                 old.reset();
@@ -160,11 +173,32 @@ impl WindowState {
     }
 
     pub(crate) fn window(&mut self) -> Window {
+        let queue_latency = split(&self.running.queue, &mut self.scratch);
         Window {
-            queue_latency: split(&self.running.queue, &mut self.scratch),
+            queue_p99_trimmed: self.trimmed_p99().or(queue_latency.all.p99),
+            queue_latency,
             poll_time: split(&self.running.poll, &mut self.scratch),
             intervals: self.ring.len(),
         }
+    }
+
+    /// The all-polls queue p99 without the interval whose own p99 was highest, from
+    /// [`TRIM_FROM`] intervals with samples.
+    fn trimmed_p99(&mut self) -> Option<Duration> {
+        if self.p99s.iter().filter(|&&p| p > 0).count() < TRIM_FROM {
+            return None;
+        }
+        let worst = (0..self.p99s.len()).max_by_key(|&i| self.p99s[i])?;
+        let iv = self.ring[worst].as_ref()?;
+        merge(&self.running.queue, &mut self.scratch);
+        for h in &iv.queue {
+            let res = self.scratch.subtract(h);
+            debug_assert!(res.is_ok(), "histogram subtract failed: {res:?}");
+        }
+        if self.scratch.is_empty() {
+            return None;
+        }
+        Some(Duration::from_nanos(self.scratch.value_at_quantile(0.99)))
     }
 
     /// Copy the last `n` intervals (fewer if the ring holds fewer), oldest first, into `into`:
@@ -177,12 +211,20 @@ impl WindowState {
     }
 }
 
-fn split(pair: &[Histogram<u64>; 2], scratch: &mut Histogram<u64>) -> Split {
+/// The fewest intervals with samples the window's p99 is trimmed from.
+const TRIM_FROM: usize = 3;
+
+/// `scratch` = the two histograms of `pair` merged.
+fn merge(pair: &[Histogram<u64>; 2], scratch: &mut Histogram<u64>) {
     scratch.reset();
     for h in pair {
         let res = scratch.add(h);
         debug_assert!(res.is_ok(), "histogram add failed: {res:?}");
     }
+}
+
+fn split(pair: &[Histogram<u64>; 2], scratch: &mut Histogram<u64>) -> Split {
+    merge(pair, scratch);
     Split {
         foreground: Summary::of(&pair[FOREGROUND]),
         elastic: Summary::of(&pair[ELASTIC]),

@@ -302,3 +302,55 @@ fn the_quiet_window_holds_the_marked_intervals_only_a_window_long() {
     // The running window is untouched.
     assert_eq!(p.window().queue_latency.all.count, 3);
 }
+
+/// Records 100 foreground samples: `slow` of them at 5 ms, the rest at 50 µs; then rotates.
+fn interval(p: &Probe, slow: usize) {
+    for i in 0..100 {
+        let wait = if i < slow { us(5000) } else { us(50) };
+        p.record_poll(Some(wait), None, false);
+    }
+    p.rotate();
+}
+
+#[test]
+fn a_latency_of_one_interval_is_trimmed_from_the_window() {
+    let p = probe(10);
+    // One interval of 5 ms waits (a host pause) among quiet ones.
+    interval(&p, 0);
+    interval(&p, 100);
+    for _ in 0..3 {
+        interval(&p, 0);
+    }
+    let w = p.window();
+    close(w.queue_latency.all.p99, us(5000));
+    close(w.queue_p99_trimmed, us(50));
+    // The same latency in every interval stays.
+    let p = probe(10);
+    for _ in 0..5 {
+        interval(&p, 2);
+    }
+    let w = p.window();
+    close(w.queue_latency.all.p99, us(5000));
+    close(w.queue_p99_trimmed, us(5000));
+    // In two intervals of five, one is trimmed, and the other still decides the p99.
+    let p = probe(10);
+    for slow in [100, 0, 0, 100, 0] {
+        interval(&p, slow);
+    }
+    close(p.window().queue_p99_trimmed, us(5000));
+}
+
+#[test]
+fn a_window_of_fewer_than_three_intervals_with_samples_is_not_trimmed() {
+    let p = probe(10);
+    interval(&p, 0);
+    interval(&p, 100);
+    p.rotate();
+    let w = p.window();
+    assert_eq!(w.intervals, 3);
+    assert_eq!(w.queue_p99_trimmed, w.queue_latency.all.p99);
+    close(w.queue_p99_trimmed, us(5000));
+    // Empty: no data, trimmed or not.
+    let empty = probe(10).window();
+    assert_eq!(empty.queue_p99_trimmed, None);
+}

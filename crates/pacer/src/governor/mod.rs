@@ -238,7 +238,7 @@ impl Governor {
         let throttled_before = self.signal.throttled_periods();
         let signal = self
             .signal
-            .read(&mut self.sources, window.queue_latency.all.p99, intervals);
+            .read(&mut self.sources, window.queue_p99_trimmed, intervals);
         if self.signal.throttled_periods() > throttled_before {
             if let Some(quota) = &mut self.quota_brake {
                 quota.arm(self.clock.now());
@@ -305,7 +305,7 @@ impl Governor {
             QuietStep::Hold => self.hold_all(Hold::Quiet, true),
             QuietStep::Read(n) => {
                 self.probe.mark_quiet(n);
-                let sched = self.probe.quiet_window().queue_latency.all.p99;
+                let sched = self.probe.quiet_window().queue_p99_trimmed;
                 self.quiet.record(sched, self.signal.recent_run_queue(n));
                 self.hold_all(Hold::Quiet, false);
             }
