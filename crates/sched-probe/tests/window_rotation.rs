@@ -1,6 +1,6 @@
 //! Window rotation, merge and percentiles on manually driven ticks (no wall-clock assertions).
 
-use elastic_cpu_probe::{Probe, ProbeConfig, Summary};
+use elastic_cpu_probe::{Probe, ProbeConfig, Summary, Window};
 use std::time::Duration;
 
 fn us(n: u64) -> Duration {
@@ -312,32 +312,27 @@ fn interval(p: &Probe, slow: usize) {
     p.rotate();
 }
 
+/// The window of a fresh 10-interval probe after one [`interval`] per entry of `slow`.
+fn window_of(slow: &[usize]) -> Window {
+    let p = probe(10);
+    for &s in slow {
+        interval(&p, s);
+    }
+    p.window()
+}
+
 #[test]
 fn a_latency_of_one_interval_is_trimmed_from_the_window() {
-    let p = probe(10);
     // One interval of 5 ms waits (a host pause) among quiet ones.
-    interval(&p, 0);
-    interval(&p, 100);
-    for _ in 0..3 {
-        interval(&p, 0);
-    }
-    let w = p.window();
+    let w = window_of(&[0, 100, 0, 0, 0]);
     close(w.queue_latency.all.p99, us(5000));
     close(w.queue_p99_trimmed, us(50));
     // The same latency in every interval stays.
-    let p = probe(10);
-    for _ in 0..5 {
-        interval(&p, 2);
-    }
-    let w = p.window();
+    let w = window_of(&[2; 5]);
     close(w.queue_latency.all.p99, us(5000));
     close(w.queue_p99_trimmed, us(5000));
     // In two intervals of five, one is trimmed, and the other still decides the p99.
-    let p = probe(10);
-    for slow in [100, 0, 0, 100, 0] {
-        interval(&p, slow);
-    }
-    close(p.window().queue_p99_trimmed, us(5000));
+    close(window_of(&[100, 0, 0, 100, 0]).queue_p99_trimmed, us(5000));
 }
 
 #[test]
@@ -351,6 +346,5 @@ fn a_window_of_fewer_than_three_intervals_with_samples_is_not_trimmed() {
     assert_eq!(w.queue_p99_trimmed, w.queue_latency.all.p99);
     close(w.queue_p99_trimmed, us(5000));
     // Empty: no data, trimmed or not.
-    let empty = probe(10).window();
-    assert_eq!(empty.queue_p99_trimmed, None);
+    assert_eq!(window_of(&[]).queue_p99_trimmed, None);
 }
