@@ -27,6 +27,7 @@
 //!   increments in the worker's own slot).
 //! * `histogram/window_p99`: one `rotate()` plus the `window()` query on a full 25-interval
 //!   window with samples in several worker slots (what the governor does every tick).
+//! * `histogram/window_reread`: `window()` again before the next rotation (a copy).
 //! * `outliers/record`: one outlier poll kept on a worker (the site's number, the ring write);
 //!   `outliers/collect_128`: one `rotate()` that collects a worker's full ring, and the report.
 //! * `io_probe/{off,on}`: time per task poll of the same poll-heavy workload on a runtime with
@@ -462,6 +463,12 @@ fn histogram(c: &mut Criterion) {
             }
             total
         })
+    });
+    // A second read before the next rotation (the metrics export, a snapshot): a copy.
+    probe.rotate();
+    black_box(probe.window());
+    group.bench_function("window_reread", |b| {
+        b.iter(|| black_box(probe.window().queue_p99_trimmed))
     });
     group.finish();
 }

@@ -412,7 +412,8 @@ impl Probe {
     }
 
     /// The window's statistics: a snapshot of the intervals closed by [`Probe::rotate`] (samples
-    /// recorded since the last rotation are not in it yet).
+    /// recorded since the last rotation are not in it yet). Computed at the first call after a
+    /// rotation; later calls before the next one return a copy.
     ///
     /// ```
     /// # use elastic_cpu_probe::{Probe, ProbeConfig};

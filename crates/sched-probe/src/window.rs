@@ -114,6 +114,10 @@ pub(crate) struct WindowState {
     pool: Vec<Box<Hists>>,
     /// Scratch histogram for the merged foreground + elastic summaries.
     scratch: Histogram<u64>,
+    /// The summaries of the window as it is, computed at the first read after a push: the
+    /// window changes only at a push, and a tick, the metrics export and any snapshot between
+    /// two rotations read the same one.
+    summary: Option<Window>,
 }
 
 impl WindowState {
@@ -127,6 +131,7 @@ impl WindowState {
             seen: Vec::new(),
             pool: Vec::new(),
             scratch: Histogram::new_from(template),
+            summary: None,
         }
     }
 
@@ -150,6 +155,7 @@ impl WindowState {
 
     /// Pushes a finished interval and evicts what falls out of the window.
     pub(crate) fn push(&mut self, interval: Option<Box<Hists>>) {
+        self.summary = None;
         let mut p99 = 0;
         if let Some(iv) = &interval {
             self.running.add(iv);
@@ -173,13 +179,18 @@ impl WindowState {
     }
 
     pub(crate) fn window(&mut self) -> Window {
+        if let Some(w) = &self.summary {
+            return w.clone();
+        }
         let queue_latency = split(&self.running.queue, &mut self.scratch);
-        Window {
+        let w = Window {
             queue_p99_trimmed: self.trimmed_p99().or(queue_latency.all.p99),
             queue_latency,
             poll_time: split(&self.running.poll, &mut self.scratch),
             intervals: self.ring.len(),
-        }
+        };
+        self.summary = Some(w.clone());
+        w
     }
 
     /// The all-polls queue p99 without the interval whose own p99 was highest, from

@@ -113,6 +113,21 @@ fn old_intervals_leave_after_window_over_tick_rotations() {
 }
 
 #[test]
+fn a_window_read_twice_between_rotations_is_the_same_and_a_rotation_renews_it() {
+    let p = probe(5);
+    p.record_poll(Some(us(100)), None, false);
+    p.rotate();
+    let first = p.window();
+    // Recorded after the read, not rotated yet: not in the window.
+    p.record_poll(Some(us(9000)), None, false);
+    assert_eq!(p.window(), first);
+    p.rotate();
+    let w = p.window();
+    assert_eq!((w.intervals, w.queue_latency.all.count), (2, 2));
+    close(w.queue_latency.all.max, us(9000));
+}
+
+#[test]
 fn a_spike_leaves_the_window_and_p99_recovers() {
     let p = probe(25);
     for _ in 0..1000 {
