@@ -166,6 +166,27 @@ impl StepController {
         self.share
     }
 
+    /// Lowers the share to at most `share`, never under the floor (a share above it is left
+    /// alone). For a caller that bounds this controller by another's: the next
+    /// [`tick`](Self::tick) steps from there.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ControllerConfig, StepController};
+    ///
+    /// let mut c = StepController::with_initial_share(ControllerConfig::default(), 0.6).unwrap();
+    /// c.lower_to(0.2);
+    /// assert_eq!(c.share(), 0.2);
+    /// c.lower_to(0.4);
+    /// assert_eq!(c.share(), 0.2);
+    /// c.lower_to(0.0);
+    /// assert_eq!(c.share(), c.config().min_share);
+    /// ```
+    pub fn lower_to(&mut self, share: f64) {
+        if share < self.share {
+            self.share = share.max(self.config.min_share);
+        }
+    }
+
     /// The multiple of the step the next step up will take (1 unless a run of steps far below
     /// the target is under way; at most `max_boost`).
     pub fn boost(&self) -> u32 {

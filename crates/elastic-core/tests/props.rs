@@ -41,6 +41,8 @@ enum Op {
     /// Governor tick with p99 = this many ‰ of the target (None = no data).
     Tick(Option<u64>),
     SetRate(u64),
+    /// Bound the controller by another's share: this many ‰ of a CPU share (up to 1.2).
+    Lower(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -53,6 +55,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => prop_oneof![0u64..1_000, 0u64..300_000_000].prop_map(Op::Advance),
         3 => proptest::option::of(0u64..=2000).prop_map(Op::Tick),
         1 => (0u64..2_000_000_000).prop_map(Op::SetRate),
+        1 => (0u64..=1200).prop_map(Op::Lower),
     ]
 }
 
@@ -292,6 +295,24 @@ impl Sim {
                 self.set_rate(rate_for(new, self.cpus));
             }
             Op::SetRate(r) => self.set_rate(r),
+            Op::Lower(pm) => {
+                let c = self.ctrl.config().clone();
+                let (old, to) = (self.ctrl.share(), pm as f64 / 1000.0);
+                self.ctrl.lower_to(to);
+                let new = self.ctrl.share();
+                assert!(
+                    (c.min_share..=c.max_share).contains(&new),
+                    "limit {new} outside [{}, {}]",
+                    c.min_share,
+                    c.max_share
+                );
+                assert_eq!(
+                    new,
+                    old.min(to).max(c.min_share).min(old),
+                    "lowered to {to}"
+                );
+                self.set_rate(rate_for(new, self.cpus));
+            }
         }
         self.check();
     }

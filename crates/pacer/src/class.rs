@@ -13,6 +13,7 @@ use elastic_cpu_core::{rate_for, StepController, Want};
 use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::Overhead;
 use crate::record::{ClassKind, ClassRecord, PartRecord};
+use crate::signal::Signal;
 use crate::trace;
 
 /// The queue of one class as the governor drives it.
@@ -90,6 +91,12 @@ impl Limit {
         }
     }
 
+    fn lower_to(&mut self, share: f64) {
+        if let Limit::Controller(c) = self {
+            c.lower_to(share);
+        }
+    }
+
     fn share(&self) -> f64 {
         match self {
             Limit::Controller(c) => c.share(),
@@ -146,7 +153,8 @@ pub(crate) struct Policy {
     /// refuse most setups a storm brings), and a tick with setups running is just not quiet.
     pub(crate) measured: bool,
     /// With a measured target, it steps on the allowance times this (the idle pool's looser
-    /// target: the kernel already keeps its threads off a core the foreground wants).
+    /// target: the kernel already keeps its threads off a core the foreground wants), except on
+    /// the bystanders' waits ([`steps_on`](Policy::steps_on)).
     pub(crate) target_factor: u32,
     /// At most `ceil(share × cpus)` grants at once.
     pub(crate) cap_holders: bool,
@@ -155,6 +163,19 @@ pub(crate) struct Policy {
     /// runtime worker for all of it, so holders rounded up could take every worker at once and
     /// leave the foreground none. Off for elastic work: its long polls move to the idle pool.
     pub(crate) whole_workers: bool,
+}
+
+impl Policy {
+    /// The signal this class steps on (a class with a measured target): with a looser target,
+    /// the bystanders' component still counts at their allowance. Idle priority does not keep
+    /// a normal-priority client's wake-ups short (on a busy core they queue and preempt), so the
+    /// looser target would leave the idle class at every CPU while they wait.
+    pub(crate) fn steps_on(&self, signal: &Signal) -> Option<Duration> {
+        let bystanders = signal
+            .bystanders
+            .map(|b| b.saturating_mul(self.target_factor));
+        signal.value.max(bystanders)
+    }
 }
 
 /// A class's part of the elastic share: the `Elastic`'s own class and every class made with
@@ -342,6 +363,11 @@ impl Class {
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn share(&self) -> f64 {
         self.limit.share()
+    }
+
+    /// Lower a controlled share to at most `share` (a fixed one holds).
+    pub(crate) fn lower_to(&mut self, share: f64) {
+        self.limit.lower_to(share);
     }
 
     /// CPUs the class ran in the last tick.
@@ -644,5 +670,39 @@ pub(crate) fn holder_cap(share: f64, cpus: f64, whole: bool) -> usize {
         c.min(usize::MAX as f64) as usize
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_looser_target_counts_the_bystanders_at_their_allowance() {
+        let policy = |target_factor| Policy {
+            headroom: true,
+            overhead: true,
+            brake: HoldWhen::Always,
+            measured: true,
+            target_factor,
+            cap_holders: true,
+            whole_workers: false,
+        };
+        let us = |n| Some(Duration::from_micros(n));
+        let signal = Signal {
+            value: us(60),
+            bystanders: us(50),
+            ..Signal::default()
+        };
+        // The own class (factor 1): the larger component, as it is.
+        assert_eq!(policy(1).steps_on(&signal), us(60));
+        // The idle class (factor 4): the bystanders count 4 ×, so against its 4 × target they
+        // are over where the other components would need 4 × as much.
+        assert_eq!(policy(4).steps_on(&signal), us(200));
+        let none = Signal {
+            bystanders: None,
+            ..signal
+        };
+        assert_eq!(policy(4).steps_on(&none), us(60));
     }
 }

@@ -209,8 +209,9 @@ impl Elastic {
 
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
     /// work paced by this `Elastic` in its idle class: a bucket and a share of its own, up to
-    /// every CPU, steered by 4 × the target, the cgroup's throttling and the quota's headroom
-    /// (see [`IdleRuntime`]). Every pool made from one `Elastic` shares that class. The
+    /// every CPU, steered by 4 × the target, the cgroup's throttling and the quota's headroom,
+    /// and held to the elastic share while the threads beside the runtime wait over their
+    /// allowance (see [`IdleRuntime`]). Every pool made from one `Elastic` shares that class. The
     /// foreground runtime is the one given to [`runtime`](Self::runtime) or
     /// [`attach`](Self::attach): the share follows its signal, and its CPUs size the bucket; a
     /// quota seen there when the first pool is made starts the class at the elastic share

@@ -93,6 +93,16 @@ pub(crate) struct Baseline {
     pub(crate) bystanders: Option<Duration>,
 }
 
+/// What [`Baseline::steer`] read: the signal over the allowance and its source, the target
+/// (the scheduling allowance) both are in units of, and the bystanders' component alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Steered {
+    pub(crate) value: Option<Duration>,
+    pub(crate) source: SignalSource,
+    pub(crate) target: Duration,
+    pub(crate) bystanders: Option<Duration>,
+}
+
 impl Quiet {
     /// Quiet readings pooled over `intervals` ticks, the running window's length.
     pub(crate) fn new(intervals: usize) -> Quiet {
@@ -182,7 +192,8 @@ impl Baseline {
     /// least its floor: `quantum` for the scheduling p99, [`RUN_QUEUE_FLOOR`] for the run-queue
     /// delays of the runtime's threads and of the threads beside it), as the component furthest
     /// over its allowance. Returned in units of the
-    /// scheduling allowance, which is the target returned beside it: `(value, source, target)`.
+    /// scheduling allowance, which is the target returned beside it, with the bystanders'
+    /// component on its own (over the target it holds the idle class to the own class's share).
     /// A component without a baseline, or without a reading, is left out.
     ///
     /// Each component has its own allowance because they differ in kind: the scheduling
@@ -198,11 +209,7 @@ impl Baseline {
     /// runtime's load, so a quiet window (the runtime less busy, the canaries sparser) and a
     /// running one do not sample alike, and with long elastic polls inside a CPU quota it rose
     /// where the foreground's own p99 did not (docs/results.md).
-    pub(crate) fn steer(
-        &self,
-        r: &Reading,
-        quantum: Duration,
-    ) -> (Option<Duration>, SignalSource, Duration) {
+    pub(crate) fn steer(&self, r: &Reading, quantum: Duration) -> Steered {
         let target = Self::allowance(self.sched, quantum);
         let components = [
             (r.sched_p99, self.sched, quantum, SignalSource::Sched),
@@ -219,7 +226,12 @@ impl Baseline {
                 SignalSource::Bystanders,
             ),
         ];
-        let mut best: (Option<Duration>, SignalSource) = (None, SignalSource::None);
+        let mut steered = Steered {
+            value: None,
+            source: SignalSource::None,
+            target,
+            bystanders: None,
+        };
         for (now, base, floor, source) in components {
             let (Some(now), Some(base)) = (now, base) else {
                 continue;
@@ -228,11 +240,15 @@ impl Baseline {
             let allowance = Self::allowance(Some(base), floor);
             // In units of the scheduling allowance.
             let scaled = added.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
-            if best.0.is_none_or(|b| scaled > b) {
-                best = (Some(scaled), source);
+            if source == SignalSource::Bystanders {
+                steered.bystanders = Some(scaled);
+            }
+            if steered.value.is_none_or(|b| scaled > b) {
+                steered.value = Some(scaled);
+                steered.source = source;
             }
         }
-        (best.0, best.1, target)
+        steered
     }
 
     /// The latency elastic work may add to a component whose baseline is `base`:
@@ -339,7 +355,12 @@ mod tests {
         // The I/O p99 does not steer; the run-queue delay under its baseline adds nothing.
         assert_eq!(
             b.steer(&r, q),
-            (us(60), SignalSource::Sched, sched_allowance)
+            Steered {
+                value: us(60),
+                source: SignalSource::Sched,
+                target: sched_allowance,
+                bystanders: None,
+            }
         );
         // The run-queue delay as far over its allowance as the scheduling p99 would be at 1.5
         // of its own: it steers, scaled.
@@ -347,7 +368,12 @@ mod tests {
             run_queue_delay: Some(Duration::from_micros(40) + rq_allowance.mul_f64(1.5)),
             ..r.clone()
         };
-        let (value, source, target) = b.steer(&rq, q);
+        let Steered {
+            value,
+            source,
+            target,
+            ..
+        } = b.steer(&rq, q);
         assert_eq!((source, target), (SignalSource::RunQueue, sched_allowance));
         let want = sched_allowance.mul_f64(1.5);
         assert!(
@@ -360,18 +386,33 @@ mod tests {
             bystander_delay: Some(Duration::from_micros(20 + 2 * 10)),
             ..rq.clone()
         };
-        let (value, source, _) = b.steer(&by, q);
-        assert_eq!(source, SignalSource::Bystanders);
-        assert!(value.unwrap().abs_diff(sched_allowance * 2) <= Duration::from_nanos(10));
+        let steered = b.steer(&by, q);
+        assert_eq!(steered.source, SignalSource::Bystanders);
+        assert!(steered.value.unwrap().abs_diff(sched_allowance * 2) <= Duration::from_nanos(10));
+        assert_eq!(steered.bystanders, steered.value);
+        // Under the run-queue delay they no longer steer, but are still read apart.
+        let under = Reading {
+            bystander_delay: Some(Duration::from_micros(20 + 10)),
+            ..by.clone()
+        };
+        let steered = b.steer(&under, q);
+        assert_eq!(steered.source, SignalSource::RunQueue);
+        assert!(steered.bystanders.unwrap().abs_diff(sched_allowance) <= Duration::from_nanos(10));
         // No reading, no component; no baseline, nothing to steer by.
         let sched_only = Reading {
             sched_p99: us(300),
             ..Reading::default()
         };
-        assert_eq!(b.steer(&sched_only, q).0, us(0));
+        assert_eq!(b.steer(&sched_only, q).value, us(0));
+        assert_eq!(b.steer(&sched_only, q).bystanders, None);
         assert_eq!(
             Baseline::default().steer(&r, q),
-            (None, SignalSource::None, q)
+            Steered {
+                value: None,
+                source: SignalSource::None,
+                target: q,
+                bystanders: None,
+            }
         );
     }
 

@@ -83,6 +83,10 @@ pub(crate) struct Signal {
     /// `None`: no component had data).
     pub(crate) value: Option<Duration>,
     pub(crate) source: SignalSource,
+    /// With a measured target, the bystanders' component in `value`'s units, whether it is the
+    /// largest or not: the idle class steps on it at the allowance, and over it is held to the
+    /// own class's share.
+    pub(crate) bystanders: Option<Duration>,
     /// The components.
     pub(crate) reading: Reading,
 }
@@ -173,6 +177,7 @@ impl SignalStage {
         Signal {
             value,
             source,
+            bystanders: None,
             reading: r,
         }
     }

@@ -182,7 +182,8 @@ pub struct Snapshot {
     /// The share of the idle class: work on this `Elastic`'s idle pool
     /// (`Elastic::idle_runtime`), paced by its own bucket (`None`: no pool made). Up to 1 (every
     /// CPU), steered by a target 4 × the elastic one, the cgroup's throttling and the quota's
-    /// headroom.
+    /// headroom; at most [`share`](Self::share) while the threads beside the runtime wait over
+    /// their allowance.
     pub idle_share: Option<f64>,
     /// The idle class's queue ledger (`None`: no pool made, or every pool and its work gone).
     pub idle_queue: Option<QueueSnapshot>,

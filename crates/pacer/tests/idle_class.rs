@@ -1,6 +1,7 @@
 //! The idle class (work on the idle pool, paced by its own bucket), on the manual clock: it
 //! starts at every CPU on a bare host and at the elastic limit inside a quota, steps down only
-//! on a foreground p99 above its looser target or on the cgroup's throttling, holds a fixed
+//! on a foreground p99 above its looser target or on the cgroup's throttling, is held to the
+//! elastic limit while the threads beside the runtime wait over their allowance, holds a fixed
 //! limit, and takes the backlog brake only inside a quota. Its target is four times the
 //! `Elastic`'s, given or measured.
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use common::{attached, scripted, Burn, FakeCgroup, MS};
 use elastic_cpu_pacer::settings::Brake;
-use elastic_cpu_pacer::snapshot::TargetSource;
+use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, ElasticBuilder, PacedExt};
 
@@ -192,8 +193,11 @@ fn busy_work(
     )
 }
 
-#[test]
-fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
+/// Forty ticks of busy elastic work with a measured target (2 CPUs, elastic limit 0.5, no
+/// brake, an attached runtime, an idle pool): before each, `readings(script, held)` scripts
+/// the tick's readings (`held`: a quiet hold, elastic work held back). Returns the `Elastic`
+/// and the idle class's lowest limit after any tick.
+fn forty_ticks(readings: impl Fn(&Elastic, &Script, bool)) -> (Elastic, f64) {
     let clock = ManualClock::new();
     let script = Script::new();
     let elastic = scripted(&clock, &script)
@@ -205,25 +209,33 @@ fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
     let _rt = attached(&elastic);
     let _pool = elastic.idle_runtime(1).unwrap();
     assert_eq!(idle_limit(&elastic), 1.0);
-    // Quiet, the foreground waits 2 ms: the allowance is half of that, 1 ms. With elastic
-    // work, 2 ms more: twice the allowance, half the idle class's.
     let mut work = busy_work(&clock, &elastic);
     let waker = std::task::Waker::noop();
+    let mut lowest_idle = 1.0f64;
     for _ in 0..40 {
         for _ in 0..10 {
             let _ = work.as_mut().poll(&mut Context::from_waker(waker));
         }
-        let wait = if elastic.snapshot().quiet_hold {
-            2 * MS
-        } else {
-            4 * MS
-        };
-        for _ in 0..300 {
-            elastic.probe().record_poll(Some(wait), None, false);
-        }
+        readings(&elastic, &script, elastic.snapshot().quiet_hold);
         clock.advance(100 * MS);
         elastic.tick();
+        lowest_idle = lowest_idle.min(idle_limit(&elastic));
     }
+    (elastic, lowest_idle)
+}
+
+/// 300 foreground polls that waited `wait`.
+fn polls(elastic: &Elastic, wait: Duration) {
+    for _ in 0..300 {
+        elastic.probe().record_poll(Some(wait), None, false);
+    }
+}
+
+#[test]
+fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
+    // Quiet, the foreground waits 2 ms: the allowance is half of that, 1 ms. With elastic
+    // work, 2 ms more: twice the allowance, half the idle class's.
+    let (elastic, lowest) = forty_ticks(|e, _, held| polls(e, if held { 2 * MS } else { 4 * MS }));
     let s = elastic.snapshot();
     assert_eq!(s.target_source, TargetSource::Measured);
     assert!(
@@ -232,5 +244,41 @@ fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
         s.target
     );
     assert!(s.share < 0.5, "the elastic limit steps down: {}", s.share);
-    assert_eq!(idle_limit(&elastic), 1.0, "the idle class holds");
+    assert_eq!(lowest, 1.0, "the idle class holds");
+}
+
+/// The threads beside the runtime wait `quiet` per wake-up while elastic work is held and
+/// `running` while it runs; the runtime's own latency is 2 ms in both.
+fn bystanders_wait(quiet: Duration, running: Duration) -> (Elastic, f64) {
+    forty_ticks(|e, script, held| {
+        script.bystander_delay(if held { quiet } else { running });
+        polls(e, 2 * MS);
+    })
+}
+
+#[test]
+fn threads_beside_the_runtime_over_their_allowance_hold_it_to_the_elastic_share() {
+    let us = Duration::from_micros;
+    // A client's threads wait 10 µs per wake-up quiet and 20 µs while elastic work runs:
+    // twice their allowance (5 µs), so twice the target in its units.
+    let (elastic, _) = bystanders_wait(us(10), us(20));
+    let s = elastic.snapshot();
+    assert_eq!(s.target_source, TargetSource::Measured);
+    assert_eq!(s.signal_source, SignalSource::Bystanders);
+    let signal = s.signal_p99.unwrap();
+    assert!(
+        signal.abs_diff(s.target * 2) <= Duration::from_micros(20),
+        "{signal:?}"
+    );
+    assert!(s.share < 0.5, "the elastic limit steps down: {}", s.share);
+    let idle = idle_limit(&elastic);
+    assert!(
+        idle <= s.share,
+        "idle {idle} over the elastic share {}",
+        s.share
+    );
+    // 4 µs more: under the allowance. The idle class holds every CPU all along.
+    let (elastic, lowest) = bystanders_wait(us(10), us(14));
+    assert_eq!(elastic.snapshot().target_source, TargetSource::Measured);
+    assert_eq!(lowest, 1.0, "the idle class holds");
 }

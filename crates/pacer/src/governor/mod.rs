@@ -24,7 +24,7 @@ use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Part, Policy, Rates
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
-use crate::quiet::{Quiet, QuietStep, TargetSource};
+use crate::quiet::{Quiet, QuietStep, Steered, TargetSource};
 use crate::quota_brake::{QuotaBrake, QuotaChange};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
@@ -249,11 +249,12 @@ impl Governor {
         self.keep_weights();
         self.read_quiet();
         let absolute = signal.value;
-        let (value, source) = self.steer_by(&signal);
+        let (value, source, bystanders) = self.steer_by(&signal);
         self.set_outlier_threshold();
         let mut signal = Signal {
             value,
             source,
+            bystanders,
             ..signal
         };
         let frozen = self.quiet.holding();
@@ -266,7 +267,7 @@ impl Governor {
         for class in &mut self.classes {
             // A gate steps on the latency itself, held quiet readings or not.
             let (on, frozen) = if class.policy.measured {
-                (signal.value, frozen)
+                (class.policy.steps_on(&signal), frozen)
             } else {
                 (absolute, false)
             };
@@ -276,6 +277,9 @@ impl Governor {
                 class.waited()
             };
             steering |= class.step(on, period, frozen, waited).unwrap_or(false);
+        }
+        if !frozen && signal.bystanders.is_some_and(|b| b > self.target) {
+            self.idle_to_own_share();
         }
         self.apply();
         // The I/O canaries matter only while something steers by the signal; otherwise each
@@ -290,6 +294,19 @@ impl Governor {
             .map(|c| c.record(intervals))
             .collect();
         self.record_with(classes)
+    }
+
+    /// The threads beside the runtime wait longer than their allowance: the idle class takes
+    /// no more than the own class's share, which stepped down on them. Its own controller steps
+    /// down on them too (`Policy::steps_on`), but from every CPU at one step a tick; the cap
+    /// brings it down in one.
+    fn idle_to_own_share(&mut self) {
+        let own = self.classes[0].share();
+        for class in &mut self.classes {
+            if class.kind == ClassKind::Idle {
+                class.lower_to(own);
+            }
+        }
     }
 
     /// The quiet readings: hold elastic work back for one, or read the intervals it was held
@@ -346,32 +363,41 @@ impl Governor {
 
     /// The signal the controllers step on, and which component it is. With a measured
     /// target: what elastic work adds over the quiet baseline, once there is one; the
-    /// controllers' targets follow the allowance.
-    fn steer_by(&mut self, signal: &Signal) -> (Option<Duration>, SignalSource) {
+    /// controllers' targets follow the allowance. Last, the bystanders' component alone.
+    fn steer_by(&mut self, signal: &Signal) -> (Option<Duration>, SignalSource, Option<Duration>) {
         if !self.auto_target {
-            return (signal.value, signal.source);
+            return (signal.value, signal.source, None);
         }
         let baseline = self.quiet.baseline();
-        let (value, source, target, from) = if baseline.is_known() {
-            let (added, source, target) = baseline.steer(&signal.reading, self.quantum);
-            (added, source, target, TargetSource::Measured)
-        } else {
+        let (steered, from) = if baseline.is_known() {
             (
-                signal.value,
-                signal.source,
-                DEFAULT_TARGET,
-                TargetSource::Default,
+                baseline.steer(&signal.reading, self.quantum),
+                TargetSource::Measured,
             )
+        } else {
+            let unmeasured = Steered {
+                value: signal.value,
+                source: signal.source,
+                target: DEFAULT_TARGET,
+                bystanders: None,
+            };
+            (unmeasured, TargetSource::Default)
         };
+        let Steered {
+            value,
+            source,
+            target,
+            bystanders,
+        } = steered;
         self.target = target;
         self.target_source = from;
         for class in &mut self.classes {
             class.set_target(target);
         }
         if signal.reading.throttled {
-            return (Some(Duration::MAX), SignalSource::Throttled);
+            return (Some(Duration::MAX), SignalSource::Throttled, bystanders);
         }
-        (value, source)
+        (value, source, bystanders)
     }
 
     /// What elastic work ran since the last tick and what the process spent: the overhead

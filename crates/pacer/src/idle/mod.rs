@@ -8,8 +8,11 @@
 //! (and, with the cores idle more, a foreground wake-up more often has to wake a halted CPU).
 //! What the kernel does not do is keep the total within a CPU quota: idle threads spend it like
 //! any other. So the idle class takes what the kernel lets it (up to every CPU) while the
-//! signal stays under 4 × the target, and the cgroup's throttling and the
-//! quota's headroom hold it as they hold the `Elastic`'s own class.
+//! signal stays under 4 × the target, and the cgroup's throttling and the quota's headroom hold
+//! it as they hold the `Elastic`'s own class. Nor does idle priority keep the wake-ups of a
+//! normal-priority thread beside the runtime (a client library's) short: on a busy core they
+//! queue and preempt. So while those threads wait over their allowance the idle class takes no
+//! more than the own class's share.
 
 mod pool;
 

@@ -161,7 +161,11 @@ impl Started {
 ///   prevent (memory bandwidth, SMT siblings, a hypervisor);
 /// * when the process's cgroup is throttled (inside a CPU quota, a container's limit): idle
 ///   threads spend the quota like any other, and unpaced they get the whole cgroup throttled,
-///   foreground included. There it starts at the elastic share and takes the backlog brake.
+///   foreground included. There it starts at the elastic share and takes the backlog brake;
+/// * to the elastic share, while the threads beside the runtime (a client library's, at normal
+///   priority) wait longer than their allowance over their quiet wait (with a measured
+///   target): on a core busy with idle work their wake-ups queue and preempt rather than find
+///   an idle one.
 ///
 /// Its polls do not yield at the poll quantum (a yield on an idle thread lets no foreground
 /// task in; the kernel does that). A [`fixed_share`](crate::ElasticBuilder::fixed_share) holds
