@@ -306,11 +306,7 @@ impl Sim {
                     c.min_share,
                     c.max_share
                 );
-                assert_eq!(
-                    new,
-                    old.min(to).max(c.min_share).min(old),
-                    "lowered to {to}"
-                );
+                assert_eq!(new, old.min(to.max(c.min_share)), "lowered to {to}");
                 self.set_rate(rate_for(new, self.cpus));
             }
         }

@@ -249,12 +249,12 @@ impl Governor {
         self.keep_weights();
         self.read_quiet();
         let absolute = signal.value;
-        let (value, source, bystanders) = self.steer_by(&signal);
+        let steered = self.steer_by(&signal);
         self.set_outlier_threshold();
         let mut signal = Signal {
-            value,
-            source,
-            bystanders,
+            value: steered.value,
+            source: steered.source,
+            bystanders: steered.bystanders,
             ..signal
         };
         let frozen = self.quiet.holding();
@@ -361,43 +361,41 @@ impl Governor {
         }
     }
 
-    /// The signal the controllers step on, and which component it is. With a measured
-    /// target: what elastic work adds over the quiet baseline, once there is one; the
-    /// controllers' targets follow the allowance. Last, the bystanders' component alone.
-    fn steer_by(&mut self, signal: &Signal) -> (Option<Duration>, SignalSource, Option<Duration>) {
+    /// The signal the controllers step on, which component it is, and the bystanders' component
+    /// alone. With a measured target: what elastic work adds over the quiet baseline, once there
+    /// is one; the controllers' targets follow the allowance.
+    fn steer_by(&mut self, signal: &Signal) -> Steered {
+        let mut steered = Steered {
+            value: signal.value,
+            source: signal.source,
+            target: self.target,
+            bystanders: None,
+        };
         if !self.auto_target {
-            return (signal.value, signal.source, None);
+            return steered;
         }
         let baseline = self.quiet.baseline();
-        let (steered, from) = if baseline.is_known() {
+        (steered, self.target_source) = if baseline.is_known() {
             (
                 baseline.steer(&signal.reading, self.quantum),
                 TargetSource::Measured,
             )
         } else {
-            let unmeasured = Steered {
-                value: signal.value,
-                source: signal.source,
+            let default = Steered {
                 target: DEFAULT_TARGET,
-                bystanders: None,
+                ..steered
             };
-            (unmeasured, TargetSource::Default)
+            (default, TargetSource::Default)
         };
-        let Steered {
-            value,
-            source,
-            target,
-            bystanders,
-        } = steered;
-        self.target = target;
-        self.target_source = from;
+        self.target = steered.target;
         for class in &mut self.classes {
-            class.set_target(target);
+            class.set_target(steered.target);
         }
         if signal.reading.throttled {
-            return (Some(Duration::MAX), SignalSource::Throttled, bystanders);
+            steered.value = Some(Duration::MAX);
+            steered.source = SignalSource::Throttled;
         }
-        (value, source, bystanders)
+        steered
     }
 
     /// What elastic work ran since the last tick and what the process spent: the overhead
