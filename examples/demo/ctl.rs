@@ -78,6 +78,10 @@ pub struct Snap {
     /// Inside a CPU quota: the headroom cap on elastic work, as a share of the bucket's CPUs
     /// (same scale as `limit`; None without a quota or a reading).
     pub headroom_share: Option<f64>,
+    /// Both classes' limits whatever the phase's work ran in (None where nothing is paced or
+    /// there is no idle pool): the elastic mix runs in both.
+    pub own_share: Option<f64>,
+    pub idle_share: Option<f64>,
     /// The governor's signal and its components.
     pub signal: SignalSnap,
     /// What the controller compares the signal with (with a measured target, the latency
@@ -228,6 +232,8 @@ impl Control {
             headroom_share: (s.quota_headroom)
                 .filter(|_| self.paced && s.cpus > 0.0)
                 .map(|cap| (cap / s.cpus).min(1.0)),
+            own_share: self.paced.then_some(s.share),
+            idle_share: s.idle_share.filter(|_| self.paced),
             signal: SignalSnap {
                 signal_p99_us: us(s.signal_p99.filter(|d| *d != Duration::MAX)),
                 source: SignalSource::name(s.signal_source),

@@ -366,6 +366,8 @@ fn run_phase_inner(
             phase: name.to_string(),
             limit: snap.limit,
             headroom_share: snap.headroom_share,
+            own_share: snap.own_share,
+            idle_share: snap.idle_share,
             sched_p99_us: snap.sched_p99_us,
             sched_fg_p99_us: snap.sched_fg_p99_us,
             sched_elastic_p99_us: snap.sched_elastic_p99_us,

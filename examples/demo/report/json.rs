@@ -176,6 +176,9 @@ struct SignalPoint {
     elastic_run_queue_wait: Option<Num>,
     /// Inside a quota: the headroom cap on elastic work, on the limit's scale.
     quota_headroom_share: Option<Num>,
+    /// The own class's and the idle pool's limits, whichever the phase's work ran in.
+    own_share: Option<Num>,
+    idle_share: Option<Num>,
 }
 
 #[derive(Serialize)]
@@ -463,6 +466,8 @@ impl Report {
                     run_queue_wait: opt(t.signal.rq_wait),
                     elastic_run_queue_wait: opt(t.signal.elastic_rq_wait),
                     quota_headroom_share: opt(t.headroom_share),
+                    own_share: opt(t.own_share),
+                    idle_share: opt(t.idle_share),
                 })
                 .collect(),
             phase_extras: self.phases.iter().map(PhaseExtras::of).collect(),

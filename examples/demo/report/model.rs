@@ -31,6 +31,9 @@ pub struct Point {
     pub limit: Option<f64>,
     /// The quota headroom cap as a share of the bucket's CPUs (written in `timeline_signal`).
     pub headroom_share: Option<f64>,
+    /// The own class's and the idle pool's limits (written in `timeline_signal`).
+    pub own_share: Option<f64>,
+    pub idle_share: Option<f64>,
     pub sched_p99_us: Option<f64>,
     /// Not in the report's core timeline schema: written as `timeline_sched_split`.
     pub sched_fg_p99_us: Option<f64>,
