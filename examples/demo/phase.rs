@@ -424,6 +424,13 @@ fn run_phase_inner(
             end_snap.idle_unstacked
         );
     }
+    if matches!(spec.kind, Kind::Default | Kind::Culprit) {
+        // `Auto` moves work to the idle pool once its polls run long: where it ended up.
+        eprintln!(
+            "[{name}] scan ended on {:?} ({})",
+            end_snap.placement, end_snap.placement_reason
+        );
+    }
     // The library's own target, where it measured one: what elastic work may add.
     if matches!(spec.kind, Kind::Default | Kind::Culprit)
         || (spec.kind.controlled() && ctx.target_us.is_none())
