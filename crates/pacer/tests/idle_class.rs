@@ -1,17 +1,20 @@
 //! The idle class (work on the idle pool, paced by its own bucket), on the manual clock: it
 //! starts at every CPU on a bare host and at the elastic limit inside a quota, steps down only
 //! on a foreground p99 above its looser target or on the cgroup's throttling, is held to the
-//! elastic limit while the threads beside the runtime wait over their allowance, holds a fixed
+//! elastic limit while the threads beside the runtime wait over their allowance and the
+//! elastic class has work (else it steps down on their waits alone), holds a fixed
 //! limit, and takes the backlog brake only inside a quota. Its target is four times the
 //! `Elastic`'s, given or measured.
 
 mod common;
 
 use std::future::Future;
-use std::task::Context;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::{attached, scripted, Burn, FakeCgroup, MS};
+use elastic_cpu_pacer::idle::IdleRuntime;
 use elastic_cpu_pacer::settings::Brake;
 use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
@@ -182,7 +185,7 @@ fn the_backlog_brake_stops_idle_work_only_inside_a_quota() {
 fn busy_work(
     clock: &ManualClock,
     elastic: &Elastic,
-) -> std::pin::Pin<Box<impl Future<Output = ()>>> {
+) -> Pin<Box<impl Future<Output = ()> + Send + 'static>> {
     Box::pin(
         Burn {
             clock: clock.clone(),
@@ -193,11 +196,34 @@ fn busy_work(
     )
 }
 
-/// Forty ticks of busy elastic work with a measured target (2 CPUs, elastic limit 0.5, no
-/// brake, an attached runtime, an idle pool): before each, `readings(script, held)` scripts
-/// the tick's readings (`held`: a quiet hold, elastic work held back). Returns the `Elastic`
-/// and the idle class's lowest limit after any tick.
-fn forty_ticks(readings: impl Fn(&Elastic, &Script, bool)) -> (Elastic, f64) {
+/// Which class the busy work is in.
+#[derive(Clone, Copy)]
+enum Work {
+    /// The `Elastic`'s own: paced on the runtime.
+    Own,
+    /// The idle class: admitted once on an idle pool's thread, it stays there.
+    Idle,
+}
+
+/// `work` polled once on one of `pool`'s threads, handed back.
+fn admitted_on<F: Future + Unpin + Send + 'static>(pool: &IdleRuntime, mut work: F) -> F {
+    let (tx, rx) = std::sync::mpsc::channel();
+    pool.spawn(async move {
+        std::future::poll_fn(|cx| {
+            let _ = Pin::new(&mut work).poll(cx);
+            Poll::Ready(())
+        })
+        .await;
+        tx.send(work).ok();
+    });
+    rx.recv().expect("the pool polled the work")
+}
+
+/// Forty ticks of busy elastic work in `class` with a measured target (2 CPUs, elastic
+/// limit 0.5, no brake, an attached runtime, an idle pool): before each, `readings(script,
+/// held)` scripts the tick's readings (`held`: a quiet hold, elastic work held back). Returns
+/// the `Elastic` and the idle class's lowest limit after any tick.
+fn forty_ticks(class: Work, readings: impl Fn(&Elastic, &Script, bool)) -> (Elastic, f64) {
     let clock = ManualClock::new();
     let script = Script::new();
     let elastic = scripted(&clock, &script)
@@ -207,9 +233,12 @@ fn forty_ticks(readings: impl Fn(&Elastic, &Script, bool)) -> (Elastic, f64) {
         .build()
         .unwrap();
     let _rt = attached(&elastic);
-    let _pool = elastic.idle_runtime(1).unwrap();
+    let pool = elastic.idle_runtime(1).unwrap();
     assert_eq!(idle_limit(&elastic), 1.0);
     let mut work = busy_work(&clock, &elastic);
+    if let Work::Idle = class {
+        work = admitted_on(&pool, work);
+    }
     let waker = std::task::Waker::noop();
     let mut lowest_idle = 1.0f64;
     for _ in 0..40 {
@@ -235,7 +264,9 @@ fn polls(elastic: &Elastic, wait: Duration) {
 fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
     // Quiet, the foreground waits 2 ms: the allowance is half of that, 1 ms. With elastic
     // work, 2 ms more: twice the allowance, half the idle class's.
-    let (elastic, lowest) = forty_ticks(|e, _, held| polls(e, if held { 2 * MS } else { 4 * MS }));
+    let (elastic, lowest) = forty_ticks(Work::Own, |e, _, held| {
+        polls(e, if held { 2 * MS } else { 4 * MS })
+    });
     let s = elastic.snapshot();
     assert_eq!(s.target_source, TargetSource::Measured);
     assert!(
@@ -247,10 +278,10 @@ fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
     assert_eq!(lowest, 1.0, "the idle class holds");
 }
 
-/// The threads beside the runtime wait `quiet` per wake-up while elastic work is held and
-/// `running` while it runs; the runtime's own latency is 2 ms in both.
-fn bystanders_wait(quiet: Duration, running: Duration) -> (Elastic, f64) {
-    forty_ticks(|e, script, held| {
+/// The threads beside the runtime wait `quiet` per wake-up while elastic work (in class
+/// `work`) is held and `running` while it runs; the runtime's own latency is 2 ms in both.
+fn bystanders_wait(work: Work, quiet: Duration, running: Duration) -> (Elastic, f64) {
+    forty_ticks(work, |e, script, held| {
         script.bystander_delay(if held { quiet } else { running });
         polls(e, 2 * MS);
     })
@@ -261,7 +292,7 @@ fn threads_beside_the_runtime_over_their_allowance_hold_it_to_the_elastic_share(
     let us = Duration::from_micros;
     // A client's threads wait 10 µs per wake-up quiet and 20 µs while elastic work runs:
     // twice their allowance (5 µs), so twice the target in its units.
-    let (elastic, _) = bystanders_wait(us(10), us(20));
+    let (elastic, _) = bystanders_wait(Work::Own, us(10), us(20));
     let s = elastic.snapshot();
     assert_eq!(s.target_source, TargetSource::Measured);
     assert_eq!(s.signal_source, SignalSource::Bystanders);
@@ -278,7 +309,26 @@ fn threads_beside_the_runtime_over_their_allowance_hold_it_to_the_elastic_share(
         s.share
     );
     // 4 µs more: under the allowance. The idle class holds every CPU all along.
-    let (elastic, lowest) = bystanders_wait(us(10), us(14));
+    let (elastic, lowest) = bystanders_wait(Work::Own, us(10), us(14));
     assert_eq!(elastic.snapshot().target_source, TargetSource::Measured);
     assert_eq!(lowest, 1.0, "the idle class holds");
+}
+
+#[test]
+fn with_no_work_of_the_elastic_class_the_waits_step_the_idle_class_down_but_do_not_cut_it() {
+    let us = Duration::from_micros;
+    // All the work on the pool, the waits at twice their allowance: the elastic share (no work
+    // of its own, decaying from 0.5) is no reading of what the client's threads bear. The idle
+    // class steps down on the waits itself, a step a tick.
+    let (elastic, lowest) = bystanders_wait(Work::Idle, us(10), us(20));
+    let s = elastic.snapshot();
+    assert_eq!(s.target_source, TargetSource::Measured);
+    assert_eq!(s.signal_source, SignalSource::Bystanders);
+    let idle = idle_limit(&elastic);
+    assert!(idle < 0.9, "it stepped down: {idle}");
+    assert!(
+        lowest > s.share,
+        "never cut to the elastic share: lowest {lowest}, elastic {}",
+        s.share
+    );
 }

@@ -299,8 +299,14 @@ impl Governor {
     /// The threads beside the runtime wait longer than their allowance: the idle class takes
     /// no more than the own class's share, which stepped down on them. Its own controller steps
     /// down on them too (`Policy::steps_on`), but from every CPU at one step a tick; the cap
-    /// brings it down in one.
+    /// brings it down in one. Only while work the own class's share decides for (its own, the
+    /// classes that split it) runs or waits: without, the share sits where it decayed to, no
+    /// reading of what the bystanders bear, and a burst of their waits (a host pause) would
+    /// cut the pool to it.
     fn idle_to_own_share(&mut self) {
+        if !self.classes.iter().any(|c| c.part.is_some() && c.active()) {
+            return;
+        }
         let own = self.classes[0].share();
         for class in &mut self.classes {
             if class.kind == ClassKind::Idle {
