@@ -93,6 +93,11 @@ impl Kind {
             Kind::Paced | Kind::PacedIdle | Kind::Low | Kind::High | Kind::Step
         )
     }
+
+    /// The scan as the README's quick start writes it: `elastic.spawn`, library defaults.
+    pub fn quick_start(self) -> bool {
+        matches!(self, Kind::Default | Kind::Culprit)
+    }
 }
 
 /// Controller speed profile for the controlled phases.

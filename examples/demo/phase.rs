@@ -200,7 +200,7 @@ fn run_phase_inner(
         };
         let paced = !matches!(mode, Mode::Unpaced);
         // The quick start's way: `elastic.spawn` places the work.
-        let spawner = if matches!(spec.kind, Kind::Default | Kind::Culprit) {
+        let spawner = if spec.kind.quick_start() {
             Spawner::Elastic(&ctl)
         } else {
             Spawner::Runtime(&handle)
@@ -248,7 +248,7 @@ fn run_phase_inner(
                 at.line()
             );
         }
-        if matches!(spec.kind, Kind::Default | Kind::Culprit) {
+        if spec.kind.quick_start() {
             let s = ctl.full_snapshot();
             eprintln!(
                 "[{name}] scan spawned as the quick start does: on {:?} ({})",
@@ -424,7 +424,7 @@ fn run_phase_inner(
             end_snap.idle_unstacked
         );
     }
-    if matches!(spec.kind, Kind::Default | Kind::Culprit) {
+    if spec.kind.quick_start() {
         // `Auto` moves work to the idle pool once its polls run long: where it ended up.
         eprintln!(
             "[{name}] scan ended on {:?} ({})",
@@ -432,9 +432,7 @@ fn run_phase_inner(
         );
     }
     // The library's own target, where it measured one: what elastic work may add.
-    if matches!(spec.kind, Kind::Default | Kind::Culprit)
-        || (spec.kind.controlled() && ctx.target_us.is_none())
-    {
+    if spec.kind.quick_start() || (spec.kind.controlled() && ctx.target_us.is_none()) {
         res.target_us = Some(end_snap.target.as_micros() as u64);
     }
     let throttling_end = ctx.quota.as_ref().and_then(|q| q.throttling());
