@@ -103,6 +103,10 @@ pub struct SignalSnap {
     pub rq_delay_us: Option<f64>,
     /// The same for the process's threads beside the runtime (the load generator's here).
     pub bystander_delay_us: Option<f64>,
+    /// The quiet readings of both (elastic work held): what the library measures the
+    /// additions from.
+    pub quiet_rq_delay_us: Option<f64>,
+    pub quiet_bystander_delay_us: Option<f64>,
     /// Run-queue wait over the last tick as a share of it: the runtime's threads, and the
     /// threads running elastic work (`pace_blocking`).
     pub rq_wait: Option<f64>,
@@ -240,6 +244,8 @@ impl Control {
                 io_p99_us: us(s.io_p99),
                 rq_delay_us: us(s.run_queue_delay),
                 bystander_delay_us: us(s.bystander_delay),
+                quiet_rq_delay_us: us(s.quiet_run_queue_delay),
+                quiet_bystander_delay_us: us(s.quiet_bystander_delay),
                 rq_wait: s.run_queue_wait,
                 elastic_rq_wait: s.elastic_run_queue_wait,
             },

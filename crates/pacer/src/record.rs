@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::cpus::CpusSource;
-use crate::quiet::TargetSource;
+use crate::quiet::{Baseline, TargetSource};
 use crate::signal::Signal;
 
 /// Which class of paced CPU a record is about.
@@ -73,8 +73,8 @@ pub(crate) struct TickRecord {
     /// The target the `Elastic`'s own controller steps on, and where it comes from.
     pub(crate) target: Duration,
     pub(crate) target_source: TargetSource,
-    /// The scheduling p99 without elastic work (a measured target's baseline).
-    pub(crate) quiet_p99: Option<Duration>,
+    /// The signal's components without elastic work (a measured target's baselines).
+    pub(crate) quiet: Baseline,
     /// Elastic work is held back for a quiet reading now.
     pub(crate) quiet_hold: bool,
     /// Every class, the `Elastic`'s own first.

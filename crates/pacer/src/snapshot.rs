@@ -55,9 +55,15 @@ pub struct Snapshot {
     pub target: Duration,
     /// Where [`target`](Self::target) comes from, and so what the signal is.
     pub target_source: TargetSource,
-    /// The scheduling p99 without elastic work, as the quiet readings measured it: the
-    /// median of the last few (`None`: none yet).
+    /// The scheduling p99 without elastic work, as the quiet readings measured it: the p99 of
+    /// the last quiet ticks pooled, as many as the probe window holds (`None`: none yet).
     pub quiet_p99: Option<Duration>,
+    /// [`run_queue_delay`](Self::run_queue_delay) without elastic work, over the same quiet
+    /// ticks: the baseline what elastic work adds to it is measured from (`None`: no reading).
+    pub quiet_run_queue_delay: Option<Duration>,
+    /// [`bystander_delay`](Self::bystander_delay) without elastic work, over the same quiet
+    /// ticks (`None`: no reading, or too few timeslices in them).
+    pub quiet_bystander_delay: Option<Duration>,
     /// Elastic work is held back now for a quiet reading (a few ticks every few seconds while it
     /// runs, with a measured target).
     pub quiet_hold: bool,
@@ -241,7 +247,9 @@ impl Snapshot {
             ticks: record.ticks,
             target: record.target,
             target_source: record.target_source,
-            quiet_p99: record.quiet_p99,
+            quiet_p99: record.quiet.sched,
+            quiet_run_queue_delay: record.quiet.run_queue,
+            quiet_bystander_delay: record.quiet.bystanders,
             quiet_hold: record.quiet_hold,
             sched_p99: window.queue_latency.all.p99,
             signal_p99: record.signal.value,

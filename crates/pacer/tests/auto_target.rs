@@ -207,6 +207,7 @@ fn threads_beside_the_runtime_waiting_longer_behind_elastic_work_bring_the_share
     let s = l.elastic.snapshot();
     assert_eq!(s.signal_source, SignalSource::Bystanders);
     assert_eq!(s.bystander_delay, Some(40 * US));
+    assert_eq!(s.quiet_bystander_delay, Some(10 * US));
     assert!(end < start - 0.1, "{start} → {end}");
 }
 
@@ -228,7 +229,9 @@ fn threads_beside_the_runtime_that_wait_without_elastic_work_leave_the_share_up(
     let l = measured();
     // The same 40 µs, but held or not: their own load, not elastic work's doing.
     let (start, end) = bystanders_wait(&l, 40 * US, 40 * US, 40);
-    assert_ne!(l.elastic.snapshot().signal_source, SignalSource::Bystanders);
+    let s = l.elastic.snapshot();
+    assert_eq!(s.quiet_bystander_delay, Some(40 * US));
+    assert_ne!(s.signal_source, SignalSource::Bystanders);
     assert!(end >= start, "{start} → {end}");
 }
 

@@ -172,6 +172,9 @@ struct SignalPoint {
     io_p99_us: Option<Num>,
     run_queue_delay_us: Option<Num>,
     bystander_delay_us: Option<Num>,
+    /// The library's quiet readings of the two delays (elastic work held).
+    quiet_run_queue_delay_us: Option<Num>,
+    quiet_bystander_delay_us: Option<Num>,
     run_queue_wait: Option<Num>,
     elastic_run_queue_wait: Option<Num>,
     /// Inside a quota: the headroom cap on elastic work, on the limit's scale.
@@ -463,6 +466,8 @@ impl Report {
                     io_p99_us: opt(t.signal.io_p99_us),
                     run_queue_delay_us: opt(t.signal.rq_delay_us),
                     bystander_delay_us: opt(t.signal.bystander_delay_us),
+                    quiet_run_queue_delay_us: opt(t.signal.quiet_rq_delay_us),
+                    quiet_bystander_delay_us: opt(t.signal.quiet_bystander_delay_us),
                     run_queue_wait: opt(t.signal.rq_wait),
                     elastic_run_queue_wait: opt(t.signal.elastic_rq_wait),
                     quota_headroom_share: opt(t.headroom_share),

@@ -535,7 +535,7 @@ impl Governor {
             quota_brakes: self.quota_brake.as_ref().map_or(0, QuotaBrake::brakes),
             target: self.target,
             target_source: self.target_source,
-            quiet_p99: self.quiet.baseline().sched,
+            quiet: self.quiet.baseline(),
             quiet_hold: self.quiet.holding(),
             classes,
         }
