@@ -59,7 +59,8 @@ pub struct Snapshot {
     /// the last quiet ticks pooled, as many as the probe window holds (`None`: none yet).
     pub quiet_p99: Option<Duration>,
     /// [`run_queue_delay`](Self::run_queue_delay) without elastic work, over the same quiet
-    /// ticks: the baseline what elastic work adds to it is measured from (`None`: no reading).
+    /// ticks: the baseline what elastic work adds to it is measured from (`None`: no reading,
+    /// or too few timeslices in them).
     pub quiet_run_queue_delay: Option<Duration>,
     /// [`bystander_delay`](Self::bystander_delay) without elastic work, over the same quiet
     /// ticks (`None`: no reading, or too few timeslices in them).
