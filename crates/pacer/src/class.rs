@@ -103,6 +103,14 @@ impl Limit {
             Limit::Fixed(share) => *share,
         }
     }
+
+    /// Whether the share can go no lower (a fixed one never moves).
+    fn at_floor(&self) -> bool {
+        match self {
+            Limit::Controller(c) => c.share() <= c.config().min_share,
+            Limit::Fixed(_) => true,
+        }
+    }
 }
 
 /// When the backlog brake holds a class back.
@@ -363,6 +371,11 @@ impl Class {
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn share(&self) -> f64 {
         self.limit.share()
+    }
+
+    /// Whether its share can go no lower: at its controller's floor, or fixed.
+    pub(crate) fn at_floor(&self) -> bool {
+        self.limit.at_floor()
     }
 
     /// Lower a controlled share to at most `share` (a fixed one holds).

@@ -94,13 +94,15 @@ pub(crate) struct Baseline {
 }
 
 /// What [`Baseline::steer`] read: the signal over the allowance and its source, the target
-/// (the scheduling allowance) both are in units of, and the bystanders' component alone.
+/// (the scheduling allowance) both are in units of, the bystanders' component alone, and the
+/// largest of the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Steered {
     pub(crate) value: Option<Duration>,
     pub(crate) source: SignalSource,
     pub(crate) target: Duration,
     pub(crate) bystanders: Option<Duration>,
+    pub(crate) others: Option<Duration>,
 }
 
 impl Quiet {
@@ -231,6 +233,7 @@ impl Baseline {
             source: SignalSource::None,
             target,
             bystanders: None,
+            others: None,
         };
         for (now, base, floor, source) in components {
             let (Some(now), Some(base)) = (now, base) else {
@@ -242,6 +245,8 @@ impl Baseline {
             let scaled = added.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
             if source == SignalSource::Bystanders {
                 steered.bystanders = Some(scaled);
+            } else if steered.others.is_none_or(|o| scaled > o) {
+                steered.others = Some(scaled);
             }
             if steered.value.is_none_or(|b| scaled > b) {
                 steered.value = Some(scaled);
@@ -360,6 +365,7 @@ mod tests {
                 source: SignalSource::Sched,
                 target: sched_allowance,
                 bystanders: None,
+                others: us(60),
             }
         );
         // The run-queue delay as far over its allowance as the scheduling p99 would be at 1.5
@@ -390,6 +396,8 @@ mod tests {
         assert_eq!(steered.source, SignalSource::Bystanders);
         assert!(steered.value.unwrap().abs_diff(sched_allowance * 2) <= Duration::from_nanos(10));
         assert_eq!(steered.bystanders, steered.value);
+        // The others, without them: the run-queue delay's 1.5 allowances.
+        assert!(steered.others.unwrap().abs_diff(want) <= Duration::from_nanos(10));
         // Under the run-queue delay they no longer steer, but are still read apart.
         let under = Reading {
             bystander_delay: Some(Duration::from_micros(20 + 10)),
@@ -412,6 +420,7 @@ mod tests {
                 source: SignalSource::None,
                 target: q,
                 bystanders: None,
+                others: None,
             }
         );
     }

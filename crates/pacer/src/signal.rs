@@ -87,6 +87,9 @@ pub(crate) struct Signal {
     /// largest or not: the idle class steps on it at the allowance, and over it is held to the
     /// own class's share.
     pub(crate) bystanders: Option<Duration>,
+    /// `value` without the bystanders' component: what the classes that split the elastic share
+    /// step on while the idle class answers for the bystanders' waits.
+    pub(crate) others: Option<Duration>,
     /// The components.
     pub(crate) reading: Reading,
 }
@@ -178,6 +181,7 @@ impl SignalStage {
             value,
             source,
             bystanders: None,
+            others: value,
             reading: r,
         }
     }

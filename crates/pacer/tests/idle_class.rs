@@ -2,7 +2,9 @@
 //! starts at every CPU on a bare host and at the elastic limit inside a quota, steps down only
 //! on a foreground p99 above its looser target or on the cgroup's throttling, is held to the
 //! elastic limit while the threads beside the runtime wait over their allowance and the
-//! elastic class has work (else it steps down on their waits alone), holds a fixed
+//! elastic class has work (else it steps down on their waits alone; with work in both it
+//! answers for those waits first, the elastic limit holding until the idle class is at its
+//! floor), holds a fixed
 //! limit, and takes the backlog brake only inside a quota. Its target is four times the
 //! `Elastic`'s, given or measured.
 
@@ -219,11 +221,15 @@ fn admitted_on<F: Future + Unpin + Send + 'static>(pool: &IdleRuntime, mut work:
     rx.recv().expect("the pool polled the work")
 }
 
-/// Forty ticks of busy elastic work in `class` with a measured target (2 CPUs, elastic
-/// limit 0.5, no brake, an attached runtime, an idle pool): before each, `readings(script,
+/// `ticks` ticks of busy elastic work in each of `classes` with a measured target (2 CPUs,
+/// elastic limit 0.5, no brake, an attached runtime, an idle pool): before each, `readings(script,
 /// held)` scripts the tick's readings (`held`: a quiet hold, elastic work held back). Returns
-/// the `Elastic` and the idle class's lowest limit after any tick.
-fn forty_ticks(class: Work, readings: impl Fn(&Elastic, &Script, bool)) -> (Elastic, f64) {
+/// the `Elastic` and the (elastic, idle) limits after each tick.
+fn run_ticks(
+    ticks: usize,
+    classes: &[Work],
+    readings: impl Fn(&Elastic, &Script, bool),
+) -> (Elastic, Vec<(f64, f64)>) {
     let clock = ManualClock::new();
     let script = Script::new();
     let elastic = scripted(&clock, &script)
@@ -235,22 +241,35 @@ fn forty_ticks(class: Work, readings: impl Fn(&Elastic, &Script, bool)) -> (Elas
     let _rt = attached(&elastic);
     let pool = elastic.idle_runtime(1).unwrap();
     assert_eq!(idle_limit(&elastic), 1.0);
-    let mut work = busy_work(&clock, &elastic);
-    if let Work::Idle = class {
-        work = admitted_on(&pool, work);
-    }
+    let mut works: Vec<_> = classes
+        .iter()
+        .map(|class| {
+            let work = busy_work(&clock, &elastic);
+            match class {
+                Work::Own => work,
+                Work::Idle => admitted_on(&pool, work),
+            }
+        })
+        .collect();
     let waker = std::task::Waker::noop();
-    let mut lowest_idle = 1.0f64;
-    for _ in 0..40 {
-        for _ in 0..10 {
-            let _ = work.as_mut().poll(&mut Context::from_waker(waker));
+    let mut limits = Vec::new();
+    for _ in 0..ticks {
+        for work in &mut works {
+            for _ in 0..10 {
+                let _ = work.as_mut().poll(&mut Context::from_waker(waker));
+            }
         }
         readings(&elastic, &script, elastic.snapshot().quiet_hold);
         clock.advance(100 * MS);
         elastic.tick();
-        lowest_idle = lowest_idle.min(idle_limit(&elastic));
+        limits.push((elastic.snapshot().share, idle_limit(&elastic)));
     }
-    (elastic, lowest_idle)
+    (elastic, limits)
+}
+
+/// The idle class's lowest limit after any tick.
+fn lowest_idle(limits: &[(f64, f64)]) -> f64 {
+    limits.iter().map(|&(_, idle)| idle).fold(1.0, f64::min)
 }
 
 /// 300 foreground polls that waited `wait`.
@@ -264,7 +283,7 @@ fn polls(elastic: &Elastic, wait: Duration) {
 fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
     // Quiet, the foreground waits 2 ms: the allowance is half of that, 1 ms. With elastic
     // work, 2 ms more: twice the allowance, half the idle class's.
-    let (elastic, lowest) = forty_ticks(Work::Own, |e, _, held| {
+    let (elastic, limits) = run_ticks(40, &[Work::Own], |e, _, held| {
         polls(e, if held { 2 * MS } else { 4 * MS })
     });
     let s = elastic.snapshot();
@@ -275,13 +294,18 @@ fn with_a_measured_target_it_steps_on_four_times_the_allowance() {
         s.target
     );
     assert!(s.share < 0.5, "the elastic limit steps down: {}", s.share);
-    assert_eq!(lowest, 1.0, "the idle class holds");
+    assert_eq!(lowest_idle(&limits), 1.0, "the idle class holds");
 }
 
-/// The threads beside the runtime wait `quiet` per wake-up while elastic work (in class
-/// `work`) is held and `running` while it runs; the runtime's own latency is 2 ms in both.
-fn bystanders_wait(work: Work, quiet: Duration, running: Duration) -> (Elastic, f64) {
-    forty_ticks(work, |e, script, held| {
+/// The threads beside the runtime wait `quiet` per wake-up while elastic work (in each of
+/// `classes`) is held and `running` while it runs; the runtime's own latency is 2 ms in both.
+fn bystanders_wait(
+    ticks: usize,
+    classes: &[Work],
+    quiet: Duration,
+    running: Duration,
+) -> (Elastic, Vec<(f64, f64)>) {
+    run_ticks(ticks, classes, |e, script, held| {
         script.bystander_delay(if held { quiet } else { running });
         polls(e, 2 * MS);
     })
@@ -292,7 +316,7 @@ fn threads_beside_the_runtime_over_their_allowance_hold_it_to_the_elastic_share(
     let us = Duration::from_micros;
     // A client's threads wait 10 µs per wake-up quiet and 20 µs while elastic work runs:
     // twice their allowance (5 µs), so twice the target in its units.
-    let (elastic, _) = bystanders_wait(Work::Own, us(10), us(20));
+    let (elastic, _) = bystanders_wait(40, &[Work::Own], us(10), us(20));
     let s = elastic.snapshot();
     assert_eq!(s.target_source, TargetSource::Measured);
     assert_eq!(s.signal_source, SignalSource::Bystanders);
@@ -309,9 +333,9 @@ fn threads_beside_the_runtime_over_their_allowance_hold_it_to_the_elastic_share(
         s.share
     );
     // 4 µs more: under the allowance. The idle class holds every CPU all along.
-    let (elastic, lowest) = bystanders_wait(Work::Own, us(10), us(14));
+    let (elastic, limits) = bystanders_wait(40, &[Work::Own], us(10), us(14));
     assert_eq!(elastic.snapshot().target_source, TargetSource::Measured);
-    assert_eq!(lowest, 1.0, "the idle class holds");
+    assert_eq!(lowest_idle(&limits), 1.0, "the idle class holds");
 }
 
 #[test]
@@ -320,7 +344,8 @@ fn with_no_work_of_the_elastic_class_the_waits_step_the_idle_class_down_but_do_n
     // All the work on the pool, the waits at twice their allowance: the elastic share (no work
     // of its own, decaying from 0.5) is no reading of what the client's threads bear. The idle
     // class steps down on the waits itself, a step a tick.
-    let (elastic, lowest) = bystanders_wait(Work::Idle, us(10), us(20));
+    let (elastic, limits) = bystanders_wait(40, &[Work::Idle], us(10), us(20));
+    let lowest = lowest_idle(&limits);
     let s = elastic.snapshot();
     assert_eq!(s.target_source, TargetSource::Measured);
     assert_eq!(s.signal_source, SignalSource::Bystanders);
@@ -331,4 +356,39 @@ fn with_no_work_of_the_elastic_class_the_waits_step_the_idle_class_down_but_do_n
         "never cut to the elastic share: lowest {lowest}, elastic {}",
         s.share
     );
+}
+
+#[test]
+fn with_work_in_both_classes_the_idle_class_answers_for_the_bystanders_first() {
+    let us = Duration::from_micros;
+    // Work in both classes, the client's threads at twice their allowance while it runs.
+    let (elastic, limits) = bystanders_wait(100, &[Work::Own, Work::Idle], us(10), us(20));
+    let s = elastic.snapshot();
+    assert_eq!(s.signal_source, SignalSource::Bystanders);
+    // The idle class steps down on their waits to its floor (a step a tick); until it is
+    // there the elastic share does not step on them (it only decays, a fraction of a step),
+    // since lowering it would hand the cores to the pool whose wake-ups they wait behind.
+    let floor = lowest_idle(&limits);
+    let reached = limits
+        .iter()
+        .position(|&(_, idle)| idle <= floor)
+        .expect("the lowest is in the list");
+    assert!(floor < 0.1, "the idle class at its floor: {limits:?}");
+    assert!(reached > 10, "stepped down, not cut: {limits:?}");
+    let steps = |ticks: &[(f64, f64)]| {
+        ticks
+            .windows(2)
+            .map(|w| w[0].0 - w[1].0)
+            .fold(0.0f64, f64::max)
+    };
+    assert!(
+        steps(&limits[..=reached]) < 0.005,
+        "the elastic share held: {limits:?}"
+    );
+    // From there the elastic share steps on them too, down to its own floor.
+    assert!(
+        steps(&limits[reached..]) >= 0.005,
+        "then it steps: {limits:?}"
+    );
+    assert!(s.share < 0.1, "then it steps down: {limits:?}");
 }

@@ -255,9 +255,11 @@ impl Governor {
             value: steered.value,
             source: steered.source,
             bystanders: steered.bystanders,
+            others: steered.others,
             ..signal
         };
         let frozen = self.quiet.holding();
+        let idle_answers = self.idle_answers_for_bystanders();
         let mut steering = false;
         // Grant at the old rates first.
         for class in &mut self.classes {
@@ -266,7 +268,9 @@ impl Governor {
         let split_waited = self.classes.iter().any(|c| c.part.is_some() && c.waited());
         for class in &mut self.classes {
             // A gate steps on the latency itself, held quiet readings or not.
-            let (on, frozen) = if class.policy.measured {
+            let (on, frozen) = if class.policy.measured && idle_answers && class.part.is_some() {
+                (signal.others, frozen)
+            } else if class.policy.measured {
                 (class.policy.steps_on(&signal), frozen)
             } else {
                 (absolute, false)
@@ -294,6 +298,18 @@ impl Governor {
             .map(|c| c.record(intervals))
             .collect();
         self.record_with(classes)
+    }
+
+    /// Whether the idle class answers for the bystanders' waits this tick: it has work and is
+    /// above its floor. Then the classes that split the elastic share step on the other
+    /// components alone: a normal-priority thread beside the runtime waits behind the pool's
+    /// wake-ups more than behind busy workers (which keep the pool off the cores), so lowering
+    /// the elastic share first would hand the cores to the pool and lengthen the waits it
+    /// answers. Once the idle class is at its floor, every class steps on them.
+    fn idle_answers_for_bystanders(&self) -> bool {
+        self.classes
+            .iter()
+            .any(|c| c.kind == ClassKind::Idle && c.active() && !c.at_floor())
     }
 
     /// The threads beside the runtime wait longer than their allowance: the idle class takes
@@ -376,6 +392,7 @@ impl Governor {
             source: signal.source,
             target: self.target,
             bystanders: None,
+            others: signal.others,
         };
         if !self.auto_target {
             return steered;
@@ -399,6 +416,7 @@ impl Governor {
         }
         if signal.reading.throttled {
             steered.value = Some(Duration::MAX);
+            steered.others = steered.value;
             steered.source = SignalSource::Throttled;
         }
         steered
