@@ -267,13 +267,14 @@ impl Governor {
         }
         let split_waited = self.classes.iter().any(|c| c.part.is_some() && c.waited());
         for class in &mut self.classes {
-            // A gate steps on the latency itself, held quiet readings or not.
-            let (on, frozen) = if class.policy.measured && idle_answers && class.part.is_some() {
-                (signal.others, frozen)
-            } else if class.policy.measured {
-                (class.policy.steps_on(&signal), frozen)
-            } else {
+            // A gate steps on the latency itself, held quiet readings or not; while the idle
+            // class answers for the bystanders, the classes splitting the share step on the rest.
+            let (on, frozen) = if !class.policy.measured {
                 (absolute, false)
+            } else if idle_answers && class.part.is_some() {
+                (signal.others, frozen)
+            } else {
+                (class.policy.steps_on(&signal), frozen)
             };
             let waited = if class.decides_split() {
                 split_waited
