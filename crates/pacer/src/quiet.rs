@@ -9,7 +9,12 @@
 //! changes is what elastic work costs). The holds come at once, then [`FIRST_GAP_TICKS`] apart,
 //! the gap doubling up to [`EVERY_TICKS`]: the quiet window fills with readings taken beside the
 //! elastic work within seconds (rather than keeping, say, a service's start-up), then a reading
-//! every few seconds keeps it current at a small cost. Quiet ticks are pooled into a quiet
+//! every few seconds keeps it current at a small cost. While the signal stays at most
+//! [`FAR_SHARE`] of its target, a reading decides nothing: the gaps are [`FAR_FACTOR`] times as
+//! long, up to [`FAR_EVERY_TICKS`]. A hold costs elastic work its CPU and, on a host whose idle
+//! cores wake slowly, the foreground the latency of idle cores; and a baseline gone stale there
+//! only lets the foreground wait as long as it did quiet before (plus half the allowance). Once
+//! the signal nears its target, the next hold comes on the usual schedule. Quiet ticks are pooled into a quiet
 //! window as long as the running one (the probe keeps it for the scheduling latency, this module
 //! for the run-queue delay), so the baseline's p99 is read from as many samples as the p99 it is
 //! compared with: a p99 of a few short readings runs low, and the difference would read as
@@ -31,6 +36,13 @@ use crate::signal::{window_delay, Reading, SignalSource};
 pub(crate) const FIRST_GAP_TICKS: u32 = 5;
 /// Ticks between two holds at the most.
 pub(crate) const EVERY_TICKS: u32 = 50;
+/// The signal's share of its target at most which a reading decides nothing.
+pub(crate) const FAR_SHARE: f64 = 0.5;
+/// How much longer the gaps are while the signal stays at most [`FAR_SHARE`] of its target.
+pub(crate) const FAR_FACTOR: u32 = 4;
+/// Ticks between two holds at the most while the signal stays at most [`FAR_SHARE`] of its
+/// target.
+pub(crate) const FAR_EVERY_TICKS: u32 = 200;
 /// Ticks elastic work is held back for one reading, and the intervals the reading covers.
 pub(crate) const HOLD_TICKS: u32 = 2;
 /// The latency elastic work may add to a component, as a share of its quiet baseline.
@@ -75,6 +87,8 @@ pub(crate) struct Quiet {
     held: Option<u32>,
     /// Holds so far.
     holds: u32,
+    /// The signal stayed at most [`FAR_SHARE`] of its target since the last reading.
+    far: bool,
     /// Readings so far.
     readings: u64,
     /// The scheduling p99 of the probe's quiet window at the last reading.
@@ -112,6 +126,7 @@ impl Quiet {
             since: 0,
             held: None,
             holds: 0,
+            far: false,
             readings: 0,
             sched: None,
             run_queue: VecDeque::new(),
@@ -120,8 +135,9 @@ impl Quiet {
     }
 
     /// One tick. `ran`: elastic work that holding would stop ran or waited in the tick just
-    /// ended; `holdable`: some class can be held.
-    pub(crate) fn tick(&mut self, ran: bool, holdable: bool) -> QuietStep {
+    /// ended; `holdable`: some class can be held; `far`: the last signal was at most
+    /// [`FAR_SHARE`] of its target.
+    pub(crate) fn tick(&mut self, ran: bool, holdable: bool, far: bool) -> QuietStep {
         if let Some(held) = &mut self.held {
             *held += 1;
             if *held < HOLD_TICKS {
@@ -129,12 +145,15 @@ impl Quiet {
             }
             self.held = None;
             self.since = 0;
+            self.far = true;
             return QuietStep::Read(HOLD_TICKS as usize);
         }
         if !ran {
             self.since = 0;
+            self.far = true;
             return QuietStep::Read(1);
         }
+        self.far &= far;
         self.since += 1;
         let due = self.readings == 0 || self.since >= self.gap();
         if due && holdable {
@@ -148,9 +167,15 @@ impl Quiet {
     /// Ticks from the last reading to the next hold.
     fn gap(&self) -> u32 {
         let doublings = self.holds.saturating_sub(1).min(u32::BITS - 1);
+        let (factor, most) = if self.far {
+            (FAR_FACTOR, FAR_EVERY_TICKS)
+        } else {
+            (1, EVERY_TICKS)
+        };
         FIRST_GAP_TICKS
+            .saturating_mul(factor)
             .saturating_mul(1 << doublings)
-            .min(EVERY_TICKS)
+            .min(most)
     }
 
     /// Whether elastic work is held back for a reading now.
@@ -277,8 +302,8 @@ mod tests {
     #[test]
     fn ticks_without_elastic_work_are_read_as_they_come() {
         let mut q = Quiet::new(10);
-        assert_eq!(q.tick(false, true), QuietStep::Read(1));
-        assert_eq!(q.tick(false, false), QuietStep::Read(1));
+        assert_eq!(q.tick(false, true, false), QuietStep::Read(1));
+        assert_eq!(q.tick(false, false, false), QuietStep::Read(1));
         assert!(!q.holding());
     }
 
@@ -286,27 +311,66 @@ mod tests {
     fn while_elastic_work_runs_it_is_held_at_once_then_every_so_often() {
         let mut q = Quiet::new(10);
         // No reading yet: hold at the first tick with work.
-        assert_eq!(q.tick(true, true), QuietStep::Hold);
+        assert_eq!(q.tick(true, true, false), QuietStep::Hold);
         assert!(q.holding());
-        assert_eq!(q.tick(true, true), QuietStep::Run);
-        assert_eq!(q.tick(true, true), QuietStep::Read(HOLD_TICKS as usize));
+        assert_eq!(q.tick(true, true, false), QuietStep::Run);
+        assert_eq!(
+            q.tick(true, true, false),
+            QuietStep::Read(HOLD_TICKS as usize)
+        );
         assert!(!q.holding());
         q.record(us(200), &[]);
         // Then ever further apart: 5, 10, 20, 40 ticks, then every 50.
         for gap in [5, 10, 20, 40, 50, 50] {
             for _ in 1..gap {
-                assert_eq!(q.tick(true, true), QuietStep::Run);
+                assert_eq!(q.tick(true, true, false), QuietStep::Run);
             }
-            assert_eq!(q.tick(true, true), QuietStep::Hold, "after {gap} ticks");
-            assert_eq!(q.tick(true, true), QuietStep::Run);
-            assert_eq!(q.tick(true, true), QuietStep::Read(HOLD_TICKS as usize));
+            assert_eq!(
+                q.tick(true, true, false),
+                QuietStep::Hold,
+                "after {gap} ticks"
+            );
+            assert_eq!(q.tick(true, true, false), QuietStep::Run);
+            assert_eq!(
+                q.tick(true, true, false),
+                QuietStep::Read(HOLD_TICKS as usize)
+            );
             q.record(us(200), &[]);
         }
         // Nothing to hold (a gate alone): no hold, ever.
         let mut q = Quiet::new(10);
         for _ in 0..3 * EVERY_TICKS {
-            assert_eq!(q.tick(true, false), QuietStep::Run);
+            assert_eq!(q.tick(true, false, false), QuietStep::Run);
         }
+    }
+
+    #[test]
+    fn while_the_signal_stays_far_under_its_target_the_holds_come_further_apart() {
+        let mut q = Quiet::new(10);
+        let hold_after = |q: &mut Quiet, far: &dyn Fn(u32) -> bool| {
+            let mut n = 0;
+            while q.tick(true, true, far(n)) != QuietStep::Hold {
+                n += 1;
+                assert!(n <= 10 * FAR_EVERY_TICKS, "no hold");
+            }
+            assert_eq!(q.tick(true, true, true), QuietStep::Run);
+            assert_eq!(
+                q.tick(true, true, true),
+                QuietStep::Read(HOLD_TICKS as usize)
+            );
+            q.record(us(200), &[]);
+            n + 1
+        };
+        assert_eq!(hold_after(&mut q, &|_| true), 1, "the first at once");
+        // Far all along: 20, 40, 80, 160 ticks, then every 200.
+        for gap in [20, 40, 80, 160, 200, 200] {
+            assert_eq!(hold_after(&mut q, &|_| true), gap);
+        }
+        // The signal nears its target 30 ticks on: the usual gap (50) has not passed, so the
+        // hold comes when it has.
+        assert_eq!(hold_after(&mut q, &|n| n < 30), EVERY_TICKS);
+        // Near it at the 120th tick, past the usual gap: the hold comes at once.
+        assert_eq!(hold_after(&mut q, &|n| n < 119), 120);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Part, Policy, Rates
 use crate::cpus::CpusSource;
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
-use crate::quiet::{Quiet, QuietStep, Steered, TargetSource};
+use crate::quiet::{Quiet, QuietStep, Steered, TargetSource, FAR_SHARE};
 use crate::quota_brake::{QuotaBrake, QuotaChange};
 use crate::readings::Sources;
 use crate::record::{ClassKind, TickRecord};
@@ -340,7 +340,9 @@ impl Governor {
         let holdable = self.auto_target && self.classes.iter().any(|c| c.holdable());
         // A tick with setups or elastic work in it is not quiet, held or not.
         let ran = self.classes.iter().any(Class::active);
-        match self.quiet.tick(ran, holdable) {
+        // The last tick's signal against its target, both in units of the scheduling allowance.
+        let far = (self.last_signal.value).is_some_and(|v| v <= self.target.mul_f64(FAR_SHARE));
+        match self.quiet.tick(ran, holdable, far) {
             QuietStep::Run => {}
             QuietStep::Hold => self.hold_all(Hold::Quiet, true),
             QuietStep::Read(n) => {
