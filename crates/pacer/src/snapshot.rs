@@ -65,8 +65,8 @@ pub struct Snapshot {
     /// [`bystander_delay`](Self::bystander_delay) without elastic work, over the same quiet
     /// ticks (`None`: no reading, or too few timeslices in them).
     pub quiet_bystander_delay: Option<Duration>,
-    /// Elastic work is held back now for a quiet reading (a few ticks every few seconds while it
-    /// runs, with a measured target).
+    /// Elastic work is held back now for a quiet reading (a few ticks every 5–20 s while it runs,
+    /// with a measured target; the longer gaps while the signal is far under its target).
     pub quiet_hold: bool,
     /// p99 scheduling latency of all tasks over the probe window (`None`: no data).
     pub sched_p99: Option<Duration>,
