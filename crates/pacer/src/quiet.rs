@@ -12,18 +12,19 @@
 //! every few seconds keeps it current at a small cost. While the signal stays at most
 //! [`FAR_SHARE`] of its target, a reading decides nothing: the gaps are [`FAR_FACTOR`] times as
 //! long, up to [`FAR_EVERY_TICKS`]. A hold costs elastic work its CPU and, on a host whose idle
-//! cores wake slowly, the foreground the latency of idle cores; and a baseline gone stale there
-//! only lets the foreground wait as long as it did quiet before (plus half the allowance). Once
-//! the signal nears its target, the next hold comes on the usual schedule. Quiet ticks are pooled into a quiet
-//! window as long as the running one (the probe keeps it for the scheduling latency, this module
-//! for the run-queue delay), so the baseline's p99 is read from as many samples as the p99 it is
-//! compared with: a p99 of a few short readings runs low, and the difference would read as
-//! latency elastic work added. The controller steps on what elastic work adds over the baseline
-//! (the larger addition of the scheduling p99 and the run-queue delay), against an allowance of
-//! [`ALLOWANCE_SHARE`] of the scheduling latency's baseline, at least one poll quantum: a
-//! foreground task may wait behind about one elastic poll at the p99, and longer only where the
-//! service's own waits are long. Latency that is there without elastic work raises the
-//! baseline, not the signal.
+//! cores wake slowly, the foreground the latency of idle cores; a baseline gone stale there only
+//! lets the foreground wait as long as it did quiet before (plus half the allowance). Once the
+//! signal nears its target, the next hold comes on the usual schedule.
+//!
+//! Quiet ticks are pooled into a quiet window as long as the running one (the probe keeps it for
+//! the scheduling latency, this module for the run-queue delay), so the baseline's p99 is read from
+//! as many samples as the p99 it is compared with: a p99 of a few short readings runs low, and the
+//! difference would read as latency elastic work added. The controller steps on what elastic work
+//! adds over the baseline (the larger addition of the scheduling p99 and the run-queue delay),
+//! against an allowance of [`ALLOWANCE_SHARE`] of the scheduling latency's baseline, at least one
+//! poll quantum: a foreground task may wait behind about one elastic poll at the p99, and longer
+//! only where the service's own waits are long. Latency that is there without elastic work raises
+//! the baseline, not the signal.
 
 use std::collections::VecDeque;
 use std::time::Duration;
