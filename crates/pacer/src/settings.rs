@@ -206,7 +206,9 @@ pub struct Enforcement {
     /// idle-priority work never goes idle, so the kernel can leave a worker queued behind
     /// another for up to a time slice while this CPU runs elastic work. The look reads the
     /// workers' `/proc` `stat` files and is spaced to cost at most 1/20 of the time between
-    /// looks. Counted in [`Snapshot::idle_unstacked`](crate::snapshot::Snapshot::idle_unstacked).
+    /// looks, down to 1/160 while looks find no two on one CPU (with no more workers than
+    /// CPUs). Counted in
+    /// [`Snapshot::idle_unstacked`](crate::snapshot::Snapshot::idle_unstacked).
     /// Turn it off if something else sets the workers' affinity while they run.
     pub unstack_workers: bool,
     /// At most `ceil(share × cpus)` grants held at once, so elastic work never occupies more

@@ -1,14 +1,22 @@
 //! An idle pool's threads hand their CPU to a runtime worker the kernel left queued behind
 //! another (why: on [`Unstack`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use elastic_cpu_probe::{Stacking, ThreadRegistry, WorkerStacking};
+use elastic_cpu_core::{Clock, MonotonicClock};
+use elastic_cpu_probe::{cpu_affinity, Stacking, ThreadRegistry, WorkerStacking};
 
 /// A look at the workers costs at most 1/this of the time between two looks.
 const COST_SHARE: u64 = 20;
+
+/// After a look that found no CPU with two runnable workers, the next gap is twice the last, up
+/// to `1 << CALM_SHIFT` times the cost-bound one; a look that finds two on one CPU starts over.
+/// Only while the runtime has no more workers than there are CPUs: there a look in thousands
+/// finds a worker to move, and looks then cost 1/160 of the pool's time rather than 1/20. With
+/// more workers than CPUs, workers stack all the time and every look is worth its cost.
+const CALM_SHIFT: u32 = 3;
 
 /// Reads the workers' states (the OS's, or a test's script).
 pub(crate) trait Look: Send {
@@ -97,15 +105,20 @@ impl Mover for OsMover {
 /// (pins it there for a moment, then puts its affinity mask back), where it preempts the
 /// idle-priority thread at once. Looks are spaced by time, at least a quantum apart and so
 /// that they cost at most 1/20 of the time between them (a look is a `pread` per worker, a few
-/// µs each). One thread looks at a time; the others run on.
+/// µs each), down to 1/160 while looks find no two workers on one CPU and the runtime has no
+/// more workers than CPUs. One thread looks at a time; the others run on.
 pub(crate) struct Unstack {
     /// The workers' states.
     look: Mutex<Box<dyn Look>>,
     mover: Box<dyn Mover>,
-    /// Where `next_look` counts from.
-    start: Instant,
-    /// When the next look is due, in nanoseconds since `start`.
+    /// Wall time, where `next_look` counts from.
+    clock: Box<dyn Clock>,
+    /// When the next look is due, in nanoseconds of `clock`.
     next_look: AtomicU64,
+    /// Looks in a row that found no two workers on one CPU, up to the last doubling.
+    calm: AtomicU32,
+    /// CPUs the workers may run on: with more workers, looks are never spaced out.
+    cpus: u32,
     /// Workers moved so far.
     moved: AtomicU64,
 }
@@ -116,17 +129,34 @@ impl Unstack {
     /// [`ThreadRole::Worker`]: elastic_cpu_probe::ThreadRole::Worker
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn new(foreground: &ThreadRegistry) -> Unstack {
-        Unstack::with(Box::new(WorkerStacking::new(foreground)), Box::new(OsMover))
+        // The CPUs in the affinity mask (the quota does not matter here: which CPU a worker
+        // waits on does); unknown, never spaced out.
+        let cpus = cpu_affinity()
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        Unstack::with(
+            Box::new(WorkerStacking::new(foreground)),
+            Box::new(OsMover),
+            Box::new(MonotonicClock::new()),
+            cpus,
+        )
     }
 
-    /// Over a given reader and mover (tests).
+    /// Over a given reader, mover, clock and CPU count (tests).
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
-    pub(crate) fn with(look: Box<dyn Look>, mover: Box<dyn Mover>) -> Unstack {
+    pub(crate) fn with(
+        look: Box<dyn Look>,
+        mover: Box<dyn Mover>,
+        clock: Box<dyn Clock>,
+        cpus: u32,
+    ) -> Unstack {
         Unstack {
             look: Mutex::new(look),
             mover,
-            start: Instant::now(),
+            clock,
             next_look: AtomicU64::new(0),
+            calm: AtomicU32::new(0),
+            cpus,
             moved: AtomicU64::new(0),
         }
     }
@@ -139,7 +169,7 @@ impl Unstack {
     /// At a quantum of running time (`quantum` long): if a look is due, look at the workers
     /// and move one queued behind another onto this CPU. Returns whether it moved one.
     pub(crate) fn at_quantum(&self, quantum: Duration) -> bool {
-        let now = nanos(self.start.elapsed());
+        let now = nanos(self.clock.now());
         if now < self.next_look.load(Ordering::Relaxed) {
             return false;
         }
@@ -149,15 +179,23 @@ impl Unstack {
         let Ok(mut look) = self.look.try_lock() else {
             return false; // another thread is looking
         };
-        let movable = look.look(here).and_then(|s| s.movable);
+        let seen = look.look(here);
+        let after = nanos(self.clock.now());
+        // Counted under the look's lock: one thread at a time updates it.
+        let calm = match seen {
+            Some(s) if s.stacked() || s.workers > self.cpus => 0,
+            _ => (self.calm.load(Ordering::Relaxed) + 1).min(CALM_SHIFT),
+        };
+        self.calm.store(calm, Ordering::Relaxed);
         drop(look);
-        let after = nanos(self.start.elapsed());
         let gap = (after.saturating_sub(now))
-            .saturating_mul(COST_SHARE)
+            .saturating_mul(COST_SHARE << calm)
             .max(nanos(quantum));
         self.next_look
             .store(after.saturating_add(gap), Ordering::Relaxed);
-        let moved = movable.is_some_and(|tid| self.mover.move_to(tid, here));
+        let moved = seen
+            .and_then(|s| s.movable)
+            .is_some_and(|tid| self.mover.move_to(tid, here));
         if moved {
             self.moved.fetch_add(1, Ordering::Relaxed);
         }
@@ -181,7 +219,9 @@ impl std::fmt::Debug for Unstack {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use elastic_cpu_core::ManualClock;
     use std::sync::Arc;
+    use std::time::Instant;
 
     /// Scripted readings, one per look (the last repeats).
     struct Script(Vec<Stacking>);
@@ -234,9 +274,106 @@ mod tests {
         };
         let moves = record.moves.clone();
         (
-            Unstack::with(Box::new(Script(readings)), Box::new(record)),
+            Unstack::with(
+                Box::new(Script(readings)),
+                Box::new(record),
+                Box::new(ManualClock::new()),
+                2,
+            ),
             moves,
         )
+    }
+
+    /// Scripted readings, each taking `cost` of a manual clock.
+    struct Timed {
+        readings: Script,
+        clock: ManualClock,
+        cost: Duration,
+    }
+
+    impl Look for Timed {
+        fn look(&mut self, here: u32) -> Option<Stacking> {
+            self.clock.advance(self.cost);
+            self.readings.look(here)
+        }
+    }
+
+    /// The gap after each look, for `readings` (one look each) that take 10 µs apiece, on
+    /// `cpus` CPUs.
+    fn gaps(readings: Vec<Stacking>, cpus: u32) -> Vec<Duration> {
+        let clock = ManualClock::new();
+        let n = readings.len();
+        let look = Timed {
+            readings: Script(readings),
+            clock: clock.clone(),
+            cost: Duration::from_micros(10),
+        };
+        let mover = Record {
+            here: Some(0),
+            ..Record::default()
+        };
+        let u = Unstack::with(
+            Box::new(look),
+            Box::new(mover),
+            Box::new(clock.clone()),
+            cpus,
+        );
+        let mut out = Vec::new();
+        for _ in 0..n {
+            // Just before the look is due nothing happens; at it, the look.
+            let due = Duration::from_nanos(u.next_look.load(Ordering::Relaxed));
+            if due > clock.now() + Duration::from_nanos(1) {
+                clock.set(due - Duration::from_nanos(1));
+                u.at_quantum(Duration::ZERO);
+                assert_eq!(
+                    nanos(clock.now()),
+                    nanos(due) - 1,
+                    "looked before it was due"
+                );
+            }
+            clock.set(due);
+            u.at_quantum(Duration::ZERO);
+            let next = Duration::from_nanos(u.next_look.load(Ordering::Relaxed));
+            out.push(next - clock.now());
+        }
+        out
+    }
+
+    fn calm(workers: u32) -> Stacking {
+        Stacking {
+            workers,
+            runnable: 1,
+            most_on_one_cpu: 1,
+            movable: None,
+        }
+    }
+
+    #[test]
+    fn looks_that_find_no_stacking_space_out_and_a_stacked_one_starts_over() {
+        let calm = calm(2);
+        // Stacked, but on this CPU too: nothing to move, yet the gap starts over.
+        let busy = stacked(None);
+        let us = |n: u64| Duration::from_micros(10 * n);
+        let readings = vec![
+            calm,
+            calm,
+            calm,
+            calm,
+            calm,
+            busy,
+            calm,
+            stacked(Some(3)),
+            calm,
+        ];
+        let want = [40, 80, 160, 160, 160, 20, 40, 20, 40].map(us);
+        assert_eq!(gaps(readings, 2), want);
+    }
+
+    #[test]
+    fn with_more_workers_than_cpus_looks_are_never_spaced_out() {
+        let us = |n: u64| Duration::from_micros(10 * n);
+        assert_eq!(gaps(vec![calm(3); 6], 2), vec![us(20); 6]);
+        assert_eq!(gaps(vec![calm(3); 6], 3)[5], us(160));
     }
 
     #[test]
