@@ -130,10 +130,8 @@ impl Unstack {
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn new(foreground: &ThreadRegistry) -> Unstack {
         // The CPUs in the affinity mask (the quota does not matter here: which CPU a worker
-        // waits on does); unknown, never spaced out.
-        let cpus = cpu_affinity()
-            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        // waits on does); unknown (off Linux, where nothing moves), never spaced out.
+        let cpus = cpu_affinity().map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
         Unstack::with(
             Box::new(WorkerStacking::new(foreground)),
             Box::new(OsMover),
@@ -339,6 +337,7 @@ mod tests {
         out
     }
 
+    /// `workers` workers, one runnable: nothing stacked.
     fn calm(workers: u32) -> Stacking {
         Stacking {
             workers,
@@ -386,13 +385,7 @@ mod tests {
 
     #[test]
     fn nothing_moves_when_no_worker_is_movable() {
-        let calm = Stacking {
-            workers: 2,
-            runnable: 1,
-            most_on_one_cpu: 1,
-            movable: None,
-        };
-        let (u, moves) = unstack(vec![calm, stacked(None), calm], Some(0));
+        let (u, moves) = unstack(vec![calm(2), stacked(None), calm(2)], Some(0));
         for _ in 0..3 {
             assert!(!u.at_quantum(Duration::ZERO));
         }
