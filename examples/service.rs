@@ -28,6 +28,7 @@ use elastic_cpu::gate::{ConnectionGate, GateSettings, GatedListener, SetupListen
 use elastic_cpu::tower::PacedLayer;
 use elastic_cpu::{Elastic, PacedStreamExt};
 use elastic_cpu_examples::handshake::ServerSide;
+use elastic_cpu_examples::table::{csv_rows, deflate};
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -207,32 +208,11 @@ const CHUNK: usize = 32 * 1024;
 async fn export(State(app): State<Arc<App>>, Query(q): Query<ExportQuery>) -> Body {
     let chunks = q.chunks.unwrap_or(16).min(MAX_CHUNKS);
     let stream = futures_util::stream::iter(0..chunks)
-        .map(|i| Ok::<Bytes, std::io::Error>(Bytes::from(compress(&rows(i)))))
+        .map(|i| {
+            Ok::<Bytes, std::io::Error>(Bytes::from(deflate(&csv_rows(u64::from(i) << 20, CHUNK))))
+        })
         .paced(&app.elastic);
     Body::from_stream(stream)
-}
-
-/// One chunk of rows: text that compresses as a table export does.
-fn rows(chunk: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(CHUNK);
-    let mut i = u64::from(chunk) << 20;
-    while out.len() < CHUNK {
-        let _ = writeln!(
-            out,
-            "{i},customer-{},{:.2},2026-11-26",
-            i % 977,
-            (i % 10_000) as f64 / 7.0
-        );
-        i += 1;
-    }
-    out.truncate(CHUNK);
-    out
-}
-
-fn compress(data: &[u8]) -> Vec<u8> {
-    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
-    let _ = z.write_all(data);
-    z.finish().unwrap_or_default()
 }
 
 #[cfg(test)]

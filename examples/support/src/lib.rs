@@ -16,3 +16,4 @@ pub mod quota;
 pub mod report;
 pub mod spin;
 pub mod stats;
+pub mod table;
