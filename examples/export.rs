@@ -176,6 +176,9 @@ struct Row {
     client_cpu: Duration,
     /// Throttled periods and periods of the quota over the windows.
     throttled: (u64, u64),
+    /// Backlog brakes in the windows: the governor saw a foreground task wait its brake
+    /// threshold in a run queue (counted whatever runs the export, the library's or not).
+    brakes: u64,
     placement: Option<String>,
 }
 
@@ -210,6 +213,7 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             cpu: Duration::ZERO,
             client_cpu: Duration::ZERO,
             throttled: (0, 0),
+            brakes: 0,
             placement: None,
         })
         .collect();
@@ -227,6 +231,7 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             let cpu0 = process_cpu().unwrap_or_default();
             let client0 = client.cpu();
             let thr0 = cgroup.and_then(|c| c.throttling()).unwrap_or_default();
+            let brakes0 = elastic.snapshot().brakes;
             client.measure(from, to);
             sleep_until(to);
             let bytes = export.bytes.load(Ordering::Relaxed) - bytes0;
@@ -236,6 +241,7 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
                 .saturating_sub(cpu0)
                 .saturating_sub(client_cpu);
             let thr = cgroup.and_then(|c| c.throttling()).unwrap_or_default();
+            let brakes = elastic.snapshot().brakes.saturating_sub(brakes0);
             if row.mode == Mode::Default {
                 let s = elastic.snapshot();
                 row.placement = Some(format!(
@@ -255,12 +261,13 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             let h = client.take();
             let p99 = q_us(&h, 0.99).unwrap_or(0.0);
             println!(
-                "[round {} {:>14}] fg p99 {:>7} over {} requests | export {:.1} MiB/s",
+                "[round {} {:>14}] fg p99 {:>7} over {} requests | export {:.1} MiB/s | brakes {}",
                 round + 1,
                 row.mode.name(),
                 fmt_us(Some(p99)),
                 h.len(),
-                bytes as f64 / (to - from).as_secs_f64() / (1 << 20) as f64
+                bytes as f64 / (to - from).as_secs_f64() / (1 << 20) as f64,
+                brakes
             );
             let _ = row.hist.add(&h);
             row.round_p99.push(p99);
@@ -270,6 +277,7 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             row.client_cpu += client_cpu;
             row.throttled.0 += thr.throttled_periods - thr0.throttled_periods;
             row.throttled.1 += thr.periods - thr0.periods;
+            row.brakes += brakes;
         }
     }
     client.stop();
@@ -297,7 +305,7 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
         None => cpus_f64() - base_row.map_or(0.0, client_cpus),
     };
     println!(
-        "{:<15} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>10} {:>10} {:>11} {:>9}",
+        "{:<15} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>10} {:>10} {:>11} {:>9} {:>7}",
         "mode",
         "requests",
         "p50",
@@ -309,7 +317,8 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
         "MiB/s",
         "svc cpus",
         "of spare",
-        "throttled"
+        "throttled",
+        "brakes"
     );
     for r in rows {
         let p = q_us(&r.hist, 0.99);
@@ -326,7 +335,7 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
             _ => "-".into(),
         };
         println!(
-            "{:<15} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>10.1} {:>10.2} {:>11} {:>9}",
+            "{:<15} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>10.1} {:>10.2} {:>11} {:>9} {:>7}",
             r.mode.name(),
             r.hist.len(),
             fmt_us(q_us(&r.hist, 0.5)),
@@ -342,7 +351,8 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
                 format!("{}/{}", r.throttled.0, r.throttled.1)
             } else {
                 "-".into()
-            }
+            },
+            r.brakes
         );
     }
     for r in rows {
