@@ -27,7 +27,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use clap::Parser;
 use elastic_cpu::{Elastic, PacedStreamExt};
+use elastic_cpu_examples::cli::cores;
 use elastic_cpu_examples::cpu_time::{cpu_of, process_cpu};
+use elastic_cpu_examples::fg::exp;
 use elastic_cpu_examples::interrupt::{install_ctrl_c, sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, record};
 use elastic_cpu_examples::priority::{lowest_priority, realtime};
@@ -196,7 +198,7 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
         )
         .build()
         .unwrap_or_else(|e| fail(&e.to_string()));
-    let idle = idle_runtime(cpus());
+    let idle = idle_runtime(cores());
     let addr = start_service(&rt);
     let client = Client::start(addr, args.rate, args.conns);
     // Connections up, caches and allocators warm before the first mode counts.
@@ -241,9 +243,9 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
                 .saturating_sub(cpu0)
                 .saturating_sub(client_cpu);
             let thr = cgroup.and_then(|c| c.throttling()).unwrap_or_default();
-            let brakes = elastic.snapshot().brakes.saturating_sub(brakes0);
+            let s = elastic.snapshot();
+            let brakes = s.brakes.saturating_sub(brakes0);
             if row.mode == Mode::Default {
-                let s = elastic.snapshot();
                 row.placement = Some(format!(
                     "{:?} ({}), share {:.2}, idle share {}, long polls {}, brakes {}, quota brakes {}",
                     s.placement,
@@ -302,7 +304,7 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
     // reach), or on a bare host the CPUs the client leaves.
     let room = match quota {
         Some(q) => q,
-        None => cpus_f64() - base_row.map_or(0.0, client_cpus),
+        None => cores() as f64 - base_row.map_or(0.0, client_cpus),
     };
     println!(
         "{:<15} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6} {:>10} {:>10} {:>11} {:>9} {:>7}",
@@ -423,8 +425,7 @@ impl Export {
                     Mode::IdleRuntime => idle.spawn(yielding(stop, bytes, chunk)),
                     Mode::SpawnBlocking => rt.spawn_blocking(move || {
                         while !stop.load(Ordering::Relaxed) {
-                            std::hint::black_box(deflate(&chunk));
-                            bytes.fetch_add(n, Ordering::Relaxed);
+                            one_chunk(&chunk, &bytes);
                         }
                     }),
                     // As the quick start writes it: the work inside the stream, before `.paced`.
@@ -458,11 +459,16 @@ impl Export {
     }
 }
 
+/// One library call of the export: compress `chunk`, count its bytes.
+fn one_chunk(chunk: &[u8], bytes: &AtomicU64) {
+    std::hint::black_box(deflate(chunk));
+    bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+}
+
 /// The export as a task that yields to the scheduler after every chunk.
 async fn yielding(stop: Arc<AtomicBool>, bytes: Arc<AtomicU64>, chunk: Arc<Vec<u8>>) {
     while !stop.load(Ordering::Relaxed) {
-        std::hint::black_box(deflate(&chunk));
-        bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        one_chunk(&chunk, &bytes);
         tokio::task::yield_now().await;
     }
 }
@@ -479,14 +485,6 @@ fn idle_runtime(workers: usize) -> Runtime {
         .enable_all()
         .build()
         .unwrap_or_else(|e| fail(&format!("idle runtime: {e}")))
-}
-
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
-
-fn cpus_f64() -> f64 {
-    cpus() as f64
 }
 
 /// The open-loop client: a pacing thread sends intended times to a runtime thread that sends
@@ -548,7 +546,7 @@ impl Client {
                 let mut rng = fastrand::Rng::with_seed(7);
                 let mut next = Instant::now();
                 while !s.done.load(Ordering::Relaxed) {
-                    next += Duration::from_secs_f64(-(1.0 - rng.f64()).ln() / rate);
+                    next += Duration::from_secs_f64(exp(&mut rng, 1.0 / rate));
                     sleep_until(next);
                     if tx.try_send(next).is_err() {
                         // Backlog full: the request never leaves; it counts as timed out.
