@@ -8,13 +8,14 @@
 //! cargo run --release --example export -- --cpu-quota off   # bare host only
 //! ```
 //!
-//! The client is hyper's HTTP/1.1 client on its own real-time threads in this process: requests
-//! leave at Poisson-spaced intended times over keep-alive connections, and each latency runs
-//! from the intended time, so a stalled server cannot slow the sender down and hide its stall.
-//! The modes run interleaved, `--rounds` times; the report merges each mode's rounds.
-//! `svc cpus` is the service's CPU time per second (the process's less the client's threads');
-//! `of spare` the export's part of it above the baseline's, over what the quota (on a bare
-//! host, the CPUs the client leaves) left the baseline.
+//! The client is hyper's HTTP/1.1 client in a process of its own (this binary, started again
+//! before any quota), on real-time threads, outside the service's process and cgroup as a
+//! remote client would be: requests leave at Poisson-spaced intended times over keep-alive
+//! connections, and each latency runs from the intended time, so a stalled server cannot slow
+//! the sender down and hide its stall. The modes run interleaved, `--rounds` times; the report
+//! merges each mode's rounds. `svc cpus` is the service process's CPU time per second; `of
+//! spare` the export's part of it above the baseline's, over what the quota (on a bare host,
+//! the CPUs the client leaves) left the baseline.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,7 +29,7 @@ use axum::{Json, Router};
 use clap::Parser;
 use elastic_cpu::{Elastic, PacedStreamExt};
 use elastic_cpu_examples::cli::cores;
-use elastic_cpu_examples::cpu_time::{cpu_of, process_cpu};
+use elastic_cpu_examples::cpu_time::process_cpu;
 use elastic_cpu_examples::fg::exp;
 use elastic_cpu_examples::interrupt::{install_ctrl_c, sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, record};
@@ -82,6 +83,13 @@ struct Args {
     /// after the bare host, run again inside a CPU quota of F CPUs (cgroup); `off`: host only
     #[arg(long, default_value = "1.5", value_parser = quota)]
     cpu_quota: Quota,
+    /// worker threads of the `SCHED_IDLE` runtime [default: tokio's own count, which rounds a
+    /// quota down]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    idle_workers: Option<u16>,
+    /// run as the load generator, driven by commands on stdin (started by the example itself)
+    #[arg(long, hide = true)]
+    client: bool,
 }
 
 /// `--cpu-quota`: a number of CPUs, or none.
@@ -107,7 +115,7 @@ enum Mode {
     Yield,
     /// `spawn_blocking` threads, one loop each.
     SpawnBlocking,
-    /// A separate runtime, one worker per CPU, its threads at `SCHED_IDLE`.
+    /// A separate runtime, its threads at `SCHED_IDLE` (`--idle-workers`).
     IdleRuntime,
     /// The README's quick start: `elastic.spawn(stream.map(compress).paced(&elastic)...)`.
     Default,
@@ -130,6 +138,10 @@ fn main() {
     if args.warmup_secs >= args.phase_secs || args.rate <= 0.0 || args.conns == 0 {
         fail("need --warmup-secs < --phase-secs, --rate > 0 and --conns > 0");
     }
+    if args.client {
+        client_process(&args);
+        return;
+    }
     install_ctrl_c("export-ctrl-c", cleanup_active);
     let chunk = Arc::new(csv_rows(0, args.chunk_kib * 1024));
     let t = Instant::now();
@@ -143,13 +155,15 @@ fn main() {
         args.conns,
         args.workers
     );
+    // Started before the quota so that it stays outside it.
+    let mut client = RemoteClient::spawn(&args).unwrap_or_else(|e| fail(&format!("client: {e}")));
     let mut envs = vec![None];
     if let Some(q) = args.cpu_quota.0 {
         envs.push(Some(q));
     }
     for env in envs {
         let _cgroup = env.map(|cpus| {
-            QuotaCgroup::enter_named("elastic-cpu-export", cpus, true)
+            QuotaCgroup::enter_named("elastic-cpu-export", cpus, false)
                 .unwrap_or_else(|e| fail(&format!("CPU quota: {e}")))
         });
         let title = match env {
@@ -157,7 +171,7 @@ fn main() {
             Some(q) => format!("inside a CPU quota of {q} CPUs"),
         };
         println!("== {title} ==");
-        let rows = run_env(&args, &chunk, _cgroup.as_ref());
+        let rows = run_env(&args, &chunk, &mut client, _cgroup.as_ref());
         print_table(&rows, env);
         if stopped() {
             break;
@@ -172,9 +186,9 @@ struct Row {
     round_p99: Vec<f64>,
     bytes: u64,
     secs: f64,
-    /// The service's CPU time over the windows: the process's less the client's threads'.
+    /// The service process's CPU time over the windows.
     cpu: Duration,
-    /// The client's threads' CPU time over the windows.
+    /// The client process's CPU time over the windows.
     client_cpu: Duration,
     /// Throttled periods and periods of the quota over the windows.
     throttled: (u64, u64),
@@ -185,7 +199,12 @@ struct Row {
 }
 
 /// The service, its client and every mode in one environment.
-fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> Vec<Row> {
+fn run_env(
+    args: &Args,
+    chunk: &Arc<Vec<u8>>,
+    client: &mut RemoteClient,
+    cgroup: Option<&QuotaCgroup>,
+) -> Vec<Row> {
     // Built here, inside the quota if there is one, as a service would start inside its container.
     let elastic = Elastic::builder()
         .build()
@@ -198,9 +217,11 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
         )
         .build()
         .unwrap_or_else(|e| fail(&e.to_string()));
-    let idle = idle_runtime(cores());
+    let idle = idle_runtime(args.idle_workers.map_or_else(cores, usize::from));
     let addr = start_service(&rt);
-    let client = Client::start(addr, args.rate, args.conns);
+    client
+        .connect(addr)
+        .unwrap_or_else(|e| fail(&format!("client: {e}")));
     // Connections up, caches and allocators warm before the first mode counts.
     std::thread::sleep(CLIENT_WARMUP);
     let mut rows: Vec<Row> = args
@@ -231,27 +252,32 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             sleep_until(from);
             let bytes0 = export.bytes.load(Ordering::Relaxed);
             let cpu0 = process_cpu().unwrap_or_default();
-            let client0 = client.cpu();
+            let client0 = client
+                .cpu()
+                .unwrap_or_else(|e| fail(&format!("client: {e}")));
             let thr0 = cgroup.and_then(|c| c.throttling()).unwrap_or_default();
             let brakes0 = elastic.snapshot().brakes;
-            client.measure(from, to);
+            client
+                .measure(from, to)
+                .unwrap_or_else(|e| fail(&format!("client: {e}")));
             sleep_until(to);
             let bytes = export.bytes.load(Ordering::Relaxed) - bytes0;
-            let client_cpu = client.cpu().saturating_sub(client0);
-            let cpu = process_cpu()
-                .unwrap_or_default()
-                .saturating_sub(cpu0)
-                .saturating_sub(client_cpu);
+            let client_cpu = client
+                .cpu()
+                .unwrap_or_else(|e| fail(&format!("client: {e}")))
+                .saturating_sub(client0);
+            let cpu = process_cpu().unwrap_or_default().saturating_sub(cpu0);
             let thr = cgroup.and_then(|c| c.throttling()).unwrap_or_default();
             let s = elastic.snapshot();
             let brakes = s.brakes.saturating_sub(brakes0);
             if row.mode == Mode::Default {
                 row.placement = Some(format!(
-                    "{:?} ({}), share {:.2}, idle share {}, long polls {}, brakes {}, quota brakes {}",
+                    "{:?} ({}), share {:.2}, idle share {}, quota headroom {}, long polls {}, brakes {}, quota brakes {}",
                     s.placement,
                     s.placement_reason,
                     s.share,
                     s.idle_share.map_or("-".into(), |x| format!("{x:.2}")),
+                    s.quota_headroom.map_or("-".into(), |x| format!("{x:.2}")),
                     s.long_polls,
                     s.brakes,
                     s.quota_brakes
@@ -260,7 +286,9 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             export.stop(&rt);
             // Requests in flight at the window's end land in it after.
             std::thread::sleep(Duration::from_millis(300));
-            let h = client.take();
+            let h = client
+                .take()
+                .unwrap_or_else(|e| fail(&format!("client: {e}")));
             let p99 = q_us(&h, 0.99).unwrap_or(0.0);
             println!(
                 "[round {} {:>14}] fg p99 {:>7} over {} requests | export {:.1} MiB/s | brakes {}",
@@ -282,7 +310,9 @@ fn run_env(args: &Args, chunk: &Arc<Vec<u8>>, cgroup: Option<&QuotaCgroup>) -> V
             row.brakes += brakes;
         }
     }
-    client.stop();
+    client
+        .disconnect()
+        .unwrap_or_else(|e| fail(&format!("client: {e}")));
     rt.shutdown_timeout(Duration::from_secs(2));
     idle.shutdown_timeout(Duration::from_secs(2));
     elastic.shutdown();
@@ -300,8 +330,7 @@ fn print_table(rows: &[Row], quota: Option<f64>) {
     let client_cpus = |r: &Row| r.client_cpu.as_secs_f64() / r.secs.max(1e-9);
     let base_row = rows.iter().find(|r| r.mode == Mode::None);
     let base_cpus = base_row.map(cpus);
-    // What the service may use: the quota (the client's real-time threads are outside its
-    // reach), or on a bare host the CPUs the client leaves.
+    // What the service may use: the quota, or on a bare host the CPUs the client leaves.
     let room = match quota {
         Some(q) => q,
         None => cores() as f64 - base_row.map_or(0.0, client_cpus),
@@ -474,7 +503,7 @@ async fn yielding(stop: Arc<AtomicBool>, bytes: Arc<AtomicU64>, chunk: Arc<Vec<u
 }
 
 /// What a Linux user writes instead of this library: a runtime whose threads run at
-/// `SCHED_IDLE`, one worker per CPU.
+/// `SCHED_IDLE`.
 fn idle_runtime(workers: usize) -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -501,19 +530,9 @@ struct ClientState {
     to: AtomicU64,
     hist: Mutex<Histogram<u64>>,
     done: AtomicBool,
-    /// The client's threads, as `/proc` names them (`<pid>/task/<tid>`).
-    threads: Mutex<Vec<String>>,
 }
 
 impl ClientState {
-    /// Note the calling thread as one of the client's (Linux; elsewhere its CPU is not split).
-    fn register_thread(&self) {
-        if let Ok(p) = std::fs::read_link("/proc/thread-self") {
-            let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-            t.push(p.to_string_lossy().into_owned());
-        }
-    }
-
     fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
@@ -534,7 +553,6 @@ impl Client {
             to: AtomicU64::new(u64::MAX),
             hist: Mutex::new(new_hist()),
             done: AtomicBool::new(false),
-            threads: Mutex::new(Vec::new()),
         });
         let (tx, rx) = tokio::sync::mpsc::channel::<Instant>(BACKLOG);
         let s = state.clone();
@@ -542,7 +560,6 @@ impl Client {
             .name("client-send".into())
             .spawn(move || {
                 realtime(50);
-                s.register_thread();
                 let mut rng = fastrand::Rng::with_seed(7);
                 let mut next = Instant::now();
                 while !s.done.load(Ordering::Relaxed) {
@@ -560,7 +577,6 @@ impl Client {
             .name("client-run".into())
             .spawn(move || {
                 realtime(50);
-                s.register_thread();
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -572,12 +588,6 @@ impl Client {
             state,
             threads: vec![sender, runner],
         }
-    }
-
-    /// CPU time of the client's threads so far.
-    fn cpu(&self) -> Duration {
-        let t = self.state.threads.lock().unwrap_or_else(|e| e.into_inner());
-        t.iter().filter_map(|p| cpu_of(p)).sum()
     }
 
     /// Record requests intended to leave in [from, to).
@@ -599,6 +609,186 @@ impl Client {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+/// The client process's side: one [`Client`] per `connect`, driven by lines on stdin, answered
+/// on stdout (see [`RemoteClient`]). Ends at the end of its input.
+fn client_process(args: &Args) {
+    use std::io::{BufRead, Write};
+    let mut out = std::io::stdout().lock();
+    let mut client: Option<Client> = None;
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let reply = match client_command(&line, args, &mut client) {
+            Ok(r) => r,
+            Err(e) => format!("error {e}"),
+        };
+        if writeln!(out, "{reply}").and_then(|()| out.flush()).is_err() {
+            break;
+        }
+    }
+    if let Some(c) = client.take() {
+        c.stop();
+    }
+}
+
+/// One command of the client process and its reply line.
+fn client_command(line: &str, args: &Args, client: &mut Option<Client>) -> Result<String, String> {
+    let mut words = line.split_whitespace();
+    let connected = |c: &Option<Client>| c.is_some().then_some(()).ok_or("not connected");
+    match (words.next(), words.next(), words.next()) {
+        (Some("connect"), Some(addr), None) => {
+            let addr: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+            if let Some(c) = client.take() {
+                c.stop();
+            }
+            *client = Some(Client::start(addr, args.rate, args.conns));
+            Ok("ok".into())
+        }
+        (Some("window"), Some(from), Some(to)) => {
+            connected(client)?;
+            let us = |v: &str| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
+            let now = Instant::now();
+            let (from, to) = (us(from)?, us(to)?);
+            if let Some(c) = client {
+                c.measure(
+                    now + Duration::from_micros(from),
+                    now + Duration::from_micros(to),
+                );
+            }
+            Ok("ok".into())
+        }
+        (Some("take"), None, None) => {
+            connected(client)?;
+            Ok(client
+                .as_ref()
+                .map_or_else(String::new, |c| encode(&c.take())))
+        }
+        (Some("cpu"), None, None) => {
+            Ok(process_cpu().ok_or("no CPU time")?.as_micros().to_string())
+        }
+        (Some("disconnect"), None, None) => {
+            if let Some(c) = client.take() {
+                c.stop();
+            }
+            Ok("ok".into())
+        }
+        _ => Err(format!("unknown command {line:?}")),
+    }
+}
+
+/// A histogram as one line: `value:count` pairs of its recorded values.
+fn encode(h: &Histogram<u64>) -> String {
+    let pairs: Vec<String> = h
+        .iter_recorded()
+        .map(|v| format!("{}:{}", v.value_iterated_to(), v.count_at_value()))
+        .collect();
+    format!("hist {}", pairs.join(" "))
+}
+
+/// The histogram of an [`encode`]d line.
+fn decode(line: &str) -> Result<Histogram<u64>, String> {
+    let mut words = line.split_whitespace();
+    if words.next() != Some("hist") {
+        return Err(format!("not a histogram: {line:?}"));
+    }
+    let mut h = new_hist();
+    for pair in words {
+        let (v, n) = pair
+            .split_once(':')
+            .and_then(|(v, n)| Some((v.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
+            .ok_or_else(|| format!("bad pair {pair:?}"))?;
+        h.record_n(v, n).map_err(|e| format!("{pair}: {e}"))?;
+    }
+    Ok(h)
+}
+
+/// The load generator in its own process: this binary run with `--client`, spoken to over
+/// its stdin and stdout one line each way. It ends when this handle drops (its input closes),
+/// also when this process dies.
+struct RemoteClient {
+    child: std::process::Child,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RemoteClient {
+    fn spawn(args: &Args) -> Result<RemoteClient, String> {
+        use std::process::{Command, Stdio};
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut command = Command::new(exe);
+        command
+            .args(["--client", "--rate", &args.rate.to_string()])
+            .args(["--conns", &args.conns.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        // Its own process group: Ctrl-C reaches this process, which reports and ends it.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn().map_err(|e| e.to_string())?;
+        let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("no pipes to the client process".into());
+        };
+        Ok(RemoteClient {
+            child,
+            input,
+            output: std::io::BufReader::new(output),
+        })
+    }
+
+    /// Send one command, return its reply.
+    fn ask(&mut self, command: &str) -> Result<String, String> {
+        use std::io::{BufRead, Write};
+        writeln!(self.input, "{command}").map_err(|e| format!("{command}: {e}"))?;
+        let mut reply = String::new();
+        match self.output.read_line(&mut reply) {
+            Ok(0) => Err(format!("{command}: the client process ended")),
+            Ok(_) => match reply.trim_end().strip_prefix("error ") {
+                Some(e) => Err(format!("{command}: {e}")),
+                None => Ok(reply.trim_end().to_string()),
+            },
+            Err(e) => Err(format!("{command}: {e}")),
+        }
+    }
+
+    /// Open the connections to a service at `addr` (replacing any earlier).
+    fn connect(&mut self, addr: SocketAddr) -> Result<(), String> {
+        self.ask(&format!("connect {addr}")).map(drop)
+    }
+
+    /// Record requests intended to leave in [from, to).
+    fn measure(&mut self, from: Instant, to: Instant) -> Result<(), String> {
+        let now = Instant::now();
+        let us = |t: Instant| t.saturating_duration_since(now).as_micros();
+        self.ask(&format!("window {} {}", us(from), us(to)))
+            .map(drop)
+    }
+
+    /// The window's latencies, and a fresh histogram for the next.
+    fn take(&mut self) -> Result<Histogram<u64>, String> {
+        decode(&self.ask("take")?)
+    }
+
+    /// The client process's CPU time so far.
+    fn cpu(&mut self) -> Result<Duration, String> {
+        let reply = self.ask("cpu")?;
+        let us = reply
+            .parse::<u64>()
+            .map_err(|e| format!("cpu {reply:?}: {e}"))?;
+        Ok(Duration::from_micros(us))
+    }
+
+    /// Close the connections.
+    fn disconnect(&mut self) -> Result<(), String> {
+        self.ask("disconnect").map(drop)
+    }
+}
+
+impl Drop for RemoteClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -694,6 +884,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_histogram_crosses_the_pipe_whole() {
+        let mut h = new_hist();
+        for ns in [1_000u64, 250_000, 250_100, 3_000_000, 90_000_000_000] {
+            record(&mut h, ns);
+        }
+        let back = decode(&encode(&h)).unwrap();
+        assert_eq!(back.len(), h.len());
+        for q in [0.0, 0.5, 0.99, 1.0] {
+            assert_eq!(back.value_at_quantile(q), h.value_at_quantile(q), "{q}");
+        }
+        assert_eq!(decode(&encode(&new_hist())).unwrap().len(), 0);
+        for bad in ["", "hist 5", "hist 5:x", "hist :1", "take 1:2"] {
+            assert!(decode(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_client_process_refuses_bad_commands() {
+        let args = Args::parse_from(["export", "--client"]);
+        let mut client = None;
+        for bad in [
+            "",
+            "launch",
+            "connect",
+            "connect nowhere",
+            "window 1",
+            "window x 2",
+            "take 3",
+        ] {
+            let reply = client_command(bad, &args, &mut client);
+            assert!(reply.is_err(), "{bad:?}: {reply:?}");
+        }
+        assert!(client.is_none());
+    }
+
     /// The client measures requests in its window only, and every mode's export runs and stops
     /// (no hang at its end), the library's through `elastic.spawn` as the quick start writes it.
     #[test]
@@ -711,12 +937,15 @@ mod tests {
                 .unwrap();
             let idle = idle_runtime(2);
             let addr = start_service(&rt);
-            let client = Client::start(addr, 400.0, 4);
+            // The client process's commands, run here.
+            let args = Args::parse_from(["export", "--client", "--rate", "400", "--conns", "4"]);
+            let mut client = None;
+            let mut ask = |line: &str| client_command(line, &args, &mut client);
+            assert!(ask("take").is_err(), "not connected yet");
+            assert_eq!(ask(&format!("connect {addr}")).unwrap(), "ok");
             // Nothing is recorded before a window is set.
             std::thread::sleep(Duration::from_millis(200));
-            #[cfg(target_os = "linux")]
-            assert_eq!(client.state.threads.lock().unwrap().len(), 2);
-            assert_eq!(client.take().len(), 0);
+            assert_eq!(decode(&ask("take").unwrap()).unwrap().len(), 0);
             let chunk = Arc::new(csv_rows(0, 4096));
             for mode in [
                 Mode::None,
@@ -726,16 +955,17 @@ mod tests {
                 Mode::Default,
             ] {
                 let export = Export::start(mode, &elastic, &rt, &idle, &chunk, 2);
-                let now = Instant::now();
-                client.measure(now, now + Duration::from_millis(300));
+                assert_eq!(ask("window 0 300000").unwrap(), "ok");
                 std::thread::sleep(Duration::from_millis(600));
                 let compressed = export.bytes.load(Ordering::Relaxed);
                 export.stop(&rt);
-                let h = client.take();
+                let h = decode(&ask("take").unwrap()).unwrap();
                 assert!(!h.is_empty(), "{mode:?}: no request measured");
                 assert_eq!(compressed > 0, mode != Mode::None, "{mode:?}");
             }
-            client.stop();
+            assert!(ask("cpu").unwrap().parse::<u64>().is_ok());
+            assert_eq!(ask("disconnect").unwrap(), "ok");
+            assert!(ask("window 0 1").is_err(), "disconnected");
             rt.shutdown_timeout(Duration::from_secs(2));
             idle.shutdown_timeout(Duration::from_secs(2));
             elastic.shutdown();
