@@ -633,12 +633,16 @@ fn client_process(args: &Args) {
     }
 }
 
+/// The client of a command that needs one.
+fn connected(client: &Option<Client>) -> Result<&Client, String> {
+    client.as_ref().ok_or_else(|| "not connected".to_string())
+}
+
 /// One command of the client process and its reply line.
 fn client_command(line: &str, args: &Args, client: &mut Option<Client>) -> Result<String, String> {
-    let mut words = line.split_whitespace();
-    let connected = |c: &Option<Client>| c.is_some().then_some(()).ok_or("not connected");
-    match (words.next(), words.next(), words.next()) {
-        (Some("connect"), Some(addr), None) => {
+    let us = |v: &str| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
+    match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["connect", addr] => {
             let addr: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
             if let Some(c) = client.take() {
                 c.stop();
@@ -646,29 +650,19 @@ fn client_command(line: &str, args: &Args, client: &mut Option<Client>) -> Resul
             *client = Some(Client::start(addr, args.rate, args.conns));
             Ok("ok".into())
         }
-        (Some("window"), Some(from), Some(to)) => {
-            connected(client)?;
-            let us = |v: &str| v.parse::<u64>().map_err(|e| format!("{v}: {e}"));
-            let now = Instant::now();
+        ["window", from, to] => {
+            let c = connected(client)?;
             let (from, to) = (us(from)?, us(to)?);
-            if let Some(c) = client {
-                c.measure(
-                    now + Duration::from_micros(from),
-                    now + Duration::from_micros(to),
-                );
-            }
+            let now = Instant::now();
+            c.measure(
+                now + Duration::from_micros(from),
+                now + Duration::from_micros(to),
+            );
             Ok("ok".into())
         }
-        (Some("take"), None, None) => {
-            connected(client)?;
-            Ok(client
-                .as_ref()
-                .map_or_else(String::new, |c| encode(&c.take())))
-        }
-        (Some("cpu"), None, None) => {
-            Ok(process_cpu().ok_or("no CPU time")?.as_micros().to_string())
-        }
-        (Some("disconnect"), None, None) => {
+        ["take"] => Ok(encode(&connected(client)?.take())),
+        ["cpu"] => Ok(process_cpu().ok_or("no CPU time")?.as_micros().to_string()),
+        ["disconnect"] => {
             if let Some(c) = client.take() {
                 c.stop();
             }
