@@ -283,6 +283,62 @@ mod tests {
         });
     }
 
+    /// Clients that connect and send nothing, more of them than setups may run at once, do not
+    /// keep an honest client out (under the default settings), and each is closed at the
+    /// setup timeout.
+    #[test]
+    fn silent_clients_do_not_keep_an_honest_one_out() {
+        let elastic = Elastic::builder().build().unwrap();
+        runtime(&elastic).block_on(async {
+            let (addr, server, gate) = start(&elastic, GateSettings::new()).await;
+            // The running cap is set at the governor's first tick.
+            while gate.snapshot().stats.max_in_setup == usize::MAX {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let silent_n = gate.snapshot().stats.max_in_setup + 2;
+            let mut silent = Vec::new();
+            for _ in 0..silent_n {
+                silent.push(TcpStream::connect(addr).await.unwrap());
+            }
+            // Every silent attempt ends its admission: admitted, or refused once it cannot start.
+            let ended = |g: &elastic_cpu::gate::GateSnapshot| g.admitted + g.rejected + g.expired;
+            while ended(&gate.snapshot()) < silent_n as u64 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let g = gate.snapshot();
+            assert_eq!(g.admitted, silent_n as u64, "all admitted: {g:?}");
+            assert_eq!((g.waiting_on_peer, g.in_setup), (silent_n, 0), "{g:?}");
+            // A bound against a hang, not a timing assertion.
+            let guard = Duration::from_secs(60);
+            let client = ClientSide::new(&server.cert).unwrap();
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let mut tls = tokio::time::timeout(guard, client.connect(tcp))
+                .await
+                .expect("the honest client is set up while the silent ones wait")
+                .expect("TLS and SCRAM");
+            let response = request(&mut tls, "/status").await;
+            assert!(response.starts_with(b"HTTP/1.1 200 OK"));
+            // Admitted, and never late: the gate refuses or expires what cannot start in time.
+            let g = gate.snapshot();
+            assert_eq!(
+                (g.admitted, g.rejected, g.expired),
+                (silent_n as u64 + 1, 0, 0)
+            );
+            assert_eq!(g.timed_out, 0, "{g:?}");
+            // The silent ones are closed at the setup timeout: each reads the end.
+            for mut s in silent {
+                let mut buf = [0u8; 64];
+                let read = tokio::time::timeout(guard, s.read(&mut buf)).await;
+                assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+            }
+            let g = gate.snapshot();
+            assert_eq!(
+                (g.timed_out, g.waiting_on_peer, g.in_setup),
+                (silent_n as u64, 0, 0)
+            );
+        });
+    }
+
     #[test]
     fn a_refused_connection_gets_a_retry_hint() {
         let elastic = Elastic::builder().build().unwrap();

@@ -59,16 +59,34 @@ pub struct Rejection {
 
 /// CPU tokens taken for one setup. Settle with [`GateQueue::done`]; one that is just dropped
 /// keeps its tokens spent (and is missing from the ledger).
+///
+/// A grant holds one of the places setups run in ([`GateQueue::set_max_in_setup`]) while its
+/// setup runs; while the setup waits on its peer it can give the place up
+/// ([`GateQueue::wait_on_peer`]) and still count as in flight.
 #[must_use = "settle a setup grant with GateQueue::done, or its tokens stay spent"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct SetupGrant {
     nanos: u64,
+    /// It gave up its place: it waits on its peer.
+    waiting: bool,
 }
 
 impl SetupGrant {
     /// CPU time allotted so far (the estimate taken at admission plus any overrun charged).
     pub fn allotted(&self) -> Duration {
         Duration::from_nanos(self.nanos)
+    }
+
+    /// Whether the setup has given up its place to wait on its peer.
+    pub fn is_waiting_on_peer(&self) -> bool {
+        self.waiting
+    }
+
+    fn new(nanos: u64) -> SetupGrant {
+        SetupGrant {
+            nanos,
+            waiting: false,
+        }
     }
 }
 
@@ -93,6 +111,11 @@ pub struct GateConfig {
     pub order: QueueOrder,
     /// CPU per setup assumed until a setup has been measured.
     pub initial_cost: Duration,
+    /// The most setups in flight at once (at least 1): granted and not settled, whether they
+    /// run or wait on their peers. Bounds what clients that never finish their setups can
+    /// hold, where the running cap ([`GateQueue::set_max_in_setup`]) counts only setups that
+    /// are not waiting.
+    pub max_in_flight: usize,
 }
 
 impl Default for GateConfig {
@@ -101,6 +124,7 @@ impl Default for GateConfig {
             max_queue: 1024,
             order: QueueOrder::default(),
             initial_cost: Duration::from_millis(1),
+            max_in_flight: 1024,
         }
     }
 }
@@ -121,11 +145,15 @@ pub struct GateStats {
     pub queue_len: usize,
     /// Grants made to tickets that have not collected them yet.
     pub pending: usize,
-    /// Setups running now (grants handed out and not settled).
+    /// Setups running now: grants handed out, not settled, and not waiting on their peers.
     pub in_setup: usize,
+    /// Setups that gave up their places to wait on their peers ([`GateQueue::wait_on_peer`]).
+    pub waiting_on_peer: usize,
     /// The most setups that may run at once ([`GateQueue::set_max_in_setup`]; `usize::MAX`:
     /// no cap).
     pub max_in_setup: usize,
+    /// The most setups in flight at once, running or waiting ([`GateConfig::max_in_flight`]).
+    pub max_in_flight: usize,
     /// Attempts so far.
     pub attempts: u64,
     /// Attempts that got a setup grant (and collected it).
@@ -184,6 +212,8 @@ struct State {
     measured: bool,
     /// At most this many setups running at once (`usize::MAX`: no cap).
     max_in_setup: usize,
+    /// At most this many running or waiting on their peers.
+    max_in_flight: usize,
     /// The retry slots booked by refusals.
     crowd: Crowd,
     stats: GateStats,
@@ -265,7 +295,10 @@ impl State {
     }
 
     fn may_grant(&self) -> bool {
-        !self.line.is_paused() && self.stats.in_setup < self.max_in_setup
+        let in_flight = self.stats.in_setup + self.stats.waiting_on_peer;
+        !self.line.is_paused()
+            && self.stats.in_setup < self.max_in_setup
+            && in_flight < self.max_in_flight
     }
 
     fn take_cost(&mut self, now: u64) {
@@ -408,6 +441,7 @@ impl<C: Clock> GateQueue<C> {
             cost,
             measured: false,
             max_in_setup: usize::MAX,
+            max_in_flight: config.max_in_flight.max(1),
             crowd: Crowd::default(),
             stats: GateStats {
                 cost_nanos: cost,
@@ -451,7 +485,7 @@ impl<C: Clock> GateQueue<C> {
         if st.line.waiters.is_empty() && st.may_grant() && balance > 0 {
             st.take_cost(now);
             st.stats.admitted += 1;
-            return GateAdmit::Admitted(SetupGrant { nanos: st.cost });
+            return GateAdmit::Admitted(SetupGrant::new(st.cost));
         }
         let full = st.line.waiters.len() >= st.max_queue;
         if full && st.order == QueueOrder::Fifo {
@@ -501,7 +535,11 @@ impl<C: Clock> GateQueue<C> {
         let allotted = grant.nanos;
         let now = self.shared.now();
         self.shared.update(|st, wake| {
-            st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+            if grant.waiting {
+                st.stats.waiting_on_peer = st.stats.waiting_on_peer.saturating_sub(1);
+            } else {
+                st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+            }
             st.stats.setups += 1;
             st.stats.used_nanos = st.stats.used_nanos.saturating_add(used);
             if used > allotted {
@@ -527,6 +565,37 @@ impl<C: Clock> GateQueue<C> {
             }
             st.grant_waiters(now, wake);
         });
+    }
+
+    /// The setup waits on its peer (a handshake's next message): it gives up its place, so a
+    /// client that stalls its setup holds no place another setup could run in, and waiters
+    /// are granted into it. It stays in flight ([`GateConfig::max_in_flight`]) and keeps its
+    /// tokens. Nothing happens if it waits already.
+    pub fn wait_on_peer(&self, grant: &mut SetupGrant) {
+        if grant.waiting {
+            return;
+        }
+        grant.waiting = true;
+        let now = self.shared.now();
+        self.shared.update(|st, wake| {
+            st.stats.in_setup = st.stats.in_setup.saturating_sub(1);
+            st.stats.waiting_on_peer += 1;
+            st.grant_waiters(now, wake);
+        });
+    }
+
+    /// The setup runs again after [`wait_on_peer`](Self::wait_on_peer): it takes a place back
+    /// at once, even beyond the cap (a setup that has started is never held back: its client is
+    /// waiting for it); later admissions wait until running setups are under the cap again.
+    /// Nothing happens if it was not waiting.
+    pub fn resume_setup(&self, grant: &mut SetupGrant) {
+        if !grant.waiting {
+            return;
+        }
+        grant.waiting = false;
+        let mut st = self.shared.state();
+        st.stats.waiting_on_peer = st.stats.waiting_on_peer.saturating_sub(1);
+        st.stats.in_setup += 1;
     }
 
     /// Change the token rate (as [`TokenBucket::set_rate`](crate::TokenBucket::set_rate)), then
@@ -638,6 +707,7 @@ impl<C: Clock> GateQueue<C> {
             closed: line.is_closed(),
             paused: line.is_paused(),
             max_in_setup: st.max_in_setup,
+            max_in_flight: st.max_in_flight,
             ..st.stats.clone()
         }
     }
@@ -658,7 +728,7 @@ impl<C: Clock> GateTicket<C> {
             match ended.unwrap_or(Ended::Refused(RejectKind::Closed)) {
                 Ended::Granted(nanos) => {
                     st.stats.admitted += 1;
-                    Ok(SetupGrant { nanos })
+                    Ok(SetupGrant::new(nanos))
                 }
                 Ended::Refused(kind) => Err(st.rejection(kind, now)),
             }

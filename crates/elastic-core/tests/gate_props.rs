@@ -1,6 +1,7 @@
 //! Properties of the connection gate's queue over random sequences of attempts, polls,
-//! cancels, settles, ticks, rate changes and a close: the queue never exceeds its bound, every
-//! attempt ends exactly once, no setup starts after its deadline, and the ledger balances.
+//! cancels, settles, setups waiting on their peers and resuming, ticks, rate changes and a
+//! close: the queue never exceeds its bound, nor the setups in flight theirs, every attempt
+//! ends exactly once, no setup starts after its deadline, and the ledger balances.
 
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -21,6 +22,9 @@ enum Op {
     Tick,
     Rate { per_mille: u64 },
     Close,
+    WaitOnPeer(usize),
+    Resume(usize),
+    Cap(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -33,6 +37,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Tick),
         1 => (0u64..2000).prop_map(|per_mille| Op::Rate { per_mille }),
         1 => prop_oneof![99 => Just(Op::Tick), 1 => Just(Op::Close)],
+        2 => any::<usize>().prop_map(Op::WaitOnPeer),
+        2 => any::<usize>().prop_map(Op::Resume),
+        1 => (1usize..4).prop_map(Op::Cap),
     ]
 }
 
@@ -51,13 +58,19 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..200),
         lifo in any::<bool>(),
         max_queue in 1usize..8,
+        max_in_flight in 1usize..6,
     ) {
         let clock = ManualClock::new();
         let order = if lifo { QueueOrder::Lifo } else { QueueOrder::Fifo };
         let q = GateQueue::new(
             clock.clone(),
             20_000_000, // 2 % of a CPU: 20 ms of setup CPU a second
-            GateConfig { max_queue, order, initial_cost: Duration::from_millis(1) },
+            GateConfig {
+                max_queue,
+                order,
+                initial_cost: Duration::from_millis(1),
+                max_in_flight,
+            },
         );
         // Waiting attempts, with their deadlines (absolute).
         let mut tickets: Vec<(GateTicket<ManualClock>, Duration)> = Vec::new();
@@ -97,11 +110,23 @@ proptest! {
                 }
                 Op::Rate { per_mille } => q.set_rate(per_mille * 1_000_000),
                 Op::Close => q.close(),
+                Op::WaitOnPeer(i) if !running.is_empty() => {
+                    let n = running.len();
+                    q.wait_on_peer(&mut running[i % n]);
+                }
+                Op::Resume(i) if !running.is_empty() => {
+                    let n = running.len();
+                    q.resume_setup(&mut running[i % n]);
+                }
+                Op::Cap(n) => q.set_max_in_setup(Some(n)),
                 _ => {}
             }
             let s = q.snapshot();
             prop_assert!(s.queue_len <= max_queue, "{s:?}");
-            prop_assert_eq!(s.in_setup, running.len() + s.pending);
+            let waiting = running.iter().filter(|g| g.is_waiting_on_peer()).count();
+            prop_assert_eq!(s.waiting_on_peer, waiting);
+            prop_assert_eq!(s.in_setup, running.len() - waiting + s.pending);
+            prop_assert!(s.in_setup + s.waiting_on_peer <= max_in_flight, "{s:?}");
             assert_attempts(&s);
         }
         // A tick drops every waiter whose deadline has passed.
@@ -124,7 +149,7 @@ proptest! {
             q.done(g, Duration::from_micros(700));
         }
         let s = q.snapshot();
-        prop_assert_eq!((s.queue_len, s.in_setup, s.pending), (0, 0, 0));
+        prop_assert_eq!((s.queue_len, s.in_setup, s.pending, s.waiting_on_peer), (0, 0, 0, 0));
         assert_attempts(&s);
         prop_assert_eq!(
             s.acquired_nanos as i128 - s.returned_nanos as i128 + s.over_limit_nanos as i128,

@@ -1,5 +1,5 @@
 //! loom models of the connection gate's races: admission racing expiry, a permit's settle
-//! racing a cancel, admission racing close. Run with
+//! racing a cancel, admission racing close, a setup giving up its place racing a waiter. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p elastic-cpu-core --release --test loom_gate`.
 //!
 //! Each model starts from a drained bucket on a `ManualClock` that only the model moves, so
@@ -178,6 +178,42 @@ fn close_races_with_admit_and_poll() {
             GateAdmit::Admitted(_) => panic!("admitted from a drained bucket"),
         }
         q.done(g, Duration::from_millis(100));
+        assert_idle(&q.snapshot());
+    });
+}
+
+/// One setup runs at the cap of one and an attempt waits for its place; the setup gives the
+/// place up to wait on its peer (on another thread), resumes over the cap and settles, while
+/// the waiter polls: the waiter is granted the freed place exactly once and woken if it saw
+/// `Pending`, and the books balance.
+#[test]
+fn a_setup_waiting_on_its_peer_races_with_a_waiter() {
+    loom::model(|| {
+        // 100 ms/s, setups estimated at 1 ms: tokens for both; the cap is what holds one back.
+        let (q, _clock) = gate(100 * MS, 4, QueueOrder::Lifo, Duration::from_millis(1));
+        q.set_max_in_setup(Some(1));
+        let GateAdmit::Admitted(mut g) = q.admit(Duration::from_secs(1), Waker::noop()) else {
+            panic!("the first setup starts at once")
+        };
+        let (mut t, count, w) = waiting(&q);
+        let q1 = q.clone();
+        let setup = thread::spawn(move || {
+            q1.wait_on_peer(&mut g);
+            q1.resume_setup(&mut g);
+            q1.done(g, Duration::from_micros(500));
+        });
+        let first = t.poll(&w);
+        setup.join().unwrap();
+        let g = after_one_wake(first, &count, || t.poll(&w)).expect("granted the freed place");
+        assert!(wakes(&count) <= 1);
+        let s = q.snapshot();
+        assert_eq!(
+            (s.in_setup, s.waiting_on_peer, s.admitted),
+            (1, 0, 2),
+            "{s:?}"
+        );
+        q.done(g, Duration::ZERO);
+        drop(t);
         assert_idle(&q.snapshot());
     });
 }

@@ -573,10 +573,12 @@ impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// mask (see [`Elastic::attach`]). With the I/O wake-up input on (the default,
     /// [`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) it enables the runtime's I/O
     /// driver and starts the I/O wake-up probe ([`Elastic::start_io_probe`]); a probe that
-    /// cannot start is no error ([`Snapshot::io_probe`] says why).
+    /// cannot start is no error ([`Snapshot::io_probe`] says why). It always enables the timer,
+    /// which the connection gate's setup timeouts and accept pauses use.
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);
+        builder.enable_time();
         let io = self.elastic.control.io_input();
         if io {
             builder.enable_io();

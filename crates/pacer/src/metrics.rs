@@ -203,6 +203,16 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "count",
         "Setup quantum yields that also yielded the thread's CPU to the OS, label gate=N",
     ),
+    (
+        "elastic_cpu_gate_waiting_on_peer",
+        "count",
+        "Setups waiting on their clients, holding no running place, label gate=N",
+    ),
+    (
+        "elastic_cpu_gate_timed_out_total",
+        "count",
+        "Setups closed at the setup timeout (clients that never finished) since start, label gate=N",
+    ),
 ];
 
 /// Described on every tick, not once: the application may install its recorder after the

@@ -99,3 +99,51 @@ fn a_refused_connection_gets_a_503_with_retry_after() {
         assert_eq!(gate.snapshot().rejected, 1);
     });
 }
+
+#[test]
+fn silent_clients_are_closed_at_the_setup_timeout_and_keep_nobody_out() {
+    let elastic = Elastic::builder().build().unwrap();
+    let rt = runtime(&elastic);
+    rt.block_on(async {
+        // One setup runs at once; setups get 300 ms.
+        let settings = GateSettings::new()
+            .share(0.05, 0.05)
+            .initial_share(0.05)
+            .setup_timeout(Duration::from_millis(300));
+        let gate = elastic.connection_gate(settings).unwrap();
+        assert_eq!(gate.setup_timeout(), Duration::from_millis(300));
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = SetupListener::new(GatedListener::new(tcp, gate.clone()).unwrap(), {
+            |mut s: TcpStream| async move {
+                let mut hello = [0u8; 1];
+                s.read_exact(&mut hello).await?;
+                s.write_all(b"A").await?;
+                Ok(s)
+            }
+        });
+        let addr = listener.local_addr();
+        let app = Router::new().route("/hello", get(|| async { "hi" }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        // Three clients that connect and say nothing: more than the one running place.
+        let mut silent = Vec::new();
+        for _ in 0..3 {
+            silent.push(TcpStream::connect(addr).await.unwrap());
+        }
+        while gate.snapshot().admitted + gate.snapshot().expired < 3 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(gate.snapshot().admitted, 3, "{:?}", gate.snapshot());
+        // An honest client still sets up and is served.
+        let response = set_up_and_get(addr).await;
+        assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+        // The silent ones are closed at their timeout: each reads the end.
+        for mut s in silent {
+            let mut buf = [0u8; 8];
+            let read = s.read(&mut buf).await;
+            assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        }
+        let s = gate.snapshot();
+        assert_eq!((s.timed_out, s.admitted, s.rejected), (3, 4, 0), "{s:?}");
+        assert_eq!((s.in_setup, s.waiting_on_peer), (0, 0), "{s:?}");
+    });
+}

@@ -357,7 +357,12 @@ fn a_setup_future_is_charged_its_polls_and_not_its_waits() {
     let mut run = Box::pin(&mut run);
     for _ in 0..2 {
         assert!(run.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(gate.snapshot().in_setup, 1, "held while the setup waits");
+        let s = gate.snapshot();
+        assert_eq!(
+            (s.in_setup, s.waiting_on_peer),
+            (0, 1),
+            "no place while it waits"
+        );
         clock.advance(Duration::from_millis(50));
     }
     assert_eq!(run.as_mut().poll(&mut cx), Poll::Ready(7));
@@ -397,9 +402,10 @@ fn a_setup_future_longer_than_its_estimate_leaves_debt_at_once() {
     let (_c, waker) = CountingWaker::new();
     let mut cx = Context::from_waker(&waker);
     assert!(run.as_mut().poll(&mut cx).is_pending());
-    // Still running, and the overrun is already charged (debt the next admission sees).
+    // Not ended (waiting for its next poll), and the overrun is already charged (debt the next
+    // admission sees).
     let s = gate.snapshot();
-    assert_eq!(s.in_setup, 1);
+    assert_eq!(s.in_setup + s.waiting_on_peer, 1);
     assert_eq!(
         s.stats.over_limit_nanos,
         (estimate * 20 - estimate).as_nanos() as u64
@@ -447,84 +453,62 @@ fn setups_in_long_polls_never_hold_every_worker() {
     assert!(admit_now(&gate).is_some());
 }
 
-/// Runs `n` setups one after another, each admitted here and waiting `wait` on its client: on
-/// `pool` (an idle pool's runtime), the wait comes before its one poll of `run`; without one,
-/// here, between two polls of `run`. Then refills the bucket and ticks.
-fn setups_waiting_on_clients(
-    clock: &ManualClock,
-    elastic: &Elastic,
-    gate: &ConnectionGate,
-    pool: Option<&tokio::runtime::Handle>,
-    (n, wait, run): (usize, Duration, Duration),
-) {
-    for _ in 0..n {
-        let permit = admit_now(gate).expect("admitted");
-        let setup = |polls| {
-            let clock = clock.clone();
-            permit.run(ScriptedSetup { clock, run, polls })
-        };
-        match pool {
-            Some(pool) => {
-                // Admitted on another thread: the wait before the first poll is not running.
-                clock.advance(wait);
-                let setup = setup(1);
-                let (tx, rx) = std::sync::mpsc::channel();
-                pool.spawn(async move {
-                    let _ = tx.send(setup.await);
-                });
-                // A bound against a hang, not a timing assertion.
-                assert_eq!(rx.recv_timeout(Duration::from_secs(60)), Ok(7));
-            }
-            None => {
-                let (_c, waker) = CountingWaker::new();
-                let mut cx = Context::from_waker(&waker);
-                let mut setup = Box::pin(setup(2));
-                assert!(setup.as_mut().poll(&mut cx).is_pending());
-                clock.advance(wait);
-                assert_eq!(setup.as_mut().poll(&mut cx), Poll::Ready(7));
-            }
-        }
-    }
-    clock.advance(Duration::from_millis(50));
+#[test]
+fn a_setup_waiting_on_its_client_holds_no_running_place() {
+    let clock = ManualClock::new();
+    // 0.5 of 1 CPU: one setup runs at once.
+    let (elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new());
     elastic.tick();
+    assert_eq!(gate.snapshot().stats.max_in_setup, 1);
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let script = |polls| ScriptedSetup {
+        clock: clock.clone(),
+        run: MS,
+        polls,
+    };
+    // A client that answers once and then goes silent: its setup waits, holding no place.
+    let mut silent = Box::pin(admit_now(&gate).expect("admitted").run(script(3)));
+    assert!(silent.as_mut().poll(&mut cx).is_pending());
+    let s = gate.snapshot();
+    assert_eq!((s.in_setup, s.waiting_on_peer), (0, 1));
+    // So an honest client is admitted, and its setup runs to the end.
+    let mut honest = Box::pin(admit_now(&gate).expect("admitted beside it").run(script(1)));
+    assert_eq!(gate.snapshot().in_setup, 1);
+    assert!(admit_now(&gate).is_none(), "the running place is taken");
+    assert_eq!(honest.as_mut().poll(&mut cx), Poll::Ready(7));
+    // The waiting setup's client answers: it runs on to its end.
+    assert!(silent.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(silent.as_mut().poll(&mut cx), Poll::Ready(7));
+    let s = gate.snapshot();
+    assert_eq!((s.in_setup, s.waiting_on_peer, s.admitted), (0, 0, 2));
+    assert_eq!(s.setup_cpu, 4 * MS, "three polls and one, 1 ms each");
 }
 
 #[test]
-fn setups_on_an_idle_pool_that_wait_on_their_clients_get_more_in_flight() {
+fn setups_in_flight_are_bounded_waiting_or_not() {
     let clock = ManualClock::new();
-    let (elastic, gate) = gate(&clock, 0.9, 2.0, GateSettings::new());
-    let pool = elastic.idle_runtime(1).expect("idle pool");
+    let (elastic, gate) = gate(&clock, 0.5, 1.0, GateSettings::new().max_in_flight(2));
     elastic.tick();
-    assert_eq!(
-        gate.snapshot().stats.max_in_setup,
-        2,
-        "1.8 CPUs: 2, rounded up"
-    );
-    for _ in 0..12 {
-        let shape = (8, 3 * MS, MS);
-        setups_waiting_on_clients(&clock, &elastic, &gate, Some(pool.handle()), shape);
-    }
-    // 4 ms in flight for each 1 ms run: about 4 × 2 in flight, never more.
-    let cap = gate.snapshot().stats.max_in_setup;
-    assert!((7..=8).contains(&cap), "{cap}");
-    let held: Vec<_> = (0..cap).map(|_| admit_now(&gate)).collect();
-    assert!(held.iter().all(Option::is_some), "{cap} at once");
-    assert!(admit_now(&gate).is_none(), "one more than the cap");
-    drop(held);
-    // The same setups ending on the runtime: back to the plain cap.
-    setups_waiting_on_clients(&clock, &elastic, &gate, None, (8, 3 * MS, MS / 10));
-    assert_eq!(gate.snapshot().stats.max_in_setup, 2);
-}
-
-#[test]
-fn setups_on_the_runtime_that_wait_on_their_clients_keep_the_plain_cap() {
-    let clock = ManualClock::new();
-    let (elastic, gate) = gate(&clock, 0.9, 2.0, GateSettings::new());
-    for _ in 0..12 {
-        setups_waiting_on_clients(&clock, &elastic, &gate, None, (8, 3 * MS, MS / 10));
-    }
-    assert_eq!(gate.snapshot().stats.max_in_setup, 2);
-    let (a, b) = (admit_now(&gate), admit_now(&gate));
-    assert!(a.is_some() && b.is_some());
-    assert!(admit_now(&gate).is_none());
+    let (_c, waker) = CountingWaker::new();
+    let mut cx = Context::from_waker(&waker);
+    let mut waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let permit = admit_now(&gate).expect("admitted");
+            let mut run = Box::pin(permit.run(ScriptedSetup {
+                clock: clock.clone(),
+                run: MS,
+                polls: 2,
+            }));
+            assert!(run.as_mut().poll(&mut cx).is_pending());
+            run
+        })
+        .collect();
+    let s = gate.snapshot();
+    assert_eq!((s.in_setup, s.waiting_on_peer), (0, 2));
+    assert!(admit_now(&gate).is_none(), "two in flight already");
+    // One ends (its client gave up, or the timeout dropped it): room for one more.
+    waiting.pop();
+    assert_eq!(gate.snapshot().waiting_on_peer, 1);
+    assert!(admit_now(&gate).is_some());
 }

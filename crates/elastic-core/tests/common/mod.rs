@@ -152,6 +152,7 @@ pub fn gate(
         max_queue,
         order,
         initial_cost: cost,
+        ..GateConfig::default()
     };
     (GateQueue::new(clock.clone(), rate, config), clock)
 }

@@ -56,6 +56,7 @@ pub(crate) fn create(
             max_queue: s.max_queue,
             order: s.order,
             initial_cost: s.setup_cost,
+            max_in_flight: s.max_in_flight,
         },
     );
     let gate = Arc::new(GateShared::new(
@@ -63,9 +64,8 @@ pub(crate) fn create(
         parts.running,
         parts.quantum,
         parts.os_yield,
-        s.deadline,
+        &s,
         parts.id,
-        s.initial_share,
     ));
     let policy = Policy {
         // Setup CPU is not charged as elastic work: the headroom reading counts it as the

@@ -1,6 +1,7 @@
 //! [`ConnectionGate`]: the handle a server holds.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +61,12 @@ impl ConnectionGate {
         self.shared.deadline
     }
 
+    /// How long a setup may take from admission to its end
+    /// ([`GateSettings::setup_timeout`](crate::gate::GateSettings::setup_timeout)).
+    pub fn setup_timeout(&self) -> Duration {
+        self.shared.setup_timeout
+    }
+
     /// The counters, the share and the longest wait.
     pub fn snapshot(&self) -> GateSnapshot {
         let record = self.shared.record();
@@ -67,9 +74,8 @@ impl ConnectionGate {
             self.shared.queue.snapshot(),
             record.share,
             record.longest_wait,
-            self.shared
-                .os_yields
-                .load(std::sync::atomic::Ordering::Relaxed),
+            self.shared.os_yields.load(Ordering::Relaxed),
+            self.shared.timed_out.load(Ordering::Relaxed),
         )
     }
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
@@ -36,6 +37,13 @@ type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 /// loop or on the connection's admission task: it must not block; `try_write` the hint, or
 /// spawn anything slow).
 ///
+/// An accept error that is not one connection's own (out of file descriptors, out of memory)
+/// pauses the loop, 1 ms at first and doubling up to 1 s while errors go on, so a server out
+/// of descriptors does not spin a worker; it accepts again once they are free. Every error is
+/// also handed to [`accept`](Self::accept), for the log; the loop goes on regardless.
+///
+/// It needs the runtime's I/O driver and timer (`enable_all()`, as `#[tokio::main]` gives).
+///
 /// ```no_run
 /// use elastic_cpu_pacer::gate::{GateSettings, GatedListener};
 /// use elastic_cpu_pacer::Elastic;
@@ -45,7 +53,14 @@ type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 /// let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// let mut listener = GatedListener::new(tcp, gate)?;
 /// loop {
-///     let (stream, _addr, mut permit) = listener.accept().await?;
+///     let (stream, _addr, mut permit) = match listener.accept().await {
+///         Ok(accepted) => accepted,
+///         // Out of descriptors and the like: the loop has paused and goes on by itself.
+///         Err(e) => {
+///             eprintln!("accept: {e}");
+///             continue;
+///         }
+///     };
 ///     tokio::spawn(async move {
 ///         // The handshake's CPU work, paced; the permit settles when dropped.
 ///         permit.pace().await;
@@ -57,6 +72,7 @@ type Accepted = io::Result<(TcpStream, SocketAddr, SetupPermit)>;
 /// ```
 pub struct GatedListener {
     incoming: mpsc::Receiver<Accepted>,
+    gate: ConnectionGate,
     local_addr: SocketAddr,
     accept_loop: JoinHandle<()>,
 }
@@ -93,9 +109,10 @@ impl GatedListener {
         let handle = Handle::try_current().map_err(io::Error::other)?;
         let local_addr = listener.local_addr()?;
         let (tx, incoming) = mpsc::channel(READY);
-        let accept_loop = handle.spawn(accept_loop(listener, gate, on_reject, tx));
+        let accept_loop = handle.spawn(accept_loop(listener, gate.clone(), on_reject, tx));
         Ok(GatedListener {
             incoming,
+            gate,
             local_addr,
             accept_loop,
         })
@@ -118,6 +135,28 @@ impl GatedListener {
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
+
+    /// The gate it admits through.
+    pub fn gate(&self) -> &ConnectionGate {
+        &self.gate
+    }
+}
+
+/// The first pause after an accept error that is not one connection's own.
+const ACCEPT_PAUSE_MIN: Duration = Duration::from_millis(1);
+/// The longest pause: how soon a server out of descriptors accepts again once they are free.
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Whether an accept error is one connection's own (its client reset or left before the
+/// accept), after which the next accept is as likely to succeed as ever.
+fn connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    )
 }
 
 impl Drop for GatedListener {
@@ -142,18 +181,24 @@ async fn accept_loop(
 ) {
     let deadline = gate.default_deadline();
     let mut accepted = 0u32;
+    let mut pause = ACCEPT_PAUSE_MIN;
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
+                let own = connection_error(&e);
                 if tx.send(Err(e)).await.is_err() {
                     return;
                 }
-                // Out of file descriptors and the like: let the rest of the runtime run.
-                tokio::task::yield_now().await;
+                if !own {
+                    // Out of descriptors and the like: accept would fail again at once.
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(ACCEPT_PAUSE_MAX);
+                }
                 continue;
             }
         };
+        pause = ACCEPT_PAUSE_MIN;
         if tx.is_closed() {
             return;
         }

@@ -5,7 +5,6 @@
 mod admission;
 pub(crate) mod class;
 mod connection;
-mod flight;
 mod listener;
 mod permit;
 mod rejected;

@@ -32,6 +32,9 @@ use crate::thread_class::on_idle_pool;
 /// Drop it as soon as the setup is done, before serving the connection: a permit kept longer
 /// holds one of the places setups run in and is charged its waits (wrong costs for the
 /// estimate later admissions use); one dropped before the setup charges the setup nothing.
+/// A setup that waits on its client (a handshake's round trips) should run under
+/// [`run`](Self::run), which gives the place up while the setup waits: a permit held by hand
+/// keeps its place, so a client that never answers holds it until the permit is dropped.
 pub struct SetupPermit {
     gate: Arc<GateShared>,
     grant: Option<SetupGrant>,
@@ -42,8 +45,6 @@ pub struct SetupPermit {
     yield_at: YieldPoint,
     /// Where the current chunk started.
     mark: Option<(Mark, ThreadId)>,
-    /// When it was admitted: its first chunk's mark (time in flight is measured from here).
-    admitted: Option<Mark>,
 }
 
 impl SetupPermit {
@@ -56,10 +57,8 @@ impl SetupPermit {
             since_yield: Duration::ZERO,
             yield_at,
             mark: None,
-            admitted: None,
         };
         permit.start_chunk();
-        permit.admitted = permit.mark.map(|(mark, _)| mark);
         permit
     }
 
@@ -76,7 +75,16 @@ impl SetupPermit {
 
     /// Run a setup that is a future (a TLS handshake, an authentication exchange) under this
     /// permit, charging each of its polls to the setup class; the permit settles when the
-    /// setup is done.
+    /// setup is done. Whenever the setup returns `Pending` (it waits on its client, or on I/O)
+    /// the permit gives up its place among the setups that may run at once, and takes it back
+    /// when the setup is polled again: a client that stalls holds no place an honest client's
+    /// setup could run in ([`GateSettings::max_in_flight`] bounds how many may wait).
+    ///
+    /// It has no time limit of its own: wrap it in
+    /// `tokio::time::timeout(gate.setup_timeout(), permit.run(setup))`, as
+    /// [`SetupListener`](crate::gate::SetupListener) does.
+    ///
+    /// [`GateSettings::max_in_flight`]: crate::gate::GateSettings::max_in_flight
     ///
     /// Pacing cannot cut a poll: a library call that runs for milliseconds without yielding
     /// (a key exchange, a password hash) holds its worker for all of it. What the gate bounds
@@ -110,6 +118,9 @@ impl SetupPermit {
     /// not charged yet is charged, and a new chunk starts. Time since an admission on another
     /// thread is not: it was the wait for this task to be polled, not the setup running.
     pub(crate) fn start_poll(&mut self) {
+        if let Some(grant) = &mut self.grant {
+            self.gate.queue.resume_setup(grant);
+        }
         if self
             .mark
             .is_some_and(|(_, id)| id == thread::current().id())
@@ -120,9 +131,15 @@ impl SetupPermit {
     }
 
     /// A poll of a [`run`](Self::run) ended: charge it. Time until the next poll is waiting,
-    /// not running: nothing is measured until then.
-    pub(crate) fn end_poll(&mut self) {
+    /// not running: nothing is measured until then. `pending`: the setup waits (on its client,
+    /// most often), so it gives up its place until its next poll.
+    pub(crate) fn end_poll(&mut self, pending: bool) {
         self.end_chunk();
+        if pending {
+            if let Some(grant) = &mut self.grant {
+                self.gate.queue.wait_on_peer(grant);
+            }
+        }
     }
 
     fn start_chunk(&mut self) {
@@ -168,12 +185,6 @@ impl Drop for SetupPermit {
     fn drop(&mut self) {
         self.end_chunk();
         if let Some(grant) = self.grant.take() {
-            let in_flight = self
-                .admitted
-                .map_or(Duration::ZERO, |m| self.gate.running.wall_since(m));
-            self.gate
-                .flight
-                .record(in_flight, self.used, on_idle_pool());
             self.gate.queue.done(grant, self.used);
         }
     }
@@ -282,7 +293,7 @@ impl<F: Future> Future for SetupRun<F> {
         };
         permit.start_poll();
         let out = this.setup.poll(cx);
-        permit.end_poll();
+        permit.end_poll(out.is_pending());
         if out.is_ready() {
             // Settle now, not when the caller gets round to dropping this future.
             *this.permit = None;

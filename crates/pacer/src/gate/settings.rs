@@ -35,6 +35,8 @@ pub struct GateSettings {
     pub(crate) initial_share: Option<f64>,
     pub(crate) order: Option<QueueOrder>,
     pub(crate) cap_concurrency: Option<bool>,
+    pub(crate) setup_timeout: Option<Duration>,
+    pub(crate) max_in_flight: Option<usize>,
 }
 
 /// Default longest wait for admission ([`GateSettings::deadline`]).
@@ -49,6 +51,11 @@ pub(crate) const DEFAULT_MIN_SHARE: f64 = 0.05;
 pub(crate) const DEFAULT_MAX_SHARE: f64 = 0.9;
 /// Default share a gate starts at (and decays back to while idle).
 pub(crate) const DEFAULT_INITIAL_SHARE: f64 = 0.5;
+/// Default longest time from admission to the end of a setup ([`GateSettings::setup_timeout`]).
+pub(crate) const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound on setups in flight, running or waiting on their clients
+/// ([`GateSettings::max_in_flight`]).
+pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// The settings, checked and with the defaults filled in.
 #[derive(Clone, Copy, Debug)]
@@ -61,12 +68,14 @@ pub(crate) struct Resolved {
     pub(crate) initial_share: f64,
     pub(crate) order: QueueOrder,
     pub(crate) cap_concurrency: bool,
+    pub(crate) setup_timeout: Duration,
+    pub(crate) max_in_flight: usize,
 }
 
 impl GateSettings {
     /// The defaults: deadline 1 s, queue of 1024, setups first estimated at 1 ms of CPU,
     /// share 0.05 ..= 0.9 starting at 0.5, newest-first order, at most `ceil(share × cpus)`
-    /// setups at once.
+    /// setups running at once and 1024 in flight, each given 10 s to finish.
     pub fn new() -> Self {
         Self::default()
     }
@@ -117,10 +126,45 @@ impl GateSettings {
         self
     }
 
-    /// Whether at most `ceil(share × cpus)` setups run at once (default on). Turn it off when
-    /// setups spend most of their permit waiting on the network rather than on the CPU.
+    /// Whether at most `ceil(share × cpus)` setups run at once (default on). Setups that wait on
+    /// their clients inside [`SetupPermit::run`](crate::gate::SetupPermit::run) do not count;
+    /// a permit held by hand counts until it is dropped.
     pub fn cap_concurrency(mut self, on: bool) -> Self {
         self.cap_concurrency = Some(on);
+        self
+    }
+
+    /// How long a setup may take from admission to its end before its connection is closed.
+    /// Default 10 s; valid 1 ms ..= 1 h.
+    ///
+    /// [`SetupListener`](crate::gate::SetupListener) enforces it (closing the connection);
+    /// with a [`GatedListener`](crate::gate::GatedListener) or [`ConnectionGate::admit`]
+    /// wrap the setup in `tokio::time::timeout(gate.setup_timeout(), ...)`.
+    ///
+    /// A setup waiting on its client holds no place a running setup needs (see
+    /// [`max_in_flight`](Self::max_in_flight)), so this bounds how long a client that never
+    /// finishes (a silent or slow-loris socket) holds a connection, a task and its tokens. 10 s
+    /// is far beyond a healthy handshake's few round trips, with room for a lossy link's
+    /// retransmissions (TCP's first retransmission waits 1 s); PostgreSQL's
+    /// `authentication_timeout` is 60 s, for people typing passwords, which a service's
+    /// clients do not.
+    ///
+    /// [`ConnectionGate::admit`]: crate::gate::ConnectionGate::admit
+    pub fn setup_timeout(mut self, limit: Duration) -> Self {
+        self.setup_timeout = Some(limit);
+        self
+    }
+
+    /// The most setups in flight at once: admitted and not yet ended, counting those that wait
+    /// on their clients. Default 1024; valid 1 ..= 1 000 000.
+    ///
+    /// Only setups that run (are being polled or ready to be) count against the running cap
+    /// ([`cap_concurrency`](Self::cap_concurrency)): a setup run by
+    /// [`SetupPermit::run`](crate::gate::SetupPermit::run) gives up its place whenever it waits
+    /// on its client and takes it back when it runs again. This bound, with
+    /// [`setup_timeout`](Self::setup_timeout), is what clients that never finish can hold.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = Some(n);
         self
     }
 
@@ -179,8 +223,26 @@ impl GateSettings {
             "0.01 ..= 1.0",
         )?
         .clamp(min_share, max_share);
+        let setup_timeout = self.setup_timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT);
+        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&setup_timeout) {
+            return Err(SettingError::new(
+                "setup_timeout",
+                format!("{setup_timeout:?}"),
+                "1 ms ..= 1 h",
+            ));
+        }
+        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+        if !(1..=1_000_000).contains(&max_in_flight) {
+            return Err(SettingError::new(
+                "max_in_flight",
+                max_in_flight,
+                "1 ..= 1000000",
+            ));
+        }
         Ok(Resolved {
             deadline,
+            setup_timeout,
+            max_in_flight,
             max_queue,
             setup_cost,
             min_share,

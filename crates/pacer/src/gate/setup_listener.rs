@@ -6,6 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
@@ -20,7 +21,14 @@ const READY: usize = 64;
 /// Connections through a [`GatedListener`], each set up by `setup` under its permit
 /// ([`SetupPermit::run`](crate::gate::SetupPermit::run)), so the setup's CPU is paced as the
 /// gate's and the permit is held for the setup only; the connection is handed out once its
-/// setup is done. A setup that fails (the client left mid-handshake) is dropped.
+/// setup is done. A setup that fails (the client left mid-handshake) is dropped, and so is one
+/// still unfinished at the gate's
+/// [`setup_timeout`](crate::gate::GateSettings::setup_timeout), which closes its connection
+/// (counted in [`GateSnapshot::timed_out`](crate::gate::GateSnapshot::timed_out)). While a
+/// setup waits on its client it holds none of the places setups run in, so clients that stall
+/// their setups do not keep others out.
+///
+/// It needs the runtime's I/O driver and timer (`enable_all()`, as `#[tokio::main]` gives).
 ///
 /// ```no_run
 /// use elastic_cpu_pacer::gate::{GateSettings, GatedListener, SetupListener};
@@ -81,6 +89,7 @@ impl<Io: Send + 'static> SetupListener<Io> {
         Fut: Future<Output = io::Result<Io>> + Send + 'static,
     {
         let local_addr = listener.local_addr();
+        let gate = listener.gate().shared.clone();
         let (tx, incoming) = mpsc::channel(READY);
         let task = tokio::spawn(async move {
             // Ends with the accept loop, or once this listener is dropped.
@@ -88,15 +97,23 @@ impl<Io: Send + 'static> SetupListener<Io> {
                 if tx.is_closed() {
                     return;
                 }
-                // An accept error (out of descriptors): the accept loop has backed off.
+                // An accept error (out of descriptors): the accept loop has paused already.
                 let Ok((stream, addr, permit)) = accepted else {
                     continue;
                 };
                 let setup = permit.run(setup(stream));
                 let tx = tx.clone();
+                let gate = gate.clone();
                 let done = async move {
-                    if let Ok(io) = setup.await {
-                        let _ = tx.send((io, addr)).await;
+                    // Dropping an unfinished setup closes its connection and settles its permit.
+                    match tokio::time::timeout(gate.setup_timeout, setup).await {
+                        Ok(Ok(io)) => {
+                            let _ = tx.send((io, addr)).await;
+                        }
+                        Ok(Err(_)) => {}
+                        Err(_) => {
+                            gate.timed_out.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 };
                 match &on {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::GateQueue;
 
-use super::flight::Flight;
+use super::settings::Resolved;
 use crate::class::ClassQueue;
 use crate::long_polls::LongPolls;
 use crate::record::{ClassKind, ClassRecord};
@@ -27,11 +27,14 @@ pub(crate) struct GateShared {
     pub(crate) os_yields: AtomicU64,
     /// Setup polls too long for the quantum to cut (a handshake or password hash in one call).
     pub(crate) long_polls: LongPolls,
-    /// Time in flight against time running, of setups that end on an idle pool: raises the
-    /// holder cap there.
-    pub(crate) flight: Flight,
     /// The listener's deadline.
     pub(crate) deadline: Duration,
+    /// How long a setup may take from admission ([`GateSettings::setup_timeout`]).
+    ///
+    /// [`GateSettings::setup_timeout`]: crate::gate::GateSettings::setup_timeout
+    pub(crate) setup_timeout: Duration,
+    /// Setups a [`SetupListener`](crate::gate::SetupListener) ended at their timeout.
+    pub(crate) timed_out: AtomicU64,
     /// The gate's number among this `Elastic`'s gates (the metrics label).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) id: usize,
@@ -47,10 +50,10 @@ impl GateShared {
         running: RunningTime,
         quantum: Duration,
         os_yield: bool,
-        deadline: Duration,
+        settings: &Resolved,
         id: usize,
-        share: f64,
     ) -> GateShared {
+        let share = settings.initial_share;
         GateShared {
             queue,
             running,
@@ -58,8 +61,9 @@ impl GateShared {
             os_yield,
             os_yields: AtomicU64::new(0),
             long_polls: LongPolls::default(),
-            flight: Flight::default(),
-            deadline,
+            deadline: settings.deadline,
+            setup_timeout: settings.setup_timeout,
+            timed_out: AtomicU64::new(0),
             id,
             record: Mutex::new(ClassRecord {
                 kind: ClassKind::Gate(id),
@@ -99,7 +103,7 @@ impl ClassQueue for GateShared {
     }
 
     fn set_holder_cap(&self, cap: usize) {
-        self.queue.set_max_in_setup(Some(self.flight.raise(cap)));
+        self.queue.set_max_in_setup(Some(cap));
     }
 
     fn take_longest_wait(&self) -> Duration {
@@ -148,6 +152,10 @@ impl ClassQueue for GateShared {
             .set(s.used_nanos as f64 / 1e9);
         gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => gate.clone())
             .set(record.longest_wait.as_secs_f64());
+        gauge!("elastic_cpu_gate_waiting_on_peer", "gate" => gate.clone())
+            .set(s.waiting_on_peer as f64);
+        counter!("elastic_cpu_gate_timed_out_total", "gate" => gate.clone())
+            .absolute(self.timed_out.load(Ordering::Relaxed));
         counter!("elastic_cpu_gate_os_yields_total", "gate" => gate)
             .absolute(self.os_yields.load(Ordering::Relaxed));
     }

@@ -40,8 +40,15 @@ pub struct GateSnapshot {
     pub longest_wait: Duration,
     /// CPU per setup assumed now: the measured average (or the first estimate).
     pub setup_cost: Duration,
-    /// Setups running now (permits held).
+    /// Setups running now: permits held, less those waiting on their clients.
     pub in_setup: usize,
+    /// Setups waiting on their clients inside [`SetupPermit::run`], holding no running place.
+    ///
+    /// [`SetupPermit::run`]: crate::gate::SetupPermit::run
+    pub waiting_on_peer: usize,
+    /// Setups a [`SetupListener`](crate::gate::SetupListener) closed at their
+    /// [`setup_timeout`](crate::gate::GateSettings::setup_timeout): clients that never finished.
+    pub timed_out: u64,
     /// Times setups yielded their thread's CPU to the OS at a poll quantum
     /// ([`Enforcement::os_yield`](crate::settings::Enforcement::os_yield); 0 when it is off).
     pub os_yields: u64,
@@ -55,6 +62,7 @@ impl GateSnapshot {
         share: f64,
         longest_wait: Duration,
         os_yields: u64,
+        timed_out: u64,
     ) -> GateSnapshot {
         GateSnapshot {
             admitted: stats.admitted,
@@ -67,6 +75,8 @@ impl GateSnapshot {
             longest_wait,
             setup_cost: Duration::from_nanos(stats.cost_nanos),
             in_setup: stats.in_setup,
+            waiting_on_peer: stats.waiting_on_peer,
+            timed_out,
             os_yields,
             stats,
         }
