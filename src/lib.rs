@@ -38,16 +38,22 @@
 //! ([`metrics`], feature `metrics`), a `tower` layer (`tower`, feature `tower`) and the test
 //! plumbing (`testing`, feature `test-util`).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "gate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
 pub use elastic_cpu_pacer::gate;
 #[cfg(feature = "idle-pool")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
 pub use elastic_cpu_pacer::idle;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use elastic_cpu_pacer::metrics;
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub use elastic_cpu_pacer::testing;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use elastic_cpu_pacer::tower;
 pub use elastic_cpu_pacer::{
     settings, snapshot, BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,

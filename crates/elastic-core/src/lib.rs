@@ -40,6 +40,7 @@
 //! assert!(share > 0.05);
 //! ```
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod bucket;

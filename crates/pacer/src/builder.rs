@@ -217,6 +217,7 @@ impl ElasticBuilder {
     /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
     /// ```
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn manual(mut self, clock: ManualClock) -> Self {
         self.testing.manual = Some(clock);
         self
@@ -226,6 +227,7 @@ impl ElasticBuilder {
     /// With the [`manual`](Self::manual) clock, a poll that advances it is charged exactly that
     /// much.
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn running_clock(mut self, clock: impl Clock) -> Self {
         self.testing.running_clock = Some(Arc::new(clock));
         self
@@ -236,6 +238,7 @@ impl ElasticBuilder {
     /// (feature `test-util`): with [`manual`](Self::manual), the whole control loop runs
     /// deterministically. The [`inputs`](Self::inputs) settings still apply.
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn script(mut self, script: crate::testing::Script) -> Self {
         self.testing.script = Some(script);
         self

@@ -233,6 +233,7 @@ impl Elastic {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "idle-pool")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
     pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
         IdleRuntime::check_workers(workers)?;
         let root = self.shared.root_class();
@@ -442,6 +443,7 @@ impl Elastic {
     /// the process's own cgroup when it has a quota (feature `test-util`): tests point it at a
     /// fake `cpu.stat`.
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn watch_throttling(&self, cgroup_dir: impl Into<std::path::PathBuf>) {
         self.control.watch_throttling(cgroup_dir.into());
     }
@@ -451,6 +453,7 @@ impl Elastic {
     /// (feature `test-util`): the governor watches its throttling, caps elastic work within
     /// the quota's headroom and cuts grants to what a period refills.
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn watch_quota(&self, cgroup_dir: impl Into<std::path::PathBuf>, cpus: f64) {
         let period = std::time::Duration::from_millis(100);
         self.control.watch_quota(cgroup_dir.into(), cpus, period);
@@ -460,6 +463,7 @@ impl Elastic {
     /// `test-util`). The governor thread does this on its own; with
     /// [`ElasticBuilder::manual`] tests call it by hand.
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn tick(&self) {
         let root = self.shared.root_class();
         self.control.tick(root, root.probe.config().tick);
@@ -468,12 +472,14 @@ impl Elastic {
     /// Let the brakes look at their readings now, as the governor thread does between ticks
     /// (feature `test-util`; with [`ElasticBuilder::manual`] tests call it by hand).
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn check_brakes(&self) {
         let _ = self.control.brake_step();
     }
 
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
     #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn probe(&self) -> &elastic_cpu_probe::Probe {
         &self.shared.probe
     }
@@ -491,6 +497,7 @@ impl Elastic {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "gate")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
     pub fn connection_gate(&self, settings: GateSettings) -> Result<ConnectionGate, SettingError> {
         let shared = self.control.add_gate(self.shared.root_class(), &settings)?;
         Ok(ConnectionGate { shared })

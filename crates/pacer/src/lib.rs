@@ -38,6 +38,7 @@
 //! (default) the idle-priority pool; `test-util` the test plumbing (module `testing`), for
 //! tests only.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod brake;
 mod builder;
@@ -47,14 +48,17 @@ mod cpus;
 mod elastic;
 mod ext;
 #[cfg(feature = "gate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
 pub mod gate;
 mod governor;
 mod grant;
 mod headroom;
 #[cfg(feature = "idle-pool")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
 pub mod idle;
 mod long_polls;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod nesting;
 mod overhead;
@@ -75,10 +79,12 @@ mod signal;
 mod slots;
 pub mod snapshot;
 #[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
 mod thread_class;
 mod throttle;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 mod trace;
 mod unstack;

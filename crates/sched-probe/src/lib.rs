@@ -119,6 +119,7 @@
 
 // One `unsafe` block: registering the I/O probe's timerfd with tokio (io_probe/timer.rs).
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // Module layering: each module uses only the modules on its right, none uses the crate root, so
 // there is no import cycle.

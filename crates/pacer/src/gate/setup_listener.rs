@@ -158,6 +158,7 @@ impl<Io> fmt::Debug for SetupListener<Io> {
 }
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl<Io> axum::serve::Listener for SetupListener<Io>
 where
     Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
