@@ -1,15 +1,22 @@
-//! The README's two reference tables say what the code has: the metrics table lists every name
-//! in `METRICS`, in its order; the settings table every setter of `ElasticBuilder` (the test
-//! plumbing of feature `test-util` aside), each once.
+//! The reference tables say what the code has: docs/metrics.md lists every name in `METRICS`,
+//! in its order, and the README's metrics to watch are among them; the README's settings table
+//! lists every setter of `ElasticBuilder` (the test plumbing of feature `test-util` aside), each
+//! once.
 
 const README: &str = include_str!("../README.md");
+const METRICS_DOC: &str = include_str!("../docs/metrics.md");
 
-/// The first cell of every row of the first table under the heading `## {section}`, header
-/// and rule left out.
+/// The first cell of every row of the README's first table under `## {section}`.
 fn first_cells(section: &str) -> Vec<String> {
+    first_cells_of(README, section)
+}
+
+/// The first cell of every row of `doc`'s first table under the heading `## {section}`, header
+/// and rule left out.
+fn first_cells_of(doc: &str, section: &str) -> Vec<String> {
     let heading = format!("## {section}\n");
-    let start = README.find(&heading).expect("the section") + heading.len();
-    let body = &README[start..];
+    let start = doc.find(&heading).expect("the section") + heading.len();
+    let body = &doc[start..];
     let body = &body[..body.find("\n## ").unwrap_or(body.len())];
     body.lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -32,7 +39,7 @@ fn code_name(cell: &str) -> String {
 #[cfg(feature = "metrics")]
 #[test]
 fn the_metrics_table_is_metrics() {
-    let table: Vec<String> = first_cells("Metrics")
+    let table: Vec<String> = first_cells_of(METRICS_DOC, "Metrics")
         .iter()
         .map(|c| code_name(c))
         .collect();
@@ -41,6 +48,11 @@ fn the_metrics_table_is_metrics() {
         .map(|(name, _, _)| name.to_string())
         .collect();
     assert_eq!(table, metrics);
+    let watched = first_cells("Is it working?");
+    assert_eq!(watched.len(), 4);
+    for name in watched.iter().map(|c| code_name(c)) {
+        assert!(metrics.contains(&name), "{name} is not a metric");
+    }
 }
 
 /// The public setters of `ElasticBuilder` outside the test plumbing.
