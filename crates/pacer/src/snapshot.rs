@@ -171,7 +171,7 @@ pub struct Snapshot {
     /// without a pool).
     pub idle_unstacked: u64,
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
-    /// runtime with a quota was attached (0 without a quota or with
+    /// quota was first seen after attach (0 without a quota or with
     /// the [`throttling`](crate::settings::Inputs::throttling) input off). Each one steps the
     /// share down for a probe window.
     pub throttled_periods: u64,
