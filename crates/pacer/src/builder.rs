@@ -16,7 +16,8 @@ use crate::governor::{self, Control, Governor, Plan};
 use crate::readings::Sources;
 use crate::running::RunningTime;
 use crate::settings::{
-    Brake, Enforcement, Inputs, OutlierThreshold, Placement, Profile, Timing, DEFAULT_TARGET,
+    Brake, Enforcement, Inputs, OutlierThreshold, Placement, Profile, Timing, DEFAULT_QUOTA_REREAD,
+    DEFAULT_TARGET,
 };
 use crate::shared::{QueueClock, Shared};
 
@@ -25,6 +26,9 @@ const MIN_TICK: Duration = Duration::from_millis(1);
 const MAX_TICK: Duration = Duration::from_secs(3600);
 /// The longest window, in ticks ([`Steps::window`](crate::settings::Steps::window)).
 const MAX_WINDOW_TICKS: u32 = 1000;
+/// The shortest and longest period of [`ElasticBuilder::quota_reread`].
+const MIN_QUOTA_REREAD: Duration = Duration::from_millis(1);
+const MAX_QUOTA_REREAD: Duration = Duration::from_secs(3600);
 
 /// Why [`ElasticBuilder::build`] failed.
 ///
@@ -90,6 +94,7 @@ pub struct ElasticBuilder {
     initial_share: Option<f64>,
     fixed_share: Option<f64>,
     cpus: Option<f64>,
+    quota_reread: Option<Duration>,
     brake: Brake,
     inputs: Inputs,
     enforcement: Enforcement,
@@ -166,6 +171,36 @@ impl ElasticBuilder {
     /// [`CpusSource`](crate::snapshot::CpusSource)).
     pub fn cpus(mut self, cpus: f64) -> Self {
         self.cpus = Some(cpus);
+        self
+    }
+
+    /// How often the governor reads the cgroup CPU quota (v2 `cpu.max`, v1
+    /// `cpu.cfs_quota_us` / `cpu.cfs_period_us`) and the affinity mask again once a runtime is
+    /// attached (default [`DEFAULT_QUOTA_REREAD`](crate::settings::DEFAULT_QUOTA_REREAD), 1 s;
+    /// valid 1 ms ..= 1 h). It reads at the first tick at or after each period, on the
+    /// governor thread; the CPUs
+    /// ([`Snapshot::cpus`](crate::Snapshot::cpus)), the rates and holder caps, the quota's
+    /// headroom and the quota brake follow a change from that tick on, so within the period
+    /// and a tick of an in-place pod resize or a vertical autoscaler's change. A reading that
+    /// fails (a file unreadable or garbage) keeps the last good one.
+    ///
+    /// Why 1 s: a reading opens a few small files (well under a millisecond), so once a second
+    /// costs under 0.1 % of a CPU, and a quota cut is seen within about 10 default ticks. Until then the
+    /// throttling input already steps the share down on the periods the smaller quota cuts
+    /// short; a quota raised goes unused for at most the period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let elastic = elastic_cpu_pacer::Elastic::builder()
+    ///     .quota_reread(Duration::from_secs(5))
+    ///     .build()?;
+    /// # drop(elastic);
+    /// let bad = elastic_cpu_pacer::Elastic::builder().quota_reread(Duration::ZERO).build();
+    /// assert!(bad.is_err());
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    pub fn quota_reread(mut self, period: Duration) -> Self {
+        self.quota_reread = Some(period);
         self
     }
 
@@ -307,6 +342,11 @@ impl ElasticBuilder {
                 return refuse("cpus", c.to_string(), "above 0.0, at most 65536.0");
             }
         }
+        if let Some(p) = self.quota_reread {
+            if !(MIN_QUOTA_REREAD..=MAX_QUOTA_REREAD).contains(&p) {
+                return refuse("quota_reread", format!("{p:?}"), "1 ms ..= 1 h");
+            }
+        }
         Ok(controller)
     }
 
@@ -379,6 +419,7 @@ impl ElasticBuilder {
             default_cpus: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),
+            quota_reread: self.quota_reread.unwrap_or(DEFAULT_QUOTA_REREAD),
         };
         let shared = Arc::new(Shared::new(
             WorkQueue::new(clock, Governor::initial_rate(&plan)),

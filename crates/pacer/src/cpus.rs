@@ -9,7 +9,9 @@ use elastic_cpu_probe::{CgroupVersion, QuotaReading};
 /// threads, the cgroup CPU quota and the CPUs the process may run on.
 ///
 /// Without [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), attaching a runtime sets
-/// `cpus` to the least of
+/// `cpus` (and the governor resets it every
+/// [`quota_reread`](crate::ElasticBuilder::quota_reread), as the quota or the mask change) to
+/// the least of
 ///
 /// * its worker threads ([`Workers`](Self::Workers));
 /// * the cgroup CPU quota, fractional: a 1.5-CPU quota gives 1.5 ([`Quota`](Self::Quota)), where
@@ -50,7 +52,8 @@ impl fmt::Display for CpusSource {
     }
 }
 
-/// What decides the CPUs the rate is computed for; read once, when a runtime is attached.
+/// What decides the CPUs the rate is computed for; read when a runtime is attached, and again
+/// every [`ElasticBuilder::quota_reread`](crate::ElasticBuilder::quota_reread).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CpusInputs<'a> {
     /// [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), validated by the builder.

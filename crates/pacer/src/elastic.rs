@@ -12,7 +12,6 @@ use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
 use tokio::task::JoinHandle;
 
 use crate::builder::{BuildError, ElasticBuilder};
-use crate::cpus::{choose_cpus, CpusInputs};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::Control;
@@ -170,9 +169,12 @@ impl Elastic {
     /// [`runtime`](Self::runtime) or [`instrument`](Self::instrument)), starts the sampling
     /// probe on it, whose tasks also register the workers they run on for the run-queue delay
     /// (where no thread hooks did). [`Snapshot::cpus_source`] says which figure it took. The
-    /// quota and the mask are read here, once (a few small files). With a quota, the governor
-    /// watches the cgroup's throttling and holds elastic work within what the foreground leaves
-    /// of the quota from now on (see [`Inputs`](crate::settings::Inputs)).
+    /// quota and the mask are read here (a few small files), and again by the governor every
+    /// [`ElasticBuilder::quota_reread`] (an in-place resize, a vertical autoscaler): the CPUs,
+    /// the rates and holder caps, the headroom and the quota brake follow a change from that
+    /// tick on ([`Snapshot::quota_changes`] counts them). With a quota, the governor watches
+    /// the cgroup's throttling and holds elastic work within what the foreground leaves of the
+    /// quota (see [`Inputs`](crate::settings::Inputs)).
     ///
     /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
     ///
@@ -189,15 +191,7 @@ impl Elastic {
     /// }
     /// ```
     pub fn attach(&self, handle: &Handle) {
-        let (quota, affinity, available) = self.control.host();
-        let (cpus, source) = choose_cpus(&CpusInputs {
-            builder: self.control.builder_cpus(),
-            workers: handle.metrics().num_workers(),
-            quota: &quota,
-            affinity,
-            available,
-        });
-        self.control.attach(cpus, source, &quota);
+        self.control.attach(handle.metrics().num_workers());
         // Without the task hooks (no `tokio_unstable`, or a runtime built without `instrument`:
         // `#[tokio::main]`) the sampler measures the runtime. On a manual clock the test drives
         // the probe: no sampler records real latencies.

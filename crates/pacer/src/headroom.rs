@@ -19,11 +19,11 @@ pub(crate) const MARGIN: f64 = 0.9;
 /// Ticks whose foreground CPU the cap remembers (the largest counts).
 pub(crate) const HISTORY: usize = 5;
 
-/// The feed-forward cap: off until a quota is seen, and without process CPU time.
+/// The feed-forward cap: off without a quota, and without process CPU time. The quota is the
+/// governor's current one, passed in at each call, so a quota that changes at run time
+/// resizes the cap at once while the foreground's history carries on.
 #[derive(Debug, Default)]
 pub(crate) struct Headroom {
-    /// CPUs the quota allows (`None`: no quota seen, no cap).
-    quota: Option<f64>,
     /// Process CPU time and running time charged to elastic work, at the last tick.
     last: Option<(Duration, Duration)>,
     /// CPUs the rest of the process spent in each recent tick, newest last.
@@ -31,21 +31,20 @@ pub(crate) struct Headroom {
 }
 
 impl Headroom {
-    /// Cap elastic work within a quota of `cpus` from now on.
-    pub(crate) fn watch(&mut self, cpus: f64) {
-        self.quota = (cpus.is_finite() && cpus > 0.0).then_some(cpus);
-    }
-
-    /// Fold in one tick: the process's CPU time now (`None`: unreadable, the cap lifts), the
-    /// running time charged so far to elastic work (every class the cap holds), and the tick's
-    /// length.
+    /// Fold in one tick inside a quota of `quota` CPUs (`None`: no quota, nothing is kept): the
+    /// process's CPU time now (`None`: unreadable, the cap lifts), the running time charged so
+    /// far to elastic work (every class the cap holds), and the tick's length.
     pub(crate) fn tick(
         &mut self,
+        quota: Option<f64>,
         process_cpu: Option<Duration>,
         elastic: Duration,
         period: Duration,
     ) {
-        if self.quota.is_none() {
+        if usable(quota).is_none() {
+            // Out of a quota the history goes: one that appears later starts afresh.
+            self.last = None;
+            self.foreground.clear();
             return;
         }
         let Some(cpu) = process_cpu else {
@@ -66,12 +65,18 @@ impl Headroom {
         self.last = Some((cpu, elastic));
     }
 
-    /// CPUs elastic work may take now, every class together (`None`: no cap).
-    pub(crate) fn cap_cpus(&self) -> Option<f64> {
-        let quota = self.quota?;
+    /// CPUs elastic work may take now within a quota of `quota` CPUs, every class together
+    /// (`None`: no cap).
+    pub(crate) fn cap_cpus(&self, quota: Option<f64>) -> Option<f64> {
+        let quota = usable(quota)?;
         let foreground = self.foreground.iter().copied().reduce(f64::max)?;
         Some((MARGIN * (quota - foreground)).max(0.0))
     }
+}
+
+/// A quota figure the cap can use: positive and finite.
+fn usable(quota: Option<f64>) -> Option<f64> {
+    quota.filter(|q| q.is_finite() && *q > 0.0)
 }
 
 #[cfg(test)]
@@ -83,79 +88,94 @@ mod tests {
 
     /// Feeds ticks in which the process spends `spent` ms and elastic work is charged `elastic`
     /// ms.
-    fn feed(h: &mut Headroom, ticks: &[(u32, u32)]) {
+    fn feed(h: &mut Headroom, quota: Option<f64>, ticks: &[(u32, u32)]) {
         let (mut cpu, mut charged) = h.last.unwrap_or_default();
         for &(spent, elastic) in ticks {
             cpu += MS * spent;
             charged += MS * elastic;
-            h.tick(Some(cpu), charged, TICK);
+            h.tick(quota, Some(cpu), charged, TICK);
         }
     }
 
     #[test]
     fn no_quota_no_cap() {
         let mut h = Headroom::default();
-        feed(&mut h, &[(0, 0), (150, 50), (150, 50)]);
-        assert_eq!(h.cap_cpus(), None);
+        feed(&mut h, None, &[(0, 0), (150, 50), (150, 50)]);
+        assert_eq!(h.cap_cpus(None), None);
     }
 
     #[test]
     fn the_cap_is_a_margin_of_what_the_foreground_leaves() {
         let mut h = Headroom::default();
-        h.watch(1.5);
-        feed(&mut h, &[(0, 0)]);
-        assert_eq!(h.cap_cpus(), None, "no tick measured yet");
+        let q = Some(1.5);
+        feed(&mut h, q, &[(0, 0)]);
+        assert_eq!(h.cap_cpus(q), None, "no tick measured yet");
         // 140 ms of process CPU in a 100 ms tick, 80 of it charged to elastic work: the rest of
         // the process took 0.6 CPUs, leaving 0.9 of the quota.
-        feed(&mut h, &[(140, 80)]);
-        let cap = h.cap_cpus().unwrap();
+        feed(&mut h, q, &[(140, 80)]);
+        let cap = h.cap_cpus(q).unwrap();
         assert!((cap - MARGIN * 0.9).abs() < 1e-9, "{cap}");
     }
 
     #[test]
     fn a_foreground_burst_holds_the_cap_down_for_the_history() {
         let mut h = Headroom::default();
-        h.watch(2.0);
-        feed(&mut h, &[(0, 0), (100, 50), (180, 50)]);
-        let after_burst = h.cap_cpus().unwrap();
+        let q = Some(2.0);
+        feed(&mut h, q, &[(0, 0), (100, 50), (180, 50)]);
+        let after_burst = h.cap_cpus(q).unwrap();
         assert!((after_burst - MARGIN * 0.7).abs() < 1e-9, "{after_burst}");
         // The burst is the largest for HISTORY ticks, then the quiet ticks set the cap.
-        feed(&mut h, &[(100, 50); HISTORY - 1]);
-        assert!((h.cap_cpus().unwrap() - after_burst).abs() < 1e-9);
-        feed(&mut h, &[(100, 50)]);
-        assert!((h.cap_cpus().unwrap() - MARGIN * 1.5).abs() < 1e-9);
+        feed(&mut h, q, &[(100, 50); HISTORY - 1]);
+        assert!((h.cap_cpus(q).unwrap() - after_burst).abs() < 1e-9);
+        feed(&mut h, q, &[(100, 50)]);
+        assert!((h.cap_cpus(q).unwrap() - MARGIN * 1.5).abs() < 1e-9);
     }
 
     #[test]
     fn a_foreground_over_the_quota_leaves_nothing() {
         let mut h = Headroom::default();
-        h.watch(1.0);
-        feed(&mut h, &[(0, 0), (160, 10)]);
-        assert_eq!(h.cap_cpus(), Some(0.0));
+        feed(&mut h, Some(1.0), &[(0, 0), (160, 10)]);
+        assert_eq!(h.cap_cpus(Some(1.0)), Some(0.0));
     }
 
     #[test]
     fn unreadable_process_cpu_lifts_the_cap_until_two_readings() {
         let mut h = Headroom::default();
-        h.watch(1.5);
-        feed(&mut h, &[(0, 0), (100, 0)]);
-        assert!(h.cap_cpus().is_some());
+        let q = Some(1.5);
+        feed(&mut h, q, &[(0, 0), (100, 0)]);
+        assert!(h.cap_cpus(q).is_some());
         let zero = Duration::ZERO;
-        h.tick(None, zero, TICK);
-        assert_eq!(h.cap_cpus(), None);
-        h.tick(Some(Duration::from_secs(5)), zero, TICK);
-        assert_eq!(h.cap_cpus(), None);
-        h.tick(Some(Duration::from_secs(5) + 50 * MS), zero, TICK);
-        assert!((h.cap_cpus().unwrap() - MARGIN * 1.0).abs() < 1e-9);
+        h.tick(q, None, zero, TICK);
+        assert_eq!(h.cap_cpus(q), None);
+        h.tick(q, Some(Duration::from_secs(5)), zero, TICK);
+        assert_eq!(h.cap_cpus(q), None);
+        h.tick(q, Some(Duration::from_secs(5) + 50 * MS), zero, TICK);
+        assert!((h.cap_cpus(q).unwrap() - MARGIN * 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_new_quota_resizes_the_cap_at_once() {
+        let mut h = Headroom::default();
+        // The rest of the process takes 0.5 CPUs a tick.
+        feed(&mut h, Some(1.0), &[(0, 0), (70, 20)]);
+        assert!((h.cap_cpus(Some(1.0)).unwrap() - MARGIN * 0.5).abs() < 1e-9);
+        // The same history under a larger quota.
+        assert!((h.cap_cpus(Some(3.0)).unwrap() - MARGIN * 2.5).abs() < 1e-9);
+        // Out of the quota the history goes; one that comes back needs two readings again.
+        feed(&mut h, None, &[(70, 20)]);
+        assert_eq!(h.cap_cpus(Some(1.0)), None);
+        feed(&mut h, Some(1.0), &[(70, 20)]);
+        assert_eq!(h.cap_cpus(Some(1.0)), None);
+        feed(&mut h, Some(1.0), &[(70, 20)]);
+        assert!(h.cap_cpus(Some(1.0)).is_some());
     }
 
     #[test]
     fn bad_quota_figures_are_ignored() {
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let mut h = Headroom::default();
-            h.watch(bad);
-            feed(&mut h, &[(0, 0), (100, 0)]);
-            assert_eq!(h.cap_cpus(), None, "{bad}");
+            feed(&mut h, Some(bad), &[(0, 0), (100, 0)]);
+            assert_eq!(h.cap_cpus(Some(bad)), None, "{bad}");
         }
     }
 }

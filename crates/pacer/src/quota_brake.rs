@@ -71,16 +71,19 @@ pub(crate) struct QuotaBrake {
     total: Duration,
 }
 
-impl QuotaBrake {
-    /// The brake for a quota of `cpus` per `period`, for a process that can run on
-    /// `parallelism` CPUs at once, armed from the start if `always_armed` (`None` for a quota
-    /// that cannot be metered: not positive, not finite, or a zero period).
-    pub(crate) fn new(
-        cpus: f64,
-        period: Duration,
-        parallelism: usize,
-        always_armed: bool,
-    ) -> Option<QuotaBrake> {
+/// What a quota of some CPUs per period sets in the brake.
+struct Sizing {
+    period: Duration,
+    check: Duration,
+    parallelism: f64,
+    stop_at: Duration,
+    resume_under: Duration,
+    max_readings: usize,
+}
+
+impl Sizing {
+    /// `None` for a quota that cannot be metered: not positive, not finite, or a zero period.
+    fn new(cpus: f64, period: Duration, parallelism: usize) -> Option<Sizing> {
         if !(cpus.is_finite() && cpus > 0.0) || period.is_zero() {
             return None;
         }
@@ -92,15 +95,37 @@ impl QuotaBrake {
         let resume_under = stop_at.saturating_sub(quota.mul_f64(RESUME_BELOW));
         // A period of readings at least half a check apart, and the one before it.
         let max_readings = (2 * period.as_nanos() / check.as_nanos()) as usize + 2;
-        Some(QuotaBrake {
+        Some(Sizing {
             period,
             check,
             parallelism,
-            last_spent: None,
             stop_at,
             resume_under,
-            readings: VecDeque::with_capacity(max_readings),
             max_readings,
+        })
+    }
+}
+
+impl QuotaBrake {
+    /// The brake for a quota of `cpus` per `period`, for a process that can run on
+    /// `parallelism` CPUs at once, armed from the start if `always_armed` (`None` for a quota
+    /// that cannot be metered: not positive, not finite, or a zero period).
+    pub(crate) fn new(
+        cpus: f64,
+        period: Duration,
+        parallelism: usize,
+        always_armed: bool,
+    ) -> Option<QuotaBrake> {
+        let sizing = Sizing::new(cpus, period, parallelism)?;
+        Some(QuotaBrake {
+            period: sizing.period,
+            check: sizing.check,
+            parallelism: sizing.parallelism,
+            last_spent: None,
+            stop_at: sizing.stop_at,
+            resume_under: sizing.resume_under,
+            readings: VecDeque::with_capacity(sizing.max_readings),
+            max_readings: sizing.max_readings,
             engaged_at: None,
             armed_until: if always_armed {
                 Duration::MAX
@@ -110,6 +135,36 @@ impl QuotaBrake {
             brakes: 0,
             total: Duration::ZERO,
         })
+    }
+
+    /// Size the brake for a new quota of `cpus` per `period` (the quota changed at run time),
+    /// keeping its readings, whether it is engaged or armed, and its counts. Returns false, and
+    /// changes nothing, for a quota that cannot be metered.
+    pub(crate) fn resize(&mut self, cpus: f64, period: Duration, parallelism: usize) -> bool {
+        let Some(sizing) = Sizing::new(cpus, period, parallelism) else {
+            return false;
+        };
+        self.period = sizing.period;
+        self.check = sizing.check;
+        self.parallelism = sizing.parallelism;
+        self.stop_at = sizing.stop_at;
+        self.resume_under = sizing.resume_under;
+        self.max_readings = sizing.max_readings;
+        while self.readings.len() > self.max_readings {
+            self.readings.pop_front();
+        }
+        true
+    }
+
+    /// Let go at `now` and forget the readings: the quota is gone. Returns how long it had held
+    /// elastic work back, if it was engaged.
+    pub(crate) fn release(&mut self, now: Duration) -> Option<Duration> {
+        self.readings.clear();
+        self.last_spent = None;
+        let at = self.engaged_at.take()?;
+        let lasted = now.saturating_sub(at);
+        self.total += lasted;
+        Some(lasted)
     }
 
     /// The shortest time between readings.
@@ -464,5 +519,41 @@ mod tests {
             b.step(now, Some(Duration::from_micros(i)));
         }
         assert!(b.readings.len() <= cap, "{} > {cap}", b.readings.len());
+    }
+
+    #[test]
+    fn a_new_quota_moves_the_line_and_keeps_the_counts() {
+        let mut b = half_a_cpu();
+        let (_, at) = run(&mut b, (Duration::ZERO, Duration::ZERO), 60, Duration::ZERO);
+        let (changes, at) = run(&mut b, at, 24, 2 * MS);
+        assert!(changes.contains(&QuotaChange::Engage));
+        // The quota doubles while it holds: the line moves up, the spending is under it, it
+        // lets go at the next reading; the brake it counted stays counted.
+        assert!(b.resize(1.0, PERIOD, 1));
+        assert_eq!(b.stop_at, 96 * MS);
+        let (now, cpu) = at;
+        let change = b.step(now + b.check(), Some(cpu));
+        assert!(matches!(change, QuotaChange::Release { .. }), "{change:?}");
+        assert_eq!(b.brakes(), 1);
+        // A quota that cannot be metered changes nothing.
+        assert!(!b.resize(f64::NAN, PERIOD, 1));
+        assert!(!b.resize(1.0, Duration::ZERO, 1));
+        assert_eq!(b.stop_at, 96 * MS);
+        // A shorter period keeps fewer readings: they are cut to its bound.
+        assert!(b.resize(0.5, 10 * MS, 1));
+        assert!(b.readings.len() <= b.max_readings);
+    }
+
+    #[test]
+    fn a_quota_that_goes_lets_go_at_once() {
+        let mut b = half_a_cpu();
+        let (_, at) = run(&mut b, (Duration::ZERO, Duration::ZERO), 60, Duration::ZERO);
+        let (_, (now, _)) = run(&mut b, at, 30, 2 * MS);
+        assert!(b.is_on());
+        let lasted = b.release(now + 10 * MS).expect("it was engaged");
+        assert!(!b.is_on());
+        assert!(b.readings.is_empty());
+        assert_eq!((b.brakes(), b.total()), (1, lasted));
+        assert_eq!(b.release(now + 20 * MS), None, "nothing to let go");
     }
 }

@@ -60,6 +60,10 @@ pub(crate) struct TickRecord {
     pub(crate) signal: Signal,
     /// Throttled CFS periods since the watch started.
     pub(crate) throttled_periods: u64,
+    /// The CPU quota in force (CPUs, period; `None`: none), and times it changed after attach.
+    pub(crate) quota_cpus: Option<f64>,
+    pub(crate) quota_period: Option<Duration>,
+    pub(crate) quota_changes: u64,
     /// CPUs the quota's headroom leaves elastic work (`None`: no quota, no reading, or off).
     pub(crate) quota_headroom: Option<f64>,
     /// Elastic work's measured overhead, as a fraction of its charged running time.

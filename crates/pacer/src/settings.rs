@@ -376,6 +376,10 @@ pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
 /// so a sustained overload (the controller's job) cannot starve elastic work below its floor.
 pub const BRAKE_MAX: Duration = Duration::from_millis(100);
 
+/// How often the governor reads the CPU quota and the affinity mask again when the builder is
+/// given no period ([`quota_reread`](crate::ElasticBuilder::quota_reread)).
+pub const DEFAULT_QUOTA_REREAD: Duration = Duration::from_secs(1);
+
 /// The controller's target when the builder is given none
 /// ([`target_p99`](crate::ElasticBuilder::target_p99)): CockroachDB's default.
 pub const DEFAULT_TARGET: Duration = Duration::from_millis(1);

@@ -171,10 +171,21 @@ pub struct Snapshot {
     /// without a pool).
     pub idle_unstacked: u64,
     /// CFS periods in which the process's cgroup ran out of its CPU quota, counted since a
-    /// runtime with a quota was attached (0 without a quota or with
+    /// quota was first seen after attach (0 without a quota or with
     /// the [`throttling`](crate::settings::Inputs::throttling) input off). Each one steps the
     /// share down for a probe window.
     pub throttled_periods: u64,
+    /// The CPU quota of the process's cgroup in force now, in CPUs, fractional (`None`: no limit,
+    /// or no runtime attached yet). Read when a runtime is attached and again every
+    /// [`ElasticBuilder::quota_reread`](crate::ElasticBuilder::quota_reread); a reading that
+    /// fails (a file unreadable or garbage) keeps the last good one.
+    pub quota_cpus: Option<f64>,
+    /// The enforcement period of that quota.
+    pub quota_period: Option<Duration>,
+    /// Times the quota in force changed after the runtime was attached (appeared, went, or
+    /// changed its figure): an in-place resize, a vertical autoscaler. [`cpus`](Self::cpus),
+    /// the rates, the holder caps, the headroom and the quota brake follow it.
+    pub quota_changes: u64,
     /// Inside a CPU quota: the CPUs elastic work may take now, every class together, which is
     /// 90 % of what the rest of the process left of the quota in the busiest of the last 5
     /// ticks (`None`: no quota, no reading yet, or
@@ -285,6 +296,9 @@ impl Snapshot {
             os_yields,
             idle_unstacked: 0,
             throttled_periods: record.throttled_periods,
+            quota_cpus: record.quota_cpus,
+            quota_period: record.quota_period,
+            quota_changes: record.quota_changes,
             quota_headroom: record.quota_headroom,
             overhead: record.overhead,
             idle_share: record.class(ClassKind::Idle).map(|c| c.share),

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 pub use elastic_cpu_core::{Clock, ManualClock};
 use elastic_cpu_probe::{
-    CgroupVersion, CpuQuota, CpuThrottling, IoProbeError, NoQuota, ProbeConfig, QuotaReading,
+    cpu_quota_at, CgroupVersion, CpuQuota, CpuThrottling, IoProbeError, NoQuota, ProbeConfig,
+    QuotaReading,
 };
 use tokio::runtime::Handle;
 
@@ -58,6 +59,8 @@ struct State {
     /// Timeslices a tick behind each run-queue delay (`None`: [`SCRIPTED_TIMESLICES`]).
     timeslices: Option<u32>,
     quota: Option<f64>,
+    /// A cgroup tree on disk and the `/proc/self/cgroup` text that places the process in it.
+    tree: Option<(PathBuf, String)>,
     throttled: u64,
     process_cpu: Option<Duration>,
     cpus: Option<usize>,
@@ -109,10 +112,50 @@ impl Script {
         self.state().timeslices = Some(per_tick);
     }
 
-    /// The process's cgroup has a CPU quota of `cpus`: the next
-    /// [`Elastic::attach`](crate::Elastic::attach) finds it.
+    /// The process's cgroup has a CPU quota of `cpus` per 100 ms: the next
+    /// [`Elastic::attach`](crate::Elastic::attach) finds it, and after attach the governor's
+    /// next re-read ([`ElasticBuilder::quota_reread`](crate::ElasticBuilder::quota_reread)).
     pub fn quota(&self, cpus: f64) {
         self.state().quota = Some(cpus);
+    }
+
+    /// Read the quota and the throttling counters from a cgroup tree on disk instead of
+    /// [`quota`](Self::quota): the cgroup file systems mounted under `root` (a fake
+    /// `/sys/fs/cgroup`), the process placed by `proc_self_cgroup` (the text of
+    /// `/proc/self/cgroup`, e.g. `"0::/svc\n"`), parsed as on a real system. Rewrite the tree's
+    /// `cpu.max` or `cpu.cfs_quota_us` mid-run to change the quota.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::testing::{ManualClock, Script};
+    /// use elastic_cpu_pacer::Elastic;
+    /// use std::{fs, time::Duration};
+    ///
+    /// let root = std::env::temp_dir().join(format!("elastic-cpu-script-{}", std::process::id()));
+    /// fs::create_dir_all(root.join("svc"))?;
+    /// fs::write(root.join("cgroup.controllers"), "cpu\n")?; // marks a v2 mount
+    /// fs::write(root.join("svc/cpu.max"), "150000 100000\n")?;
+    /// let (clock, script) = (ManualClock::new(), Script::new());
+    /// script.cgroup_tree(&root, "0::/svc\n");
+    /// script.cpus(8);
+    /// let elastic = Elastic::builder()
+    ///     .manual(clock.clone())
+    ///     .script(script.clone())
+    ///     .quota_reread(Duration::from_millis(100))
+    ///     .build()?;
+    /// let mut four = tokio::runtime::Builder::new_multi_thread();
+    /// four.worker_threads(4);
+    /// let rt = elastic.runtime(four).build()?;
+    /// assert_eq!(elastic.snapshot().cpus, 1.5);
+    /// fs::write(root.join("svc/cpu.max"), "300000 100000\n")?;
+    /// clock.advance(Duration::from_millis(100));
+    /// elastic.tick();
+    /// assert_eq!(elastic.snapshot().cpus, 3.0);
+    /// # drop(rt);
+    /// # fs::remove_dir_all(&root)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cgroup_tree(&self, root: impl Into<PathBuf>, proc_self_cgroup: impl Into<String>) {
+        self.state().tree = Some((root.into(), proc_self_cgroup.into()));
     }
 
     /// The quota's cgroup was throttled in `periods` more CFS periods.
@@ -160,6 +203,7 @@ impl std::fmt::Debug for Script {
             .field("run_queue", &s.run_queue)
             .field("bystanders", &s.bystanders)
             .field("quota", &s.quota)
+            .field("tree", &s.tree)
             .field("throttled", &s.throttled)
             .field("process_cpu", &s.process_cpu)
             .finish()
@@ -222,7 +266,11 @@ impl RunQueueSource for Script {
 
 impl CgroupSource for Script {
     fn quota(&self) -> QuotaReading {
-        match self.state().quota {
+        let s = self.state();
+        if let Some((root, text)) = &s.tree {
+            return cpu_quota_at(root, text);
+        }
+        match s.quota {
             Some(cpus) => QuotaReading::Limited(CpuQuota {
                 cpus,
                 quota: Duration::from_secs_f64(cpus * 0.1),
@@ -236,6 +284,9 @@ impl CgroupSource for Script {
 
     fn throttling(&self, dir: &Path) -> Option<CpuThrottling> {
         let s = self.state();
+        if s.tree.is_some() {
+            return CpuThrottling::read(dir);
+        }
         (dir == Path::new(SCRIPTED_CGROUP) && s.quota.is_some()).then(|| CpuThrottling {
             periods: 1000 + s.throttled,
             throttled_periods: s.throttled,

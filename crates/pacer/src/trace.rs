@@ -1,7 +1,8 @@
 //! `tracing` events (feature `tracing`) for what a person debugging latency asks about: an
-//! admission that waited, a refused or expired connection attempt, a backlog brake, a class's
-//! share moving, a poll or wait far past the outlier trap's threshold. Nothing per grant or per `pace()`: these are the rare paths. Without the
-//! feature every function here is empty and inlined away.
+//! admission that waited, a refused or expired connection attempt, a backlog brake, a CPU quota
+//! that changed, a class's share moving, a poll or wait far past the outlier trap's threshold.
+//! Nothing per grant or per `pace()`: these are the rare paths. Without the feature every
+//! function here is empty and inlined away.
 //!
 //! Events go to the target `elastic_cpu` at `DEBUG`. A share is reported only once it moved by
 //! [`SHARE_STEP`] from the last report, so a steady controller is silent.
@@ -120,6 +121,21 @@ pub(crate) fn quota_brake_released(lasted: Duration) {
     );
     #[cfg(not(feature = "tracing"))]
     let _ = lasted;
+}
+
+/// The cgroup's CPU quota changed at run time: now `quota` CPUs (`None`: no limit), and the
+/// rates are sized for `cpus`.
+#[inline]
+pub(crate) fn quota_changed(quota: Option<f64>, cpus: f64) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        target: "elastic_cpu",
+        quota = quota.map_or_else(|| "none".to_string(), |q| q.to_string()),
+        cpus,
+        "CPU quota changed"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (quota, cpus);
 }
 
 /// A class's share moved from `from` to `to` on `signal` (the latency it stepped on, if any).

@@ -1,5 +1,6 @@
 //! Where `Snapshot::cpus` comes from: the builder, or the least of the runtime's workers, the
-//! cgroup CPU quota and the affinity mask, read once at attach.
+//! cgroup CPU quota and the affinity mask, read at attach (and again every `quota_reread`: see
+//! `quota_change.rs`).
 
 use elastic_cpu_pacer::snapshot::CpusSource;
 use elastic_cpu_pacer::Elastic;

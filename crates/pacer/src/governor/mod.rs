@@ -2,7 +2,9 @@
 //! I/O canaries, the run-queue delay, the cgroup's throttling, the process's CPU time), combines
 //! the readings into one signal, steps each class's share on it, applies the rate modifiers
 //! (the quota's headroom, the overhead correction) in one place, and publishes one record. In
-//! between, the backlog brake and, inside a quota, the quota brake. It runs on its own OS
+//! between, the backlog brake and, inside a quota, the quota brake. Every `quota_reread` it
+//! reads the cgroup's CPU quota and the affinity mask again, and what is sized from them (the
+//! CPUs, the quota's headroom and brake) follows from that tick on. It runs on its own OS
 //! thread (see `thread.rs`), off the runtime it measures: a saturated runtime would delay the
 //! very loop that must react to it.
 
@@ -15,13 +17,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use elastic_cpu_core::{split_share, Clock, ControllerConfig, SettingError, StepController};
-use elastic_cpu_probe::{Probe, ProbeConfig, QuotaReading, Window};
+use elastic_cpu_probe::{NoQuota, Probe, ProbeConfig, QuotaReading, Window};
 use tokio::runtime::Handle;
 
 pub(crate) use self::thread::spawn;
 use crate::brake::{Brake, Change, BRAKE_POLL};
 use crate::class::{Class, ClassQueue, Hold, HoldWhen, Limit, Part, Policy, Rates};
-use crate::cpus::CpusSource;
+use crate::cpus::{choose_cpus, CpusInputs, CpusSource};
 use crate::headroom::Headroom;
 use crate::overhead::{Overhead, TickReading};
 use crate::quiet::{Quiet, QuietStep, Steered, TargetSource, FAR_SHARE};
@@ -58,6 +60,49 @@ pub(crate) struct Plan {
     pub(crate) outliers: OutlierThreshold,
     /// Until a runtime is attached.
     pub(crate) default_cpus: f64,
+    /// How often the quota and the affinity mask are read again once a runtime is attached.
+    pub(crate) quota_reread: Duration,
+}
+
+/// The CPU quota in force: what the headroom cap, the quota brake and the grants' fit to a
+/// period are sized from.
+#[derive(Clone, Debug, PartialEq)]
+struct QuotaNow {
+    /// CPUs it allows, fractional.
+    cpus: f64,
+    /// The enforcement period.
+    period: Duration,
+    /// The cgroup whose limit it is: its throttling is watched.
+    dir: PathBuf,
+}
+
+impl QuotaNow {
+    /// The quota of a reading (`None`: no limit, or none could be read).
+    fn of(reading: &QuotaReading) -> Option<QuotaNow> {
+        match reading {
+            QuotaReading::Limited(q) => Some(QuotaNow {
+                cpus: q.cpus,
+                period: q.period,
+                dir: q.cgroup_dir.clone(),
+            }),
+            QuotaReading::NoQuota(_) => None,
+        }
+    }
+}
+
+/// What the CPUs are chosen from, as last read: at attach, then every `quota_reread`.
+struct Host {
+    /// The attached runtime's worker threads.
+    workers: usize,
+    /// The quota reading: after attach, the last one that said either way (a limit, or none
+    /// on the cgroup and its ancestors); a reading that failed (a file unreadable or garbage,
+    /// the hierarchy gone) keeps it.
+    quota: QuotaReading,
+    /// CPUs in the affinity mask, and `available_parallelism`, as last known.
+    affinity: Option<usize>,
+    available: Option<usize>,
+    /// When they were read (the queue clock).
+    read_at: Duration,
 }
 
 /// The control loop's state. It acts on the classes' queues, which it holds weakly.
@@ -96,10 +141,16 @@ pub(crate) struct Governor {
     /// The idle class's pacing state, while it lives.
     #[cfg(feature = "idle-pool")]
     idle: Weak<Shared>,
-    /// A CPU quota was seen when a runtime was attached.
+    /// Inside a CPU quota now (or a throttling watch set by hand, in tests).
     quota_seen: bool,
-    /// That quota's period.
-    quota_period: Option<Duration>,
+    /// The quota in force (`None`: none), the one value everything sized from it reads.
+    quota: Option<QuotaNow>,
+    /// What the CPUs were chosen from (`None`: no runtime attached yet, nothing to re-read).
+    host: Option<Host>,
+    /// How often `host` is read again.
+    quota_reread: Duration,
+    /// Times the quota in force changed after attach (appeared, went, or moved).
+    quota_changes: u64,
     ticks: u64,
     /// Something steered by the signal in the last tick (work ran or waited, a gate or an idle
     /// pool exists): the samplers sample at the full rate only then.
@@ -184,7 +235,10 @@ impl Governor {
             #[cfg(feature = "idle-pool")]
             idle: Weak::new(),
             quota_seen: false,
-            quota_period: None,
+            quota: None,
+            host: None,
+            quota_reread: plan.quota_reread,
+            quota_changes: 0,
             ticks: 0,
             steering: false,
             auto_target: plan.auto_target,
@@ -229,6 +283,7 @@ impl Governor {
 
     /// One tick over `period`: read, combine, step every class, apply, record.
     pub(crate) fn tick(&mut self, period: Duration) -> TickRecord {
+        self.reread_host();
         self.brake_step();
         self.probe.rotate();
         #[cfg(feature = "tracing")]
@@ -442,8 +497,9 @@ impl Governor {
             foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
             period,
         });
+        let quota = self.quota_cpus();
         if let Some(headroom) = &mut self.headroom {
-            headroom.tick(process_cpu, self.charged, period);
+            headroom.tick(quota, process_cpu, self.charged, period);
         }
     }
 
@@ -451,11 +507,11 @@ impl Governor {
     /// holds the split share's total, then is handed to the other classes in order: each gets
     /// what the ones before it did not run in the last tick.
     fn apply(&mut self) {
-        let total = self.headroom.as_ref().and_then(Headroom::cap_cpus);
+        let total = self.headroom_cap();
         self.split(total);
         let rates = Rates {
             cpus: self.cpus,
-            quota_period: self.quota_period,
+            quota_period: self.quota.as_ref().map(|q| q.period),
             overhead: &self.overhead,
         };
         // The classes that split the share come first: the headroom held their total.
@@ -545,7 +601,10 @@ impl Governor {
             cpus_source: self.cpus_source,
             signal: self.last_signal.clone(),
             throttled_periods: self.signal.throttled_periods(),
-            quota_headroom: self.headroom.as_ref().and_then(Headroom::cap_cpus),
+            quota_cpus: self.quota_cpus(),
+            quota_period: self.quota.as_ref().map(|q| q.period),
+            quota_changes: self.quota_changes,
+            quota_headroom: self.headroom_cap(),
             overhead: self.overhead.overhead(),
             braked_time: self.brake.as_ref().map_or(Duration::ZERO, Brake::total),
             brakes: self.brakes,
@@ -581,7 +640,7 @@ impl Governor {
                 self.hold_all(Hold::Brake, on);
             }
         }
-        if let Some(quota) = &mut self.quota_brake {
+        if let Some(quota) = self.quota_brake.as_mut().filter(|_| self.quota.is_some()) {
             let change = quota.step(now, self.sources.process.cpu_time());
             match change {
                 QuotaChange::Keep => {}
@@ -599,7 +658,11 @@ impl Governor {
     /// When the governor thread should look at the brakes again before its next tick.
     fn recheck(&self) -> Option<Duration> {
         let now = self.clock.now();
-        let check = self.quota_brake.as_ref().and_then(|q| q.next_check(now));
+        let check = self
+            .quota_brake
+            .as_ref()
+            .filter(|_| self.quota.is_some())
+            .and_then(|q| q.next_check(now));
         if self.braked() {
             Some(check.map_or(BRAKE_POLL, |c| c.min(BRAKE_POLL)))
         } else {
@@ -646,32 +709,133 @@ impl Governor {
         self.apply();
     }
 
-    /// Size the rates for `cpus` from `source` (unless the builder fixed it).
-    fn attach_cpus(&mut self, cpus: f64, source: CpusSource) {
-        if self.builder_cpus.is_none() {
-            self.cpus = cpus;
-            self.cpus_source = source;
-            self.apply();
+    /// A runtime of `workers` threads is attached: read the quota and the CPUs now, and from
+    /// now on every `quota_reread`.
+    fn attach(&mut self, workers: usize) {
+        let now = self.clock.now();
+        self.read_host(workers, now);
+    }
+
+    /// Read the quota and the CPUs again if `quota_reread` has passed since the last reading
+    /// (once a runtime is attached). On the governor thread, at a tick: never on a worker.
+    fn reread_host(&mut self) {
+        let now = self.clock.now();
+        let Some(host) = &self.host else {
+            return;
+        };
+        if now.saturating_sub(host.read_at) >= self.quota_reread {
+            self.read_host(host.workers, now);
         }
     }
 
-    /// A quota of `cpus` applies in the cgroup in `dir`: watch its throttling and cap elastic
-    /// work within it from now on (each if on).
+    /// Read the quota, the affinity mask and the available parallelism at `now` (after
+    /// attach, a reading that fails keeps the last good one), choose the CPUs from them and
+    /// the `workers`, and size everything for them: the rates and holder caps (unless the
+    /// builder fixed the CPUs), and, when the quota changed, the quota's headroom and brake
+    /// and the throttling watch.
+    fn read_host(&mut self, workers: usize, now: Duration) {
+        let last = self.host.take();
+        let mut quota = self.sources.cgroup.quota();
+        let says = matches!(
+            quota,
+            QuotaReading::Limited(_) | QuotaReading::NoQuota(NoQuota::Unlimited { .. })
+        );
+        if let (false, Some(last)) = (says, &last) {
+            quota = last.quota.clone();
+        }
+        let process = &self.sources.process;
+        let affinity = process
+            .affinity()
+            .or_else(|| last.as_ref().and_then(|h| h.affinity));
+        let available = process
+            .available_parallelism()
+            .or_else(|| last.as_ref().and_then(|h| h.available));
+        let (cpus, source) = choose_cpus(&CpusInputs {
+            builder: self.builder_cpus,
+            workers,
+            quota: &quota,
+            affinity,
+            available,
+        });
+        if self.builder_cpus.is_none() {
+            self.cpus = cpus;
+            self.cpus_source = source;
+        }
+        // Against the last reading, not the quota in force: that may have been set by hand.
+        let before = last.as_ref().and_then(|h| QuotaNow::of(&h.quota));
+        let after = QuotaNow::of(&quota);
+        if before != after {
+            if last.is_some() {
+                self.quota_changes += 1;
+                trace::quota_changed(after.as_ref().map(|q| q.cpus), self.cpus);
+            }
+            match after {
+                Some(q) => self.watch_quota(q.dir, q.cpus, q.period),
+                None => self.leave_quota(),
+            }
+        }
+        self.host = Some(Host {
+            workers,
+            quota,
+            affinity,
+            available,
+            read_at: now,
+        });
+        self.apply();
+    }
+
+    /// A quota of `cpus` per `period` applies in the cgroup in `dir`: watch its throttling and
+    /// cap elastic work within it from now on (each if on), the quota brake sized for it.
     fn watch_quota(&mut self, dir: PathBuf, cpus: f64, period: Duration) {
         self.quota_seen = true;
-        self.quota_period = Some(period);
-        self.signal.watch_throttling(&self.sources, dir);
-        if let Some(headroom) = &mut self.headroom {
-            headroom.watch(cpus);
+        if self.quota.as_ref().is_none_or(|q| q.dir != dir) {
+            self.signal.watch_throttling(&self.sources, dir.clone());
+        }
+        self.quota = Some(QuotaNow { cpus, period, dir });
+        if self.headroom.is_some() {
             let process = &self.sources.process;
             let parallelism = process
                 .affinity()
-                .or_else(|| process.available_parallelism());
-            // Without the throttling input nothing would arm it: armed always.
-            let always_armed = !self.signal.watches_throttling();
-            self.quota_brake =
-                QuotaBrake::new(cpus, period, parallelism.unwrap_or(1), always_armed);
+                .or_else(|| process.available_parallelism())
+                .unwrap_or(1);
+            match &mut self.quota_brake {
+                // The readings only give quotas it can meter; one given by hand that it cannot
+                // leaves it as it was.
+                Some(brake) => {
+                    brake.resize(cpus, period, parallelism);
+                }
+                None => {
+                    // Without the throttling input nothing would arm it: armed always.
+                    let always_armed = !self.signal.watches_throttling();
+                    self.quota_brake = QuotaBrake::new(cpus, period, parallelism, always_armed);
+                }
+            }
         }
+        // The brake's hold reaches the classes held by it inside a quota only.
+        self.hold_all(Hold::Brake, self.braked());
+    }
+
+    /// The quota is gone: the headroom cap lifts, the quota brake lets go (it keeps its counts
+    /// for the snapshot), the grants no longer fit a period.
+    fn leave_quota(&mut self) {
+        self.quota = None;
+        self.quota_seen = false;
+        let now = self.clock.now();
+        if let Some(lasted) = self.quota_brake.as_mut().and_then(|b| b.release(now)) {
+            trace::quota_brake_released(lasted);
+            self.hold_all(Hold::Quota, false);
+        }
+    }
+
+    /// CPUs the quota in force allows (`None`: none).
+    fn quota_cpus(&self) -> Option<f64> {
+        self.quota.as_ref().map(|q| q.cpus)
+    }
+
+    /// CPUs the quota's headroom leaves elastic work now (`None`: no quota, no reading, off).
+    fn headroom_cap(&self) -> Option<f64> {
+        let quota = self.quota_cpus();
+        self.headroom.as_ref().and_then(|h| h.cap_cpus(quota))
     }
 
     /// The idle class of `parent`: the one made before while it lives, else a new one.
@@ -880,38 +1044,21 @@ impl Control {
         self.lock().recheck()
     }
 
-    /// Size the rates for the CPUs a runtime gives (unless the builder fixed them) and, with a
-    /// quota, watch it.
-    pub(crate) fn attach(&self, cpus: f64, source: CpusSource, quota: &QuotaReading) {
-        self.change(|g| {
-            g.attach_cpus(cpus, source);
-            if let QuotaReading::Limited(q) = quota {
-                g.watch_quota(q.cgroup_dir.clone(), q.cpus, q.period);
-            }
+    /// A runtime of `workers` threads is attached: size the rates for the CPUs it gives
+    /// (unless the builder fixed them) and, with a quota, watch it; re-read both every
+    /// `quota_reread` from now on.
+    pub(crate) fn attach(&self, workers: usize) {
+        let quota = self.change(|g| {
+            g.attach(workers);
+            g.quota.is_some()
         });
-        if matches!(quota, QuotaReading::Limited(_)) {
+        if quota {
             // The quota brake may want its first reading before the next tick.
             let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(handle) = thread.as_ref() {
                 handle.thread().unpark();
             }
         }
-    }
-
-    /// What attaching reads from the OS (or the script): the quota, the affinity mask and the
-    /// available parallelism.
-    pub(crate) fn host(&self) -> (QuotaReading, Option<usize>, Option<usize>) {
-        let g = self.lock();
-        (
-            g.sources.cgroup.quota(),
-            g.sources.process.affinity(),
-            g.sources.process.available_parallelism(),
-        )
-    }
-
-    /// The builder's CPUs.
-    pub(crate) fn builder_cpus(&self) -> Option<f64> {
-        self.lock().builder_cpus
     }
 
     /// Driven by hand: no governor thread, the test drives the probe.
