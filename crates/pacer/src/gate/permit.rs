@@ -267,9 +267,11 @@ pin_project! {
     /// finishes or this future is dropped.
     #[must_use = "a setup run does nothing unless awaited"]
     pub struct SetupRun<F> {
+        // Dropped first: the setup is settled before the setup future (and the connection it
+        // holds) is dropped, so a peer that sees its connection end sees the gate settled.
+        permit: Option<SetupPermit>,
         #[pin]
         setup: F,
-        permit: Option<SetupPermit>,
     }
 }
 

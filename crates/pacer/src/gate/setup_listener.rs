@@ -101,18 +101,20 @@ impl<Io: Send + 'static> SetupListener<Io> {
                 let Ok((stream, addr, permit)) = accepted else {
                     continue;
                 };
-                let setup = permit.run(setup(stream));
+                let mut setup = Box::pin(permit.run(setup(stream)));
                 let tx = tx.clone();
                 let gate = gate.clone();
                 let done = async move {
-                    // Dropping an unfinished setup closes its connection and settles its permit.
-                    match tokio::time::timeout(gate.setup_timeout, setup).await {
+                    match tokio::time::timeout(gate.setup_timeout, setup.as_mut()).await {
                         Ok(Ok(io)) => {
                             let _ = tx.send((io, addr)).await;
                         }
                         Ok(Err(_)) => {}
                         Err(_) => {
+                            // Counted before the drop that settles the permit and closes the
+                            // connection: its peer sees the count once it sees the end.
                             gate.timed_out.fetch_add(1, Ordering::Relaxed);
+                            drop(setup);
                         }
                     }
                 };
