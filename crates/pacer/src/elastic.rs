@@ -319,10 +319,24 @@ impl Elastic {
         F::Output: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let on_pool = |pool: &IdleRuntime, future| {
+        let on_pool = |pool: &IdleRuntime, future| match Handle::try_current() {
+            // `Auto`: watched from the runtime, to come back if the pool starves.
+            Ok(handle) if self.placer.auto() => {
+                let own = OwnAbort::default();
+                let placed = Placed::on_pool(
+                    future,
+                    pool,
+                    self.shared.clone(),
+                    Arc::downgrade(&self.placer),
+                    own.clone(),
+                );
+                let task = handle.spawn(placed);
+                let _ = own.set(task.abort_handle());
+                task
+            }
             // In this handle's class: on the pool the own class's work becomes idle work, and
             // a class made with `class` keeps its part.
-            pool.handle().spawn(Paced::new(future, self.shared.clone()))
+            _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
         };
         #[cfg(feature = "idle-pool")]
         let future = match self.route(Work::Future, on_pool, future) {
@@ -503,6 +517,7 @@ impl Elastic {
         let root = self.shared.root_class();
         let mut s = self.control.snapshot(root, root.probe.window());
         (s.placement, s.placement_reason) = self.placer.decided();
+        s.idle_returns = self.placer.idle_returns();
         s
     }
 

@@ -212,6 +212,10 @@ pub struct Snapshot {
     pub placement: Placement,
     /// Why it goes there.
     pub placement_reason: PlacementReason,
+    /// Futures [`Placement::Auto`] took back from the idle pool to the runtime because the
+    /// pool's threads got no CPU for a second (normal-priority threads kept every core busy):
+    /// they run on the runtime from then on, so a lock one holds is let go.
+    pub idle_returns: u64,
     /// Elastic polls (and `Pacer` iterations) on the runtime that ran past 4 quanta: a long
     /// library call (compression, hashing, a TLS handshake) between two yields holds its worker
     /// that long, whatever the share. Where they add up, run the work on the idle pool
@@ -305,6 +309,7 @@ impl Snapshot {
             idle_queue,
             placement: Placement::Auto,
             placement_reason: PlacementReason::Undecided,
+            idle_returns: 0,
             long_polls,
             outliers: Outliers::default(),
             classes: record
