@@ -78,7 +78,7 @@ use crate::snapshot::Snapshot;
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
-    control: Arc<Control>,
+    pub(crate) control: Arc<Control>,
     /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
     /// pool (whose threads hold `shared`) ends with the last handle.
     placer: Arc<Placer>,
@@ -152,7 +152,7 @@ impl Elastic {
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
     /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build()?;
-    /// elastic.attach(rt.handle());
+    /// elastic.attach(rt.handle())?;
     /// elastic.start_io_probe(rt.handle())?;
     /// assert!(elastic.snapshot().io_probe.is_on());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -174,6 +174,10 @@ impl Elastic {
     /// watches the cgroup's throttling and holds elastic work within what the foreground leaves
     /// of the quota from now on (see [`Inputs`](crate::settings::Inputs)).
     ///
+    /// Fails, changing nothing, where the OS refuses the sampling probe's thread (a pids or
+    /// thread limit in a container: `EAGAIN`, [`io::ErrorKind::WouldBlock`]); without it the
+    /// governor would steer on no latency at all.
+    ///
     /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
     ///
     /// ```
@@ -181,14 +185,27 @@ impl Elastic {
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ///     let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
     ///     let handle = tokio::runtime::Handle::current();
-    ///     elastic.attach(&handle); // the bucket, and the sampling probe
+    ///     elastic.attach(&handle)?; // the bucket, and the sampling probe
     ///     elastic.start_io_probe(&handle)?; // the I/O wake-up signal
     ///     let sum = elastic.spawn(async { (0..1_000u64).sum::<u64>() })?.await?;
     ///     assert_eq!(sum, 499_500);
     ///     Ok(())
     /// }
     /// ```
-    pub fn attach(&self, handle: &Handle) {
+    pub fn attach(&self, handle: &Handle) -> io::Result<()> {
+        // Without the task hooks (no `tokio_unstable`, or a runtime built without `instrument`:
+        // `#[tokio::main]`) the sampler measures the runtime. On a manual clock the test drives
+        // the probe: no sampler records real latencies. Started first: if the OS refuses its
+        // thread, nothing has changed.
+        let root = self.shared.root_class();
+        let sampler = if !root.probe.has_hooks() && !self.control.is_manual() {
+            Some(
+                root.probe
+                    .start_sampler_registering(handle, &root.threads)?,
+            )
+        } else {
+            None
+        };
         let (quota, affinity, available) = self.control.host();
         let (cpus, source) = choose_cpus(&CpusInputs {
             builder: self.control.builder_cpus(),
@@ -198,13 +215,10 @@ impl Elastic {
             available,
         });
         self.control.attach(cpus, source, &quota);
-        // Without the task hooks (no `tokio_unstable`, or a runtime built without `instrument`:
-        // `#[tokio::main]`) the sampler measures the runtime. On a manual clock the test drives
-        // the probe: no sampler records real latencies.
-        let root = self.shared.root_class();
-        if !root.probe.has_hooks() && !self.control.is_manual() {
-            root.keep_sampler(root.probe.start_sampler_registering(handle, &root.threads));
+        if let Some(sampler) = sampler {
+            root.keep_sampler(sampler);
         }
+        Ok(())
     }
 
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
@@ -573,7 +587,8 @@ impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// mask (see [`Elastic::attach`]). With the I/O wake-up input on (the default,
     /// [`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) it enables the runtime's I/O
     /// driver and starts the I/O wake-up probe ([`Elastic::start_io_probe`]); a probe that
-    /// cannot start is no error ([`Snapshot::io_probe`] says why).
+    /// cannot start is no error ([`Snapshot::io_probe`] says why). Fails where tokio's builder
+    /// does, or where [`Elastic::attach`] does (the OS refusing the sampling probe's thread).
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);
@@ -582,7 +597,7 @@ impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
             builder.enable_io();
         }
         let rt = builder.build()?;
-        self.elastic.attach(rt.handle());
+        self.elastic.attach(rt.handle())?;
         if io {
             let _said_in_the_snapshot = self.elastic.start_io_probe(rt.handle());
         }
