@@ -227,7 +227,8 @@ impl CgroupSource for Script {
         match self.state().quota {
             Some(cpus) => QuotaReading::Limited(CpuQuota {
                 cpus,
-                quota: Duration::from_secs_f64(cpus * 0.1),
+                // A quota no `Duration` holds (negative, NaN, huge) reads as none at all.
+                quota: Duration::try_from_secs_f64(cpus * 0.1).unwrap_or_default(),
                 period: Duration::from_millis(100),
                 version: CgroupVersion::V2,
                 cgroup_dir: PathBuf::from(SCRIPTED_CGROUP),
