@@ -68,8 +68,11 @@ use crate::snapshot::Snapshot;
 /// (`elastic-cpu-sampler`), which also ends by itself soon after its runtime shuts down.
 /// [`shutdown`](Self::shutdown) stops and joins both; without it they end once the last
 /// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this handle
-/// is dropped. Either way the work queues close, so nothing waits for a grant that cannot come:
-/// paced work left then runs unpaced.
+/// is dropped. Either way the work queues and gates close and no brake holds, so nothing waits
+/// for a grant that cannot come: paced work left then runs unpaced, gates refuse. The same
+/// happens however else the governor thread ends (a panic): it is not restarted, and
+/// [`Snapshot::governor`] says why it stopped. A panic in the installed `metrics` recorder does
+/// not end it (see [`Snapshot::recorder_panics`]).
 ///
 /// [`fixed_share`]: ElasticBuilder::fixed_share
 /// [`initial_share`]: ElasticBuilder::initial_share
