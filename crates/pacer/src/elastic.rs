@@ -81,7 +81,7 @@ use crate::snapshot::Snapshot;
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) control: Arc<Control>,
+    control: Arc<Control>,
     /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
     /// pool (whose threads hold `shared`) ends with the last handle.
     placer: Arc<Placer>,
@@ -487,6 +487,36 @@ impl Elastic {
     #[cfg(feature = "test-util")]
     pub fn check_brakes(&self) {
         let _ = self.control.brake_step();
+    }
+
+    /// Make the governor thread end (`how`) the next time it wakes up, right after that
+    /// wake-up's tick or brake step: at its next tick, at the probe's alarm (the brake, which it
+    /// ends with on), or at a brake's re-check (feature `test-util`: a fault for the tests of
+    /// what its end does). Whatever was waiting on its classes and gates then ends, and
+    /// [`Snapshot::governor`] says why it stopped. Without a governor thread (a
+    /// [manual](ElasticBuilder::manual) clock) nothing happens.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::snapshot::GovernorState;
+    /// use elastic_cpu_pacer::testing::GovernorEnd;
+    /// use elastic_cpu_pacer::{settings::Brake, Elastic};
+    /// use std::time::Duration;
+    ///
+    /// let elastic = Elastic::builder().brake(Brake::At(Duration::from_millis(1))).build()?;
+    /// elastic.end_governor(GovernorEnd::Exit);
+    /// // A foreground poll that waited too long: the alarm wakes the governor; it brakes, ends.
+    /// elastic.probe().record_poll(Some(Duration::from_millis(5)), None, false);
+    /// while elastic.snapshot().governor.is_running() {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// let s = elastic.snapshot();
+    /// assert_eq!(s.governor, GovernorState::Exited);
+    /// assert!(s.queue.closed && !s.braked);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    #[cfg(feature = "test-util")]
+    pub fn end_governor(&self, how: crate::governor::GovernorEnd) {
+        self.control.inject(how);
     }
 
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).

@@ -1,8 +1,8 @@
 //! Test plumbing (feature `test-util`, as tokio's): a manual clock, and [`Script`], every
 //! reading the governor takes from the OS and the runtime set by hand, so a test runs the whole
 //! control loop deterministically with [`ElasticBuilder::manual`](crate::ElasticBuilder::manual)
-//! and [`Elastic::tick`](crate::Elastic::tick); and [`end_governor`], a fault that ends the
-//! governor thread.
+//! and [`Elastic::tick`](crate::Elastic::tick); and [`GovernorEnd`], a fault that ends the
+//! governor thread ([`Elastic::end_governor`](crate::Elastic::end_governor)).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +14,7 @@ use elastic_cpu_probe::{
 };
 use tokio::runtime::Handle;
 
-use crate::elastic::Elastic;
+pub use crate::governor::GovernorEnd;
 use crate::readings::{
     Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
     RunQueueSource, RunQueueWaits, Sources,
@@ -257,41 +257,4 @@ impl ProcessSource for Script {
     fn available_parallelism(&self) -> Option<usize> {
         self.state().cpus
     }
-}
-
-/// How [`end_governor`] ends the governor thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GovernorEnd {
-    /// The thread returns, as if its loop had ended.
-    Exit,
-    /// The thread panics (the panic is printed as any is).
-    Panic,
-}
-
-/// Make `elastic`'s governor thread end (`how`) the next time it wakes up, right after that
-/// wake-up's tick or brake step: at its next tick, at the probe's alarm (the brake, which it
-/// ends with on), or at a brake's re-check. Whatever was waiting on its classes and gates then
-/// ends, and [`Snapshot::governor`](crate::Snapshot::governor) says why it stopped. Without a
-/// governor thread (a [manual](crate::ElasticBuilder::manual) clock) nothing happens.
-///
-/// ```
-/// use elastic_cpu_pacer::snapshot::GovernorState;
-/// use elastic_cpu_pacer::testing::{end_governor, GovernorEnd};
-/// use elastic_cpu_pacer::{settings::Brake, Elastic};
-/// use std::time::Duration;
-///
-/// let elastic = Elastic::builder().brake(Brake::At(Duration::from_millis(1))).build()?;
-/// end_governor(&elastic, GovernorEnd::Exit);
-/// // A foreground poll that waited too long: the alarm wakes the governor, which brakes, ends.
-/// elastic.probe().record_poll(Some(Duration::from_millis(5)), None, false);
-/// while elastic.snapshot().governor.is_running() {
-///     std::thread::sleep(Duration::from_millis(1));
-/// }
-/// let s = elastic.snapshot();
-/// assert_eq!(s.governor, GovernorState::Exited);
-/// assert!(s.queue.closed && !s.braked);
-/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
-/// ```
-pub fn end_governor(elastic: &Elastic, how: GovernorEnd) {
-    elastic.control.inject(how);
 }

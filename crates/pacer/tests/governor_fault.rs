@@ -12,7 +12,7 @@ use common::{eventually, spin};
 use elastic_cpu_pacer::gate::{GateSettings, RejectReason};
 use elastic_cpu_pacer::settings::{Brake, ClassSettings, Steps};
 use elastic_cpu_pacer::snapshot::GovernorState;
-use elastic_cpu_pacer::testing::{end_governor, GovernorEnd, Script};
+use elastic_cpu_pacer::testing::{GovernorEnd, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 
 /// Far past anything the test does: no tick grants or releases anything meanwhile.
@@ -84,7 +84,7 @@ fn governor_ends_and_every_waiter_with_it(how: GovernorEnd, expect: GovernorStat
     assert_eq!(elastic.snapshot().ticks, 0);
 
     // The next wake-up is the end: the alarm wakes the governor, which brakes, then ends.
-    end_governor(&elastic, how);
+    elastic.end_governor(how);
     elastic
         .probe()
         .record_poll(Some(Duration::from_millis(5)), None, false);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::eventually;
 use elastic_cpu_pacer::settings::Steps;
 use elastic_cpu_pacer::snapshot::GovernorState;
-use elastic_cpu_pacer::testing::{end_governor, GovernorEnd};
+use elastic_cpu_pacer::testing::GovernorEnd;
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 use metrics::{
     Counter, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
@@ -125,7 +125,7 @@ fn a_panicking_recorder_costs_one_tick_of_metrics_not_the_governor() {
     });
 
     // It ends at its next tick: the gauge says so.
-    end_governor(&elastic, GovernorEnd::Exit);
+    elastic.end_governor(GovernorEnd::Exit);
     eventually("the governor ended", WITHIN, || {
         !elastic.snapshot().governor.is_running()
     });

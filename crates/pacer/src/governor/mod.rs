@@ -34,6 +34,17 @@ use crate::signal::{Signal, SignalSource, SignalStage};
 use crate::snapshot::{GovernorState, Snapshot};
 use crate::trace;
 
+/// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
+/// plumbing, feature `test-util`; in `testing`).
+#[cfg(feature = "test-util")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GovernorEnd {
+    /// The thread returns, as if its loop had ended.
+    Exit,
+    /// The thread panics (the panic is printed as any is).
+    Panic,
+}
+
 /// What the governor is built from.
 pub(crate) struct Plan {
     /// The controller settings of the `Elastic`'s own class (idle and gate classes derive
@@ -819,7 +830,7 @@ pub(crate) struct Control {
     recorder_panics: AtomicU64,
     /// A fault the governor thread is to end with at its next wake-up (test plumbing).
     #[cfg(feature = "test-util")]
-    fault: Mutex<Option<crate::testing::GovernorEnd>>,
+    fault: Mutex<Option<GovernorEnd>>,
 }
 
 /// [`GovernorState`] to and from the number [`Control::state`] holds.
@@ -943,15 +954,15 @@ impl Control {
     }
 
     /// Make the governor thread end at its next wake-up, after that wake-up's tick or brake
-    /// step (test plumbing: [`testing::end_governor`](crate::testing::end_governor)).
+    /// step (test plumbing: `Elastic::end_governor`).
     #[cfg(feature = "test-util")]
-    pub(crate) fn inject(&self, end: crate::testing::GovernorEnd) {
+    pub(crate) fn inject(&self, end: GovernorEnd) {
         *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
     }
 
     /// The fault injected for the thread to end with, if any.
     #[cfg(feature = "test-util")]
-    pub(crate) fn fault(&self) -> Option<crate::testing::GovernorEnd> {
+    pub(crate) fn fault(&self) -> Option<GovernorEnd> {
         *self.fault.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -80,9 +80,9 @@ fn run(weak: Weak<Shared>, control: Arc<Control>, period: Duration) {
         drop(shared);
         #[cfg(feature = "test-util")]
         match control.fault() {
-            Some(crate::testing::GovernorEnd::Exit) => return,
-            Some(crate::testing::GovernorEnd::Panic) => {
-                panic!("a governor panic injected by testing::end_governor")
+            Some(super::GovernorEnd::Exit) => return,
+            Some(super::GovernorEnd::Panic) => {
+                panic!("a governor panic injected by Elastic::end_governor")
             }
             None => {}
         }
