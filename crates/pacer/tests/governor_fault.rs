@@ -2,13 +2,14 @@
 //! class: the `Elastic`'s own, a class made with `Elastic::class`, the idle class and a
 //! connection gate, with the backlog brake on. Every waiter ends (granted or closed), no brake
 //! stays on, and the snapshot says the governor is gone. A real governor thread on a minute's
-//! tick: nothing but its end lets those waiters go. Generous hang guards only.
+//! tick: nothing but its end lets those waiters go. Generous hang guards only. Last, on a
+//! manual clock, a grant waiting for a slot the classes share.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{eventually, spin};
+use common::eventually;
 use elastic_cpu_pacer::gate::{GateSettings, RejectReason};
 use elastic_cpu_pacer::settings::{Brake, ClassSettings, Steps};
 use elastic_cpu_pacer::snapshot::GovernorState;
@@ -57,14 +58,25 @@ fn governor_ends_and_every_waiter_with_it(how: GovernorEnd, expect: GovernorStat
         .unwrap();
     let pool = elastic.idle_runtime(1).unwrap();
 
-    // The own class and the idle class: one task runs its 10 ms of tokens into debt, the next
-    // waits for a refill only a tick would bring.
-    let burn = || async { spin(Duration::from_millis(50)) };
-    rt.block_on(rt.spawn(burn().paced(&elastic))).unwrap();
+    // In each class of elastic work one task holds a grant and waits (for `release`): with
+    // the class's one place taken (a share of 0.01 pays for one holder), the next task waits
+    // for it. A class made with `Elastic::class` also shares the own class's one slot.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let hold = || {
+        let mut released = released.clone();
+        async move {
+            let _ = released.wait_for(|r| *r).await;
+        }
+    };
+    let own_holder = rt.spawn(hold().paced(&elastic));
+    let idle_holder = pool.spawn(hold());
+    let member_holder = rt.spawn(hold().paced(&member));
+    eventually("the holders hold", WITHIN, || {
+        let s = elastic.snapshot();
+        s.queue.holders == 1 && s.idle_queue.as_ref().is_some_and(|q| q.holders == 1)
+    });
     let own_waiter = rt.spawn(async {}.paced(&elastic));
-    rt.block_on(pool.spawn(burn())).unwrap();
     let idle_waiter = pool.spawn(async {});
-    // A class made with `Elastic::class` has no tokens before a tick gives it its part.
     let member_waiter = rt.spawn(async {}.paced(&member));
     // The gate: one setup holds its one place, the next attempt waits for it.
     let permit = rt
@@ -80,7 +92,7 @@ fn governor_ends_and_every_waiter_with_it(how: GovernorEnd, expect: GovernorStat
             && s.idle_queue.as_ref().is_some_and(|q| q.waiters == 1)
             && gate.snapshot().queue_len == 1
     });
-    assert!(!member_waiter.is_finished(), "no part before a tick");
+    assert!(!member_waiter.is_finished() && !member_holder.is_finished());
     assert_eq!(elastic.snapshot().ticks, 0);
 
     // The next wake-up is the end: the alarm wakes the governor, which brakes, then ends.
@@ -108,6 +120,10 @@ fn governor_ends_and_every_waiter_with_it(how: GovernorEnd, expect: GovernorStat
     let refused = gated.unwrap().expect_err("no place came free");
     assert_eq!(refused.reason(), RejectReason::Closed);
 
+    // Once the snapshot says the governor has stopped, everything is closed and released.
+    eventually("the snapshot says so", WITHIN, || {
+        !elastic.snapshot().governor.is_running()
+    });
     let s = elastic.snapshot();
     assert_eq!(s.governor, expect);
     assert!(s.brakes >= 1, "it ended braked: {s:#?}");
@@ -123,7 +139,17 @@ fn governor_ends_and_every_waiter_with_it(how: GovernorEnd, expect: GovernorStat
     assert_eq!(later.map(drop).unwrap_err().reason(), RejectReason::Closed);
     let late = elastic.class(ClassSettings::new("late")).unwrap();
     rt.block_on(rt.spawn(async {}.paced(&late))).unwrap();
+    let late_gate = elastic.connection_gate(GateSettings::new()).unwrap();
+    let refused = rt.block_on(late_gate.admit(Duration::from_secs(1)));
+    assert_eq!(
+        refused.map(drop).unwrap_err().reason(),
+        RejectReason::Closed
+    );
     drop(permit);
+    release.send_replace(true);
+    for holder in [own_holder, idle_holder, member_holder] {
+        rt.block_on(holder).unwrap();
+    }
     pool.shutdown_background();
 }
 
@@ -145,4 +171,61 @@ fn shutdown_says_so() {
     let s = elastic.snapshot();
     assert_eq!(s.governor, GovernorState::ShutDown);
     assert!(s.queue.closed);
+}
+
+/// A grant waiting for one of the slots the classes share (module `slots`) ends too: once the
+/// governor has stopped it runs without one. Manual clock, polled by hand.
+#[test]
+fn a_grant_waiting_for_a_slot_runs_once_the_governor_stops() {
+    use std::future::{poll_fn, Future};
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+
+    let clock = elastic_cpu_pacer::testing::ManualClock::new();
+    // Half of one CPU: one grant at a time, the classes together.
+    let elastic = common::manual_elastic(&clock, 0.5, 1.0);
+    let (a, b, c) = (
+        elastic.class(ClassSettings::new("a")).unwrap(),
+        elastic.class(ClassSettings::new("b")).unwrap(),
+        elastic.class(ClassSettings::new("c")).unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let hold = || {
+        let done = done.clone();
+        poll_fn(move |_| {
+            if done.load(Ordering::Relaxed) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    // Grants out before the first tick take no slot; the tick turns them on (one slot, for
+    // what half a CPU pays).
+    let mut a_holds = pin!(hold().paced(&a));
+    let mut b_holds = pin!(hold().paced(&b));
+    assert!(a_holds.as_mut().poll(&mut cx).is_pending());
+    assert!(b_holds.as_mut().poll(&mut cx).is_pending());
+    clock.advance(Duration::from_millis(100));
+    elastic.tick();
+    // `c`'s first grant takes the slot; `a`'s grant, polled again, waits for it.
+    let mut c_holds = pin!(hold().paced(&c));
+    assert!(c_holds.as_mut().poll(&mut cx).is_pending());
+    done.store(true, Ordering::Relaxed);
+    assert!(
+        a_holds.as_mut().poll(&mut cx).is_pending(),
+        "waits for the slot"
+    );
+
+    elastic.shutdown();
+    assert_eq!(elastic.snapshot().governor, GovernorState::ShutDown);
+    assert!(
+        a_holds.as_mut().poll(&mut cx).is_ready(),
+        "runs without a slot"
+    );
+    assert!(b_holds.as_mut().poll(&mut cx).is_ready());
+    assert!(c_holds.as_mut().poll(&mut cx).is_ready());
 }

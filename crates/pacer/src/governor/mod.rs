@@ -939,16 +939,17 @@ impl Control {
 
     /// The governor has stopped, for `why` (the first reason stays): close every class (each
     /// waiter ends, no brake holds from now on, classes made later are closed as they are
-    /// made), and set `elastic_cpu_governor_up` to 0. Runs on the governor thread as it ends,
-    /// a panic's unwinding included, and at [`shutdown`](Self::shutdown).
+    /// made), then say so (the snapshot's state, so one that says it has stopped finds
+    /// everything closed; `elastic_cpu_governor_up` at 0). Runs on the governor thread as it
+    /// ends, a panic's unwinding included, and at [`shutdown`](Self::shutdown).
     pub(crate) fn end(&self, why: GovernorState) {
+        self.change(Governor::close);
         let _ = self.state.compare_exchange(
             state_code(GovernorState::Running),
             state_code(why),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        self.change(Governor::close);
         #[cfg(feature = "metrics")]
         self.export(crate::metrics::governor_down);
     }
