@@ -225,7 +225,8 @@ pub struct Snapshot {
     /// queue and every gate is closed and no brake holds: paced work runs unpaced, gates refuse.
     pub governor: GovernorState,
     /// Governor ticks whose metrics export panicked (in the installed `metrics` recorder): each
-    /// cost that tick's metrics, not the governor. Always 0 without feature `metrics`.
+    /// cost that tick's metrics, not the governor (a program built with `panic = "abort"`
+    /// aborts there instead, as on any panic). Always 0 without feature `metrics`.
     pub recorder_panics: u64,
 }
 
