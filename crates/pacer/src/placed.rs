@@ -1,6 +1,6 @@
 //! A future `Elastic::spawn` placed with `Placement::Auto`: paced on the runtime, it moves to
-//! the idle pool at its next poll once elastic work runs long (see `placement.rs`), and comes
-//! back to the runtime for good if the pool starves (see `idle/watch.rs`).
+//! the idle pool at its next poll once elastic work runs long (see `placement.rs`), comes back
+//! to the runtime while the pool starves (see `idle/watch.rs`), and goes again once it does not.
 
 use std::future::Future;
 use std::mem;
@@ -25,9 +25,11 @@ pub(crate) struct Placed<F: Future> {
     state: State<F>,
     /// The `Elastic`'s own class.
     shared: Arc<Shared>,
-    /// Where the pool is; empty once a move found none (the `Elastic` shut down) or the future
-    /// came back from a starved pool: it stays on the runtime then.
+    /// Where the pool is; empty once a move found none (the `Elastic` shut down): it stays on
+    /// the runtime then.
     placer: Weak<Placer>,
+    /// The pool it came back from, starved: it goes there again once the pool has settled.
+    starved: Option<Arc<PoolWatch>>,
     own: OwnAbort,
 }
 
@@ -130,6 +132,7 @@ where
             state: State::Here(Paced::new(Box::pin(future), shared.clone())),
             shared,
             placer,
+            starved: None,
             own,
         }
     }
@@ -146,6 +149,7 @@ where
             state: State::There(OnPool::start(pool, Box::pin(future), shared.clone())),
             shared,
             placer,
+            starved: None,
             own,
         }
     }
@@ -167,7 +171,8 @@ where
         };
     }
 
-    /// The pool is starved: take the future back if it is between polls, for good.
+    /// The pool is starved: take the future back if it is between polls, until the pool runs
+    /// again.
     fn recall(&mut self) {
         let State::There(on) = &mut self.state else {
             return;
@@ -177,7 +182,7 @@ where
         };
         on.task.abort();
         on.watch.returned();
-        self.placer = Weak::new();
+        self.starved = Some(on.watch.clone());
         self.state = State::Here(Paced::new(paced.into_inner(), self.shared.clone()));
     }
 }
@@ -213,7 +218,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         // Unpin: the future is boxed.
         let this = self.get_mut();
-        if matches!(this.state, State::Here(_)) && this.shared.long_polls.mostly() {
+        if matches!(this.state, State::Here(_))
+            && this.shared.long_polls.mostly()
+            && this.starved.as_ref().is_none_or(|w| w.settled())
+        {
             if let Some(placer) = this.placer.upgrade() {
                 this.move_to_pool(&placer);
             }

@@ -213,8 +213,8 @@ pub struct Snapshot {
     /// Why it goes there.
     pub placement_reason: PlacementReason,
     /// Futures [`Placement::Auto`] took back from the idle pool to the runtime because the
-    /// pool's threads got no CPU for a second (normal-priority threads kept every core busy):
-    /// they run on the runtime from then on, so a lock one holds is let go.
+    /// pool's threads got no CPU for ~0.3 s (normal-priority threads kept every core busy), so a
+    /// lock one holds is let go; they go back once the pool has run unstarved for 5 s.
     pub idle_returns: u64,
     /// Elastic polls (and `Pacer` iterations) on the runtime that ran past 4 quanta: a long
     /// library call (compression, hashing, a TLS handshake) between two yields holds its worker

@@ -6,11 +6,14 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::cpu_clock;
 use elastic_cpu_pacer::gate::{GateSettings, GatedListener};
 use elastic_cpu_pacer::Elastic;
 
@@ -75,18 +78,6 @@ fn out_of_descriptors_the_accept_loop_pauses_and_recovers() {
 /// Descriptors open now.
 fn open_descriptors() -> u64 {
     std::fs::read_dir("/proc/self/fd").unwrap().count() as u64
-}
-
-/// The process's CPU time (no descriptor needed to read it).
-fn process_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write to.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn child() {
@@ -167,9 +158,12 @@ fn child() {
 
 /// The share of a CPU the process used over the next `window`.
 async fn cpu_over(window: Duration) -> f64 {
-    let (cpu0, wall0) = (process_cpu(), std::time::Instant::now());
+    let (cpu0, wall0) = (
+        cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID),
+        std::time::Instant::now(),
+    );
     tokio::time::sleep(window).await;
-    (process_cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64()
+    (cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64()
 }
 
 static FREE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

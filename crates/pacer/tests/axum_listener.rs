@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use elastic_cpu_pacer::gate::{GateSettings, GatedListener, SetupListener};
+use elastic_cpu_pacer::gate::{ConnectionGate, GateSettings, GatedListener, SetupListener};
 use elastic_cpu_pacer::Elastic;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,6 +16,24 @@ fn runtime(elastic: &Elastic) -> tokio::runtime::Runtime {
         .runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2))
         .build()
         .unwrap()
+}
+
+/// axum serving `/hello` through `gate` on 127.0.0.1, each connection set up first by a toy
+/// handshake (the client says `H`, the server answers `A`, a handshake's shape).
+async fn serve_hello(gate: &ConnectionGate) -> std::net::SocketAddr {
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = SetupListener::new(GatedListener::new(tcp, gate.clone()).unwrap(), {
+        |mut s: TcpStream| async move {
+            let mut hello = [0u8; 1];
+            s.read_exact(&mut hello).await?;
+            s.write_all(b"A").await?;
+            Ok(s)
+        }
+    });
+    let addr = listener.local_addr();
+    let app = Router::new().route("/hello", get(|| async { "hi" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
 }
 
 /// The client's side of the toy setup, then one HTTP request: the whole response.
@@ -39,19 +57,7 @@ fn axum_serves_connections_once_their_setup_is_done() {
     let rt = runtime(&elastic);
     rt.block_on(async {
         let gate = elastic.connection_gate(GateSettings::new()).unwrap();
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        // The setup: the client says `H`, the server answers `A` (a handshake's shape).
-        let listener = SetupListener::new(GatedListener::new(tcp, gate.clone()).unwrap(), {
-            |mut s: TcpStream| async move {
-                let mut hello = [0u8; 1];
-                s.read_exact(&mut hello).await?;
-                s.write_all(b"A").await?;
-                Ok(s)
-            }
-        });
-        let addr = listener.local_addr();
-        let app = Router::new().route("/hello", get(|| async { "hi" }));
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = serve_hello(&gate).await;
         for _ in 0..3 {
             let response = set_up_and_get(addr).await;
             assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
@@ -112,18 +118,7 @@ fn silent_clients_are_closed_at_the_setup_timeout_and_keep_nobody_out() {
             .setup_timeout(Duration::from_millis(300));
         let gate = elastic.connection_gate(settings).unwrap();
         assert_eq!(gate.setup_timeout(), Duration::from_millis(300));
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let listener = SetupListener::new(GatedListener::new(tcp, gate.clone()).unwrap(), {
-            |mut s: TcpStream| async move {
-                let mut hello = [0u8; 1];
-                s.read_exact(&mut hello).await?;
-                s.write_all(b"A").await?;
-                Ok(s)
-            }
-        });
-        let addr = listener.local_addr();
-        let app = Router::new().route("/hello", get(|| async { "hi" }));
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = serve_hello(&gate).await;
         // Three clients that connect and say nothing: more than the one running place.
         let mut silent = Vec::new();
         for _ in 0..3 {

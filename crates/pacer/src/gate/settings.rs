@@ -170,26 +170,20 @@ impl GateSettings {
 
     /// Check every setting; the error names the first bad one.
     pub(crate) fn resolve(&self) -> Result<Resolved, SettingError> {
-        let deadline = self.deadline.unwrap_or(DEFAULT_DEADLINE);
-        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&deadline) {
-            return Err(SettingError::new(
-                "deadline",
-                format!("{deadline:?}"),
-                "1 ms ..= 1 h",
-            ));
-        }
-        let max_queue = self.max_queue.unwrap_or(DEFAULT_MAX_QUEUE);
-        if !(1..=1_000_000).contains(&max_queue) {
-            return Err(SettingError::new("max_queue", max_queue, "1 ..= 1000000"));
-        }
-        let setup_cost = self.setup_cost.unwrap_or(DEFAULT_SETUP_COST);
-        if !(Duration::from_micros(1)..=Duration::from_secs(10)).contains(&setup_cost) {
-            return Err(SettingError::new(
-                "setup_cost",
-                format!("{setup_cost:?}"),
-                "1 µs ..= 10 s",
-            ));
-        }
+        let up_to_an_hour = Duration::from_millis(1)..=Duration::from_secs(3600);
+        let deadline = within(
+            "deadline",
+            self.deadline.unwrap_or(DEFAULT_DEADLINE),
+            up_to_an_hour.clone(),
+            "1 ms ..= 1 h",
+        )?;
+        let max_queue = count("max_queue", self.max_queue.unwrap_or(DEFAULT_MAX_QUEUE))?;
+        let setup_cost = within(
+            "setup_cost",
+            self.setup_cost.unwrap_or(DEFAULT_SETUP_COST),
+            Duration::from_micros(1)..=Duration::from_secs(10),
+            "1 µs ..= 10 s",
+        )?;
         let share = |setting, v: f64, lo: f64, expected| {
             if v.is_finite() && (lo..=1.0).contains(&v) {
                 Ok(v)
@@ -223,22 +217,16 @@ impl GateSettings {
             "0.01 ..= 1.0",
         )?
         .clamp(min_share, max_share);
-        let setup_timeout = self.setup_timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT);
-        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&setup_timeout) {
-            return Err(SettingError::new(
-                "setup_timeout",
-                format!("{setup_timeout:?}"),
-                "1 ms ..= 1 h",
-            ));
-        }
-        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
-        if !(1..=1_000_000).contains(&max_in_flight) {
-            return Err(SettingError::new(
-                "max_in_flight",
-                max_in_flight,
-                "1 ..= 1000000",
-            ));
-        }
+        let setup_timeout = within(
+            "setup_timeout",
+            self.setup_timeout.unwrap_or(DEFAULT_SETUP_TIMEOUT),
+            up_to_an_hour,
+            "1 ms ..= 1 h",
+        )?;
+        let max_in_flight = count(
+            "max_in_flight",
+            self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+        )?;
         Ok(Resolved {
             deadline,
             setup_timeout,
@@ -251,5 +239,28 @@ impl GateSettings {
             order: self.order.unwrap_or_default(),
             cap_concurrency: self.cap_concurrency.unwrap_or(true),
         })
+    }
+}
+
+/// `value` if it lies in `range`, else the error naming `setting`.
+fn within(
+    setting: &'static str,
+    value: Duration,
+    range: std::ops::RangeInclusive<Duration>,
+    expected: &'static str,
+) -> Result<Duration, SettingError> {
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        Err(SettingError::new(setting, format!("{value:?}"), expected))
+    }
+}
+
+/// A count of `1 ..= 1 000 000`, else the error naming `setting`.
+fn count(setting: &'static str, n: usize) -> Result<usize, SettingError> {
+    if (1..=1_000_000).contains(&n) {
+        Ok(n)
+    } else {
+        Err(SettingError::new(setting, n, "1 ..= 1000000"))
     }
 }

@@ -10,9 +10,10 @@
 //! there comes back once the pool is starved, between two of its polls.
 //!
 //! The pool runs a pulse task that stamps the time every [`PULSE`]. A watch thread at normal
-//! priority looks every [`PULSE`]: a stamp older than [`STARVED`] means the pool's threads
-//! could not run a task that was ready for that long, and the watch wakes the runtime side of
-//! every future on the pool (which takes the future back if it sits between polls).
+//! priority looks every [`PULSE`]: a stamp older than [`STARVED`] at two looks in a row means
+//! the pool's threads could not run a task that was ready for that long (one stale look may be
+//! the host pausing the machine, which stops the watch too), and the watch wakes the runtime
+//! side of every future on the pool (which takes the future back if it sits between polls).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -22,10 +23,16 @@ use std::time::{Duration, Instant};
 /// How often the pool stamps its pulse, and the watch looks.
 pub(crate) const PULSE: Duration = Duration::from_millis(100);
 
-/// A pulse this late means the pool is starved: five of its pulses missed, far beyond the
-/// delays a busy but not saturated machine gives an idle thread (and about what a saturated
-/// one does: there the kernel runs a `SCHED_IDLE` thread for a slice about once a second).
-pub(crate) const STARVED: Duration = Duration::from_millis(500);
+/// A pulse this late (at two looks in a row) means the pool is starved: far beyond the delays a
+/// busy but not saturated machine gives an idle thread, which finds a free core within
+/// milliseconds; on a saturated one the kernel runs a `SCHED_IDLE` thread for a slice every
+/// few hundred milliseconds.
+pub(crate) const STARVED: Duration = Duration::from_millis(250);
+
+/// How long the pool must run unstarved before work that came back goes there again: long
+/// against one starved spell, so a lock holder does not shuttle to and fro while normal
+/// threads keep the cores busy with short breaks.
+pub(crate) const SETTLED: Duration = Duration::from_secs(5);
 
 /// The runtime side of a future on the pool: woken when the pool is starved.
 pub(crate) trait Recall: Send + Sync {
@@ -38,6 +45,12 @@ pub(crate) struct PoolWatch {
     base: Instant,
     /// When the pool's pulse task last ran: nanoseconds since `base`.
     pulse: AtomicU64,
+    /// When the pool was last seen starved: nanoseconds since `base` (0: never).
+    last_starved: AtomicU64,
+    /// The last look found the pulse stale.
+    stale: AtomicBool,
+    /// Two looks in a row found it stale, and no look since found it fresh.
+    starved: AtomicBool,
     /// Futures on the pool that may come back.
     moved: Mutex<Vec<Weak<dyn Recall>>>,
     /// Futures that came back.
@@ -52,6 +65,9 @@ impl PoolWatch {
         let watch = Arc::new(PoolWatch {
             base: Instant::now(),
             pulse: AtomicU64::new(0),
+            last_starved: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+            starved: AtomicBool::new(false),
             moved: Mutex::new(Vec::new()),
             returned: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -78,10 +94,33 @@ impl PoolWatch {
         self.pulse.store(self.now(), Ordering::Relaxed);
     }
 
-    /// Whether the pool's pulse is older than [`STARVED`].
+    /// One look at the pulse (the watch thread's, every [`PULSE`]): whether the pool is starved
+    /// now.
+    fn look(&self) -> bool {
+        let now = self.now();
+        let stale =
+            now.saturating_sub(self.pulse.load(Ordering::Relaxed)) > STARVED.as_nanos() as u64;
+        let starved = stale && self.stale.swap(stale, Ordering::Relaxed);
+        if !stale {
+            self.stale.store(false, Ordering::Relaxed);
+        }
+        if starved {
+            self.last_starved.store(now.max(1), Ordering::Relaxed);
+        }
+        self.starved.store(starved, Ordering::Release);
+        starved
+    }
+
+    /// Whether the pool is starved, as the watch's last look found it.
     pub(crate) fn starved(&self) -> bool {
-        let last = self.pulse.load(Ordering::Relaxed);
-        self.now().saturating_sub(last) > STARVED.as_nanos() as u64
+        self.starved.load(Ordering::Acquire)
+    }
+
+    /// Whether the pool has run unstarved for [`SETTLED`]: work that came back may go again.
+    pub(crate) fn settled(&self) -> bool {
+        let last = self.last_starved.load(Ordering::Relaxed);
+        !self.starved()
+            && (last == 0 || self.now().saturating_sub(last) > SETTLED.as_nanos() as u64)
     }
 
     /// A future went to the pool: wake `recall` while the pool is starved.
@@ -135,7 +174,7 @@ fn run(watch: Weak<PoolWatch>) {
         if watch.stop.load(Ordering::Acquire) {
             return;
         }
-        if watch.starved() {
+        if watch.look() {
             watch.recall();
         }
     }
@@ -157,7 +196,7 @@ mod tests {
     fn a_fresh_pulse_is_not_starved_and_ended_futures_are_dropped() {
         let watch = PoolWatch::start().unwrap();
         watch.beat();
-        assert!(!watch.starved());
+        assert!(!watch.look() && !watch.starved() && watch.settled());
         let live: Arc<dyn Recall> = Arc::new(Counter(AtomicU64::new(0)));
         watch.watch(Arc::downgrade(&live));
         {
@@ -186,13 +225,20 @@ mod tests {
         let stale = PoolWatch {
             base,
             pulse: AtomicU64::new(0),
+            last_starved: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+            starved: AtomicBool::new(false),
             moved: Mutex::new(Vec::new()),
             returned: AtomicU64::new(0),
             stop: AtomicBool::new(true),
             thread: Mutex::new(None),
         };
-        assert!(stale.starved());
+        // One stale look may be the machine paused: starved at the second.
+        assert!(!stale.look());
+        assert!(stale.look() && stale.starved());
         stale.beat();
-        assert!(!stale.starved());
+        assert!(!stale.look() && !stale.starved());
+        // Starved just now: not settled until it has run for a while.
+        assert!(!stale.settled());
     }
 }
