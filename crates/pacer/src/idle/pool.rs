@@ -194,14 +194,14 @@ impl Started {
 /// start. A task on the pool stamps a pulse every 100 ms, and a thread at normal priority
 /// (`elastic-cpu-idle-watch`) looks at it: work [`Placement::Auto`] put here comes back to
 /// the runtime while the pool has had no CPU for ~0.3 s, so a lock it holds is let go.
-///
-/// [`Placement::Auto`]: crate::settings::Placement::Auto Dropping the `IdleRuntime` shuts it down like dropping a tokio [`Runtime`]; use
+/// Dropping the `IdleRuntime` shuts it down like dropping a tokio [`Runtime`]; use
 /// [`shutdown_timeout`](Self::shutdown_timeout) to bound the wait. The pool's own threads are
 /// what cancel its tasks, and while normal threads keep every core busy they get next to no
 /// CPU: there only `shutdown_timeout` or [`shutdown_background`](Self::shutdown_background)
 /// bounds how long a shutdown takes.
 ///
 /// [`paced`]: crate::PacedExt::paced
+/// [`Placement::Auto`]: crate::settings::Placement::Auto
 pub struct IdleRuntime {
     rt: Runtime,
     /// Whether the pool's threads get CPU, for the work `Auto` put here.
