@@ -1,7 +1,9 @@
 //! Properties of the connection gate's queue over random sequences of attempts, polls,
 //! cancels, settles, setups waiting on their peers and resuming, ticks, rate changes and a
 //! close: the queue never exceeds its bound, nor the setups in flight theirs, every attempt
-//! ends exactly once, no setup starts after its deadline, and the ledger balances.
+//! ends exactly once, no setup starts after its deadline, and the ledger balances. The clock may
+//! step backwards (a clock source that is set back): deadlines are clock times, so a step back
+//! lengthens a wait, and every waiter still ends once the clock passes its deadline.
 
 use std::task::{Poll, Waker};
 use std::time::Duration;
@@ -19,6 +21,7 @@ enum Op {
     Cancel(usize),
     Settle { which: usize, used_us: u64 },
     Advance { ms: u64 },
+    StepBack { ms: u64 },
     Tick,
     Rate { per_mille: u64 },
     Close,
@@ -34,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Cancel),
         3 => (any::<usize>(), 0u64..5000).prop_map(|(which, used_us)| Op::Settle { which, used_us }),
         2 => (0u64..300).prop_map(|ms| Op::Advance { ms }),
+        1 => (0u64..3000).prop_map(|ms| Op::StepBack { ms }),
         2 => Just(Op::Tick),
         1 => (0u64..2000).prop_map(|per_mille| Op::Rate { per_mille }),
         1 => prop_oneof![99 => Just(Op::Tick), 1 => Just(Op::Close)],
@@ -105,6 +109,9 @@ proptest! {
                     q.done(g, Duration::from_micros(used_us));
                 }
                 Op::Advance { ms } => clock.advance(Duration::from_millis(ms)),
+                Op::StepBack { ms } => {
+                    clock.set(clock.now().saturating_sub(Duration::from_millis(ms)));
+                }
                 Op::Tick => {
                     q.tick();
                 }
@@ -137,6 +144,18 @@ proptest! {
                 // Ended: refused, or granted before its deadline and not collected yet (a
                 // grant waits in its ticket; the grant path itself refuses expired waiters).
                 // Never still waiting.
+                match t.poll(Waker::noop()) {
+                    Poll::Ready(Ok(g)) => running.push(g),
+                    Poll::Ready(Err(_)) => {}
+                    Poll::Pending => prop_assert!(false, "still waiting past its deadline"),
+                }
+            }
+        }
+        // Past every deadline, a tick ends every waiter left (refused, or granted in time).
+        if let Some(last) = tickets.iter().map(|t| t.1).max() {
+            clock.set(last.max(clock.now()));
+            q.tick();
+            for (t, _) in &mut tickets {
                 match t.poll(Waker::noop()) {
                     Poll::Ready(Ok(g)) => running.push(g),
                     Poll::Ready(Err(_)) => {}

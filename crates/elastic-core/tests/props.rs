@@ -11,12 +11,16 @@
 //! * bounded debt: the balance never goes below one burst of debt (`−rate`);
 //! * liveness: once tokens keep arriving, every waiter is granted within the time the debt and
 //!   the slices ahead of it need.
+//!
+//! The clock may step backwards (a clock source that is set back): the bucket then refills
+//! nothing until the clock is past the latest time it has seen, so a step back and forth mints
+//! no tokens; every invariant above holds through it.
 
 mod common;
 
 use common::{waker, wakes, CountingWaker};
 use elastic_cpu_core::{
-    rate_for, Admit, Closed, ControllerConfig, Grant, ManualClock, StepController, Ticket,
+    rate_for, Admit, Clock, Closed, ControllerConfig, Grant, ManualClock, StepController, Ticket,
     WorkQueue, MAX_SLICE, MIN_SLICE,
 };
 use proptest::prelude::*;
@@ -38,6 +42,8 @@ enum Op {
     Cancel(Index),
     /// Advance the clock by this many ns.
     Advance(u64),
+    /// Set the clock back by this many ns (not below zero).
+    StepBack(u64),
     /// Governor tick with p99 = this many ‰ of the target (None = no data).
     Tick(Option<u64>),
     SetRate(u64),
@@ -53,6 +59,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<Index>(), 0u64..=2000).prop_map(|(i, u)| Op::Done(i, u)),
         2 => any::<Index>().prop_map(Op::Cancel),
         4 => prop_oneof![0u64..1_000, 0u64..300_000_000].prop_map(Op::Advance),
+        1 => prop_oneof![0u64..1_000, 0u64..300_000_000, 0u64..3_000_000_000].prop_map(Op::StepBack),
         3 => proptest::option::of(0u64..=2000).prop_map(Op::Tick),
         1 => (0u64..2_000_000_000).prop_map(Op::SetRate),
         1 => (0u64..=1200).prop_map(Op::Lower),
@@ -111,8 +118,11 @@ struct Sim {
     rate: u64,
     closed: bool,
     queued_since_tick: bool,
-    /// Σ dt × rate + Σ max(0, Δrate) × 1e9: the token supply, scaled by 1e9 to stay exact.
+    /// Σ dt × rate + Σ max(0, Δrate) × 1e9: the token supply, scaled by 1e9 to stay exact. Only
+    /// time past `latest` counts: after a step back the bucket refills nothing until then.
     supply: i128,
+    /// The latest time the clock has shown.
+    latest: Duration,
     /// (acquired − returned, supply, burst, debt forgiven) after every step.
     checkpoints: Vec<(i128, i128, i128, i128)>,
 }
@@ -140,6 +150,7 @@ impl Sim {
             closed: false,
             queued_since_tick: false,
             supply: 0,
+            latest: Duration::ZERO,
             checkpoints: Vec::new(),
         };
         sim.check();
@@ -262,9 +273,10 @@ impl Sim {
                     self.live.remove(i.index(self.live.len()));
                 }
             }
-            Op::Advance(ns) => {
-                self.clock.advance(Duration::from_nanos(ns));
-                self.supply += ns as i128 * self.rate as i128;
+            Op::Advance(ns) => self.advance(Duration::from_nanos(ns)),
+            Op::StepBack(ns) => {
+                let back = self.clock.now().saturating_sub(Duration::from_nanos(ns));
+                self.clock.set(back);
             }
             Op::Tick(p99) => {
                 let waiting = self.queue.snapshot().waiters > 0;
@@ -311,6 +323,16 @@ impl Sim {
             }
         }
         self.check();
+    }
+
+    /// Move the clock forward; the time past the latest it has shown brings tokens.
+    fn advance(&mut self, by: Duration) {
+        self.clock.advance(by);
+        let now = self.clock.now();
+        if now > self.latest {
+            self.supply += (now - self.latest).as_nanos() as i128 * self.rate as i128;
+            self.latest = now;
+        }
     }
 
     fn close(&mut self) {
@@ -382,7 +404,10 @@ impl Sim {
         let debt = (-s.balance_nanos).max(0) as u128;
         let ahead: u128 = self.live.iter().map(|l| l.slice as u128).sum();
         let per_step = self.rate as u128; // one second per step
-        let bound = ((debt + ahead) / per_step.max(1) + self.live.len() as u128 + 2) as usize;
+                                          // A clock set back first catches up with the latest time it showed, refilling nothing.
+        let behind = (self.latest - self.clock.now()).as_secs() as u128 + 1;
+        let bound =
+            ((debt + ahead) / per_step.max(1) + self.live.len() as u128 + 2 + behind) as usize;
         let mut steps = 0;
         self.poll_all();
         while !self.live.is_empty() {
@@ -391,8 +416,7 @@ impl Sim {
                 "waiters starve: {} left after {steps} s",
                 self.live.len()
             );
-            self.clock.advance(Duration::from_secs(1));
-            self.supply += NS * self.rate as i128;
+            self.advance(Duration::from_secs(1));
             self.queue.tick();
             self.poll_all();
             self.check();

@@ -138,8 +138,11 @@
 //   outliers -> sites
 //   sites: no crate imports
 //   config, hists, cgroup: no crate imports
+//   fuzzing -> run_queue, stacking
 mod cgroup;
 mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hists;
 #[cfg(tokio_unstable)]
 mod hooks;

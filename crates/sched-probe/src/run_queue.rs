@@ -19,16 +19,16 @@ const OWN_THREADS: &str = "elastic-cpu-";
 
 /// One thread's scheduler counters, as in its `schedstat` file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Schedstat {
-    on_cpu_ns: u64,
-    wait_ns: u64,
-    timeslices: u64,
+pub(crate) struct Schedstat {
+    pub(crate) on_cpu_ns: u64,
+    pub(crate) wait_ns: u64,
+    pub(crate) timeslices: u64,
 }
 
 impl Schedstat {
     /// Parses `<on cpu ns> <run-queue wait ns> <timeslices>`; later fields, if a kernel adds any,
     /// are ignored. `None` if the first three are not all numbers.
-    fn parse(text: &str) -> Option<Schedstat> {
+    pub(crate) fn parse(text: &str) -> Option<Schedstat> {
         let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
         let mut next = || fields.next()?.ok();
         Some(Schedstat {

@@ -16,26 +16,33 @@ const STAT_BYTES: usize = 512;
 /// Reads between two looks at the registry (a worker starts or stops rarely; a stale file
 /// fails its read and is dropped at once).
 const RELIST_EVERY: u32 = 1024;
+/// CPU numbers above this are not a kernel's (`NR_CPUS` is at most 8192): the read sizes a
+/// per-CPU table by the number, so a garbled file must not name CPU 4 billion.
+pub(crate) const MAX_CPU: u32 = 65_535;
 
 /// One worker's scheduler state in its `stat` file: runnable (`R`: running or waiting for a
 /// CPU) or not, and the CPU whose run queue it is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct WorkerState {
-    runnable: bool,
-    cpu: u32,
+pub(crate) struct WorkerState {
+    pub(crate) runnable: bool,
+    pub(crate) cpu: u32,
 }
 
 impl WorkerState {
     /// Parses `<pid> (<comm>) <state> ... <processor> ...`: the state is the third field and the
     /// CPU the 39th, counted after the last `)` (a thread's name may hold spaces and
-    /// parentheses). `None` if the line is cut short or the CPU is not a number.
-    fn parse(line: &[u8]) -> Option<WorkerState> {
+    /// parentheses). `None` if the line is cut short or the CPU is not a number up to
+    /// [`MAX_CPU`].
+    pub(crate) fn parse(line: &[u8]) -> Option<WorkerState> {
         let close = line.iter().rposition(|&b| b == b')')?;
         let mut fields = line.get(close + 2..)?.split(|&b| b == b' ');
         let state = fields.next()?;
         // Fields 4 to 38 lie between the state and the processor.
         let cpu = fields.nth(35)?;
         let cpu = std::str::from_utf8(cpu).ok()?.trim_end().parse().ok()?;
+        if cpu > MAX_CPU {
+            return None;
+        }
         Some(WorkerState {
             runnable: state == b"R",
             cpu,
@@ -358,5 +365,22 @@ mod tests {
         assert_eq!(WorkerState::parse(b"no parenthesis R"), None);
         let garbled = line("w", "R", 0).replace(" 0 ", " x ");
         assert_eq!(WorkerState::parse(garbled.as_bytes()), None);
+    }
+
+    #[test]
+    fn a_cpu_no_kernel_has_is_none() {
+        // The read sizes a per-CPU table by the number: CPU 4 billion would ask for 32 GB.
+        for cpu in [MAX_CPU + 1, u32::MAX] {
+            assert_eq!(WorkerState::parse(line("w", "R", cpu).as_bytes()), None);
+        }
+        let last = WorkerState::parse(line("w", "R", MAX_CPU).as_bytes()).unwrap();
+        assert_eq!(last.cpu, MAX_CPU);
+        // Read from a file, it is a bad file (dropped), not a table of 4 billion CPUs.
+        let proc = FakeProc::new("huge-cpu");
+        let registry = ThreadRegistry::new();
+        registry.register(41, ThreadRole::Worker);
+        proc.set(41, "R", u32::MAX);
+        let mut s = WorkerStacking::with_proc_root(&registry, &proc.root);
+        assert_eq!(s.read(Some(0)).unwrap().workers, 0);
     }
 }
