@@ -259,6 +259,7 @@ struct Report {
     governor_running: bool,
     ticks: u64,
     elastic_cpu: Duration,
+    placement: String,
     quota_changes: u64,
     gate_line: String,
     failures: Vec<String>,
@@ -301,8 +302,9 @@ impl Report {
             get(&c.dropped)
         );
         println!(
-            "  elastic CPU used      {:.1} s",
-            self.elastic_cpu.as_secs_f64()
+            "  elastic CPU used      {:.1} s; placement {}",
+            self.elastic_cpu.as_secs_f64(),
+            self.placement
         );
         println!(
             "  clients               {} honest ({} set up, {} refused or failed), {} vanished mid-setup, {} silent ({} closed by the server)",
@@ -646,6 +648,7 @@ fn soak(config: &Config) -> Report {
     elastic.shutdown();
     drop((gate, class));
     let (elastic_cpu, quota_changes, ticks) = (s.used, s.quota_changes, s.ticks);
+    let placement = format!("{:?} ({:?})", s.placement, s.placement_reason);
     drop(elastic);
     rt.shutdown_timeout(Duration::from_secs(10));
     let until = Instant::now() + Duration::from_secs(10);
@@ -678,6 +681,7 @@ fn soak(config: &Config) -> Report {
         governor_running,
         ticks,
         elastic_cpu,
+        placement,
         quota_changes,
         gate_line,
         failures,
@@ -872,10 +876,18 @@ async fn clients(
                     }
                 }
                 // Vanishes mid-setup: gone after a random part of the handshake.
-                6..=8 => {
-                    bump(&counts.vanished);
-                    let _ = tokio::time::timeout(vanish_after, client.connect(tcp)).await;
-                }
+                6..=8 => match tokio::time::timeout(vanish_after, client.connect(tcp)).await {
+                    Err(_) => bump(&counts.vanished),
+                    // Done before its time to vanish: an honest one after all.
+                    Ok(done) => {
+                        bump(&counts.honest);
+                        bump(if done.is_ok() {
+                            &counts.honest_ok
+                        } else {
+                            &counts.honest_failed
+                        });
+                    }
+                },
                 // Silent: sends nothing and waits for the server to close.
                 _ => {
                     if silent_n.load(Ordering::Relaxed) >= 8 {
