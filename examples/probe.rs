@@ -104,11 +104,14 @@ fn main() {
         Source::Hooks if compare => Some(Probe::new(config.clone()).expect("valid")),
         _ => None,
     };
-    let _sampler = match (Probe::source(), &sampler_probe) {
+    let sampler = match (Probe::source(), &sampler_probe) {
         (Source::Sampler, _) => Some(probe.start_sampler(rt.handle())),
         (Source::Hooks, Some(second)) => Some(second.start_sampler(rt.handle())),
         (Source::Hooks, None) => None,
     };
+    let _sampler = sampler
+        .transpose()
+        .expect("the OS refused the sampler's thread");
     println!(
         "elastic-cpu-probe example: {WORKERS} workers, source {:?}, tick {:?}, window {:?}; \
          {:?} idle, then {:?} with {SPINNERS} tasks spinning {:?} per poll",

@@ -4,6 +4,7 @@
 //! once.
 
 const README: &str = include_str!("../README.md");
+#[cfg(feature = "metrics")]
 const METRICS_DOC: &str = include_str!("../docs/metrics.md");
 
 /// The first cell of every row of the README's first table under `## {section}`.

@@ -189,7 +189,7 @@ impl Control {
         let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
         let rt = if attach {
             let rt = (fg::runtime_builder(workers).build()).map_err(|e| format!("runtime: {e}"))?;
-            elastic.attach(rt.handle());
+            (elastic.attach(rt.handle())).map_err(|e| format!("attach: {e}"))?;
             (elastic.start_io_probe(rt.handle())).map_err(|e| format!("I/O probe: {e}"))?;
             rt
         } else {

@@ -600,6 +600,16 @@ impl Class {
         }
     }
 
+    /// The governor has stopped: let go of every hold and close the queue, so nothing waits
+    /// for a grant (or a release) that cannot come.
+    pub(crate) fn end(&mut self) {
+        self.held = 0;
+        if let Some(q) = self.queue() {
+            q.close();
+            q.set_braked(false);
+        }
+    }
+
     /// Whether its work waited in the last tick with tokens to spare and ran under
     /// [`HELD_BACK_USED`] of its part: held by the CPUs (or its holder cap), not by its bucket.
     fn bound_elsewhere(&self, cpus: f64) -> bool {

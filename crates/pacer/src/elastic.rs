@@ -67,8 +67,11 @@ use crate::snapshot::Snapshot;
 /// (`elastic-cpu-sampler`), which also ends by itself soon after its runtime shuts down.
 /// [`shutdown`](Self::shutdown) stops and joins both; without it they end once the last
 /// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this handle
-/// is dropped. Either way the work queues close, so nothing waits for a grant that cannot come:
-/// paced work left then runs unpaced.
+/// is dropped. Either way the work queues and gates close and no brake holds, so nothing waits
+/// for a grant that cannot come: paced work left then runs unpaced, gates refuse. The same
+/// happens however else the governor thread ends (a panic): it is not restarted, and
+/// [`Snapshot::governor`] says why it stopped. A panic in the installed `metrics` recorder does
+/// not end it (see [`Snapshot::recorder_panics`]).
 ///
 /// [`fixed_share`]: ElasticBuilder::fixed_share
 /// [`initial_share`]: ElasticBuilder::initial_share
@@ -151,7 +154,7 @@ impl Elastic {
     /// ```
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
     /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_io().build()?;
-    /// elastic.attach(rt.handle());
+    /// elastic.attach(rt.handle())?;
     /// elastic.start_io_probe(rt.handle())?;
     /// assert!(elastic.snapshot().io_probe.is_on());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -176,6 +179,10 @@ impl Elastic {
     /// the cgroup's throttling and holds elastic work within what the foreground leaves of the
     /// quota (see [`Inputs`](crate::settings::Inputs)).
     ///
+    /// Fails, changing nothing, where the OS refuses the sampling probe's thread (a pids or
+    /// thread limit in a container: `EAGAIN`, [`io::ErrorKind::WouldBlock`]); without it the
+    /// governor would steer on no latency at all.
+    ///
     /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
     ///
     /// ```
@@ -183,22 +190,32 @@ impl Elastic {
     /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ///     let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
     ///     let handle = tokio::runtime::Handle::current();
-    ///     elastic.attach(&handle); // the bucket, and the sampling probe
+    ///     elastic.attach(&handle)?; // the bucket, and the sampling probe
     ///     elastic.start_io_probe(&handle)?; // the I/O wake-up signal
     ///     let sum = elastic.spawn(async { (0..1_000u64).sum::<u64>() })?.await?;
     ///     assert_eq!(sum, 499_500);
     ///     Ok(())
     /// }
     /// ```
-    pub fn attach(&self, handle: &Handle) {
-        self.control.attach(handle.metrics().num_workers());
+    pub fn attach(&self, handle: &Handle) -> io::Result<()> {
         // Without the task hooks (no `tokio_unstable`, or a runtime built without `instrument`:
         // `#[tokio::main]`) the sampler measures the runtime. On a manual clock the test drives
-        // the probe: no sampler records real latencies.
+        // the probe: no sampler records real latencies. Started first: if the OS refuses its
+        // thread, nothing has changed.
         let root = self.shared.root_class();
-        if !root.probe.has_hooks() && !self.control.is_manual() {
-            root.keep_sampler(root.probe.start_sampler_registering(handle, &root.threads));
+        let sampler = if !root.probe.has_hooks() && !self.control.is_manual() {
+            Some(
+                root.probe
+                    .start_sampler_registering(handle, &root.threads)?,
+            )
+        } else {
+            None
+        };
+        self.control.attach(handle.metrics().num_workers());
+        if let Some(sampler) = sampler {
+            root.keep_sampler(sampler);
         }
+        Ok(())
     }
 
     /// Build an [`IdleRuntime`] of `workers` threads at the lowest OS priority, for elastic
@@ -319,10 +336,24 @@ impl Elastic {
         F::Output: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let on_pool = |pool: &IdleRuntime, future| {
+        let on_pool = |pool: &IdleRuntime, future| match Handle::try_current() {
+            // `Auto`: watched from the runtime, to come back if the pool starves.
+            Ok(handle) if self.placer.auto() => {
+                let own = OwnAbort::default();
+                let placed = Placed::on_pool(
+                    future,
+                    pool,
+                    self.shared.clone(),
+                    Arc::downgrade(&self.placer),
+                    own.clone(),
+                );
+                let task = handle.spawn(placed);
+                let _ = own.set(task.abort_handle());
+                task
+            }
             // In this handle's class: on the pool the own class's work becomes idle work, and
             // a class made with `class` keeps its part.
-            pool.handle().spawn(Paced::new(future, self.shared.clone()))
+            _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
         };
         #[cfg(feature = "idle-pool")]
         let future = match self.route(Work::Future, on_pool, future) {
@@ -471,6 +502,36 @@ impl Elastic {
         let _ = self.control.brake_step();
     }
 
+    /// Make the governor thread end (`how`) the next time it wakes up, right after that
+    /// wake-up's tick or brake step: at its next tick, at the probe's alarm (the brake, which it
+    /// ends with on), or at a brake's re-check (feature `test-util`: a fault for the tests of
+    /// what its end does). Whatever was waiting on its classes and gates then ends, and
+    /// [`Snapshot::governor`] says why it stopped. Without a governor thread (a
+    /// [manual](ElasticBuilder::manual) clock) nothing happens.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::snapshot::GovernorState;
+    /// use elastic_cpu_pacer::testing::GovernorEnd;
+    /// use elastic_cpu_pacer::{settings::Brake, Elastic};
+    /// use std::time::Duration;
+    ///
+    /// let elastic = Elastic::builder().brake(Brake::At(Duration::from_millis(1))).build()?;
+    /// elastic.end_governor(GovernorEnd::Exit);
+    /// // A foreground poll that waited too long: the alarm wakes the governor; it brakes, ends.
+    /// elastic.probe().record_poll(Some(Duration::from_millis(5)), None, false);
+    /// while elastic.snapshot().governor.is_running() {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// let s = elastic.snapshot();
+    /// assert_eq!(s.governor, GovernorState::Exited);
+    /// assert!(s.queue.closed && !s.braked);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    #[cfg(feature = "test-util")]
+    pub fn end_governor(&self, how: crate::governor::GovernorEnd) {
+        self.control.inject(how);
+    }
+
     /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
@@ -503,6 +564,7 @@ impl Elastic {
         let root = self.shared.root_class();
         let mut s = self.control.snapshot(root, root.probe.window());
         (s.placement, s.placement_reason) = self.placer.decided();
+        s.idle_returns = self.placer.idle_returns();
         s
     }
 
@@ -575,7 +637,9 @@ impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
     /// [`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) it enables the runtime's I/O
     /// driver and starts the I/O wake-up probe ([`Elastic::start_io_probe`]); a probe that
     /// cannot start is no error ([`Snapshot::io_probe`] says why). It always enables the timer,
-    /// which the connection gate's setup timeouts and accept pauses use.
+    /// which the connection gate's setup timeouts and accept pauses use. Fails where tokio's
+    /// builder does, or where [`Elastic::attach`] does (the OS refusing the sampling probe's
+    /// thread).
     pub fn build(mut self) -> io::Result<Runtime> {
         let builder = self.builder.borrow_mut();
         self.elastic.instrument(builder);
@@ -585,7 +649,7 @@ impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
             builder.enable_io();
         }
         let rt = builder.build()?;
-        self.elastic.attach(rt.handle());
+        self.elastic.attach(rt.handle())?;
         if io {
             let _said_in_the_snapshot = self.elastic.start_io_probe(rt.handle());
         }

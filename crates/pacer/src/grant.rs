@@ -155,7 +155,7 @@ impl GrantState {
                 Some(Slot::Held(_)) => return true,
                 Some(Slot::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
                     Poll::Ready(Ok(permit)) => self.slot = Some(Slot::Held(permit)),
-                    // Never closed; were it, the grant runs without.
+                    // Closed when the governor stopped: the grant runs without.
                     Poll::Ready(Err(_)) => {
                         self.slot = None;
                         return true;

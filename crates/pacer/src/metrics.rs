@@ -1,6 +1,8 @@
 //! Export through the `metrics` facade, once per governor tick, from the tick's [`Snapshot`].
 //! The application installs the exporter; with none installed these calls cost next to
-//! nothing.
+//! nothing. A panic in the installed recorder costs that tick's metrics, not the governor (it
+//! is caught and counted: `elastic_cpu_recorder_panics_total`); under `panic = "abort"` it
+//! aborts the process, as any panic does.
 //!
 //! Counts that only grow are counters. The CPU-time totals (`*_seconds` that only grow) are
 //! gauges set to the running total: the facade's counters hold integers, and a counter of whole
@@ -102,6 +104,16 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "elastic_cpu_brakes_total",
         "count",
         "Times the backlog brake stopped elastic work since start",
+    ),
+    (
+        "elastic_cpu_governor_up",
+        "count",
+        "1 while the governor steers, 0 once it has stopped (shut down, its thread ended or panicked): every queue and gate is closed then",
+    ),
+    (
+        "elastic_cpu_recorder_panics_total",
+        "count",
+        "Ticks whose metrics export panicked in the installed recorder (each cost that tick's metrics)",
     ),
     (
         "elastic_cpu_os_yields_total",
@@ -231,6 +243,12 @@ fn describe() {
     }
 }
 
+/// The governor has stopped: `elastic_cpu_governor_up` is 0 (its last export).
+pub(crate) fn governor_down() {
+    describe();
+    gauge!("elastic_cpu_governor_up").set(0.0);
+}
+
 /// Emit every metric in [`METRICS`] from `s`.
 pub(crate) fn emit(s: &Snapshot) {
     describe();
@@ -276,6 +294,8 @@ pub(crate) fn emit(s: &Snapshot) {
     counter!("elastic_cpu_grants_total").absolute(s.grants);
     counter!("elastic_cpu_waits_total").absolute(s.waits);
     counter!("elastic_cpu_brakes_total").absolute(s.brakes);
+    gauge!("elastic_cpu_governor_up").set(if s.governor.is_running() { 1.0 } else { 0.0 });
+    counter!("elastic_cpu_recorder_panics_total").absolute(s.recorder_panics);
     counter!("elastic_cpu_os_yields_total").absolute(s.os_yields);
     counter!("elastic_cpu_idle_unstacked_total").absolute(s.idle_unstacked);
     counter!("elastic_cpu_long_polls_total").absolute(s.long_polls);

@@ -1,14 +1,17 @@
-//! A future `Elastic::spawn` put on the runtime for now: paced there, it moves to the idle pool
-//! at its next poll once elastic work runs long (see `placement.rs`).
+//! A future `Elastic::spawn` placed with `Placement::Auto`: paced on the runtime, it moves to
+//! the idle pool at its next poll once elastic work runs long (see `placement.rs`), and comes
+//! back to the runtime for good if the pool starves (see `idle/watch.rs`).
 
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock, Weak};
-use std::task::{ready, Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::task::{Context, Poll, Waker};
 
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::idle::watch::{PoolWatch, Recall};
+use crate::idle::IdleRuntime;
 use crate::paced::Paced;
 use crate::placement::Placer;
 use crate::shared::Shared;
@@ -17,12 +20,13 @@ use crate::shared::Shared;
 /// was cancelled (the pool shut down) ends cancelled too.
 pub(crate) type OwnAbort = Arc<OnceLock<AbortHandle>>;
 
-/// Elastic work on the runtime that may move to the idle pool.
+/// Elastic work that `Auto` placed: on the runtime now, on the pool, or back on the runtime.
 pub(crate) struct Placed<F: Future> {
     state: State<F>,
     /// The `Elastic`'s own class.
     shared: Arc<Shared>,
-    /// Where the pool is; empty once a move found none (the `Elastic` shut down).
+    /// Where the pool is; empty once a move found none (the `Elastic` shut down) or the future
+    /// came back from a starved pool: it stays on the runtime then.
     placer: Weak<Placer>,
     own: OwnAbort,
 }
@@ -32,13 +36,94 @@ pub(crate) struct Placed<F: Future> {
 enum State<F: Future> {
     /// Paced on the runtime.
     Here(Paced<Pin<Box<F>>>),
-    /// Moved: the pool's task.
-    There(JoinHandle<F::Output>),
-    /// Between the two, only inside `move_to_pool`.
+    /// On the pool.
+    There(OnPool<F>),
+    /// Between the two, only inside a move.
     Moving,
 }
 
-impl<F: Future> Placed<F> {
+/// A future on the pool, and how to take it back.
+struct OnPool<F: Future> {
+    /// The pool's task: `None` once the future was taken back.
+    task: JoinHandle<Option<F::Output>>,
+    slot: Arc<Slot<F>>,
+    watch: Arc<PoolWatch>,
+}
+
+/// Where a future on the pool waits between its polls, so the runtime can take it back.
+struct Slot<F: Future> {
+    held: Mutex<Held<F>>,
+    /// The runtime task waiting for it.
+    waker: Mutex<Option<Waker>>,
+}
+
+// In the slot's own allocation, one per moved future.
+#[allow(clippy::large_enum_variant)]
+enum Held<F: Future> {
+    /// Between polls.
+    Parked(Paced<Pin<Box<F>>>),
+    /// A pool thread polls it.
+    Polling,
+    /// Done, or taken back.
+    Gone,
+}
+
+impl<F: Future> Slot<F> {
+    fn lock(&self) -> MutexGuard<'_, Held<F>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The future, if it is between polls; `then` is left in its place.
+    fn take(&self, then: Held<F>) -> Option<Paced<Pin<Box<F>>>> {
+        let mut held = self.lock();
+        match mem::replace(&mut *held, Held::Gone) {
+            Held::Parked(paced) => {
+                *held = then;
+                Some(paced)
+            }
+            other => {
+                *held = other;
+                None
+            }
+        }
+    }
+}
+
+impl<F: Future + Send + 'static> Recall for Slot<F> {
+    fn wake(&self) {
+        let waker = self.waker.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The pool's task for a future in a [`Slot`]: polls it while it is there; ends with `None` if
+/// the runtime took it back.
+struct Shuttle<F: Future>(Arc<Slot<F>>);
+
+impl<F: Future> Future for Shuttle<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        let slot = &self.0;
+        let Some(mut paced) = slot.take(Held::Polling) else {
+            return Poll::Ready(None);
+        };
+        let out = Pin::new(&mut paced).poll(cx);
+        *slot.lock() = match out {
+            Poll::Ready(_) => Held::Gone,
+            Poll::Pending => Held::Parked(paced),
+        };
+        out.map(Some)
+    }
+}
+
+impl<F: Future> Placed<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
     #[track_caller]
     pub(crate) fn new(future: F, shared: Arc<Shared>, placer: Weak<Placer>, own: OwnAbort) -> Self {
         Placed {
@@ -48,13 +133,23 @@ impl<F: Future> Placed<F> {
             own,
         }
     }
-}
 
-impl<F> Placed<F>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
+    /// Elastic work that starts on `pool`, and comes back to the runtime if the pool starves.
+    pub(crate) fn on_pool(
+        future: F,
+        pool: &IdleRuntime,
+        shared: Arc<Shared>,
+        placer: Weak<Placer>,
+        own: OwnAbort,
+    ) -> Self {
+        Placed {
+            state: State::There(OnPool::start(pool, Box::pin(future), shared.clone())),
+            shared,
+            placer,
+            own,
+        }
+    }
+
     /// Hand the future to the pool (its grant here is settled), or keep it here for good if
     /// there is no pool any more.
     fn move_to_pool(&mut self, placer: &Placer) {
@@ -62,15 +157,49 @@ where
             return;
         };
         let shared = self.shared.clone();
-        let on_pool =
-            |pool: &crate::idle::IdleRuntime, f| pool.handle().spawn(Paced::new(f, shared));
-        self.state = match placer.on_pool(on_pool, paced.into_inner()) {
-            Ok(task) => State::There(task),
+        let start = |pool: &IdleRuntime, f| OnPool::start(pool, f, shared);
+        self.state = match placer.on_pool(start, paced.into_inner()) {
+            Ok(on) => State::There(on),
             Err(future) => {
                 self.placer = Weak::new();
                 State::Here(Paced::new(future, self.shared.clone()))
             }
         };
+    }
+
+    /// The pool is starved: take the future back if it is between polls, for good.
+    fn recall(&mut self) {
+        let State::There(on) = &mut self.state else {
+            return;
+        };
+        let Some(paced) = on.slot.take(Held::Gone) else {
+            return;
+        };
+        on.task.abort();
+        on.watch.returned();
+        self.placer = Weak::new();
+        self.state = State::Here(Paced::new(paced.into_inner(), self.shared.clone()));
+    }
+}
+
+impl<F> OnPool<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn start(pool: &IdleRuntime, future: Pin<Box<F>>, shared: Arc<Shared>) -> OnPool<F> {
+        let slot = Arc::new(Slot {
+            held: Mutex::new(Held::Parked(Paced::new(future, shared))),
+            waker: Mutex::new(None),
+        });
+        let watch = pool.watch().clone();
+        let recall: Arc<dyn Recall> = slot.clone();
+        watch.watch(Arc::downgrade(&recall));
+        OnPool {
+            task: pool.handle().spawn(Shuttle(slot.clone())),
+            slot,
+            watch,
+        }
     }
 }
 
@@ -89,20 +218,29 @@ where
                 this.move_to_pool(&placer);
             }
         }
-        match &mut this.state {
-            State::Here(paced) => Pin::new(paced).poll(cx),
-            State::There(task) => match ready!(Pin::new(task).poll(cx)) {
-                Ok(out) => Poll::Ready(out),
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => {
+        if let State::There(on) = &mut this.state {
+            *on.slot.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+            match Pin::new(&mut on.task).poll(cx) {
+                Poll::Ready(Ok(Some(out))) => return Poll::Ready(out),
+                Poll::Ready(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Poll::Ready(Err(_)) => {
                     // Cancelled with the pool: end cancelled too.
                     match this.own.get() {
                         Some(own) => own.abort(),
                         None => cx.waker().wake_by_ref(),
                     }
-                    Poll::Pending
+                    return Poll::Pending;
                 }
-            },
+                // Taken back: only `recall` does that, and it leaves `There` at once.
+                Poll::Ready(Ok(None)) | Poll::Pending => {}
+            }
+            if on.watch.starved() {
+                this.recall();
+            }
+        }
+        match &mut this.state {
+            State::Here(paced) => Pin::new(paced).poll(cx),
+            State::There(_) => Poll::Pending,
             State::Moving => unreachable!("a move ends Here or There"),
         }
     }
@@ -111,8 +249,8 @@ where
 impl<F: Future> Drop for Placed<F> {
     fn drop(&mut self) {
         // The task here was aborted or dropped: so is its work on the pool.
-        if let State::There(task) = &self.state {
-            task.abort();
+        if let State::There(on) = &self.state {
+            on.task.abort();
         }
     }
 }

@@ -124,6 +124,21 @@ impl Placer {
         }
     }
 
+    /// Whether the setting is [`Placement::Auto`]: work it puts on the pool comes back to the
+    /// runtime if the pool starves.
+    #[cfg(feature = "idle-pool")]
+    pub(crate) fn auto(&self) -> bool {
+        self.setting == Placement::Auto
+    }
+
+    /// Futures taken back from a starved pool (see `idle/watch.rs`).
+    pub(crate) fn idle_returns(&self) -> u64 {
+        #[cfg(feature = "idle-pool")]
+        return self.lock().pool.as_ref().map_or(0, |p| p.watch().returns());
+        #[cfg(not(feature = "idle-pool"))]
+        0
+    }
+
     #[cfg(feature = "idle-pool")]
     fn lock(&self) -> MutexGuard<'_, Decided> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())

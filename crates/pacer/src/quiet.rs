@@ -267,8 +267,11 @@ impl Baseline {
             };
             let added = now.saturating_sub(base);
             let allowance = Self::allowance(Some(base), floor);
-            // In units of the scheduling allowance.
-            let scaled = added.mul_f64(target.as_secs_f64() / allowance.as_secs_f64());
+            // In units of the scheduling allowance; saturating (a reading of the OS's can be
+            // anything, and `mul_f64` panics past `Duration::MAX`).
+            let ratio = target.as_secs_f64() / allowance.as_secs_f64();
+            let scaled =
+                Duration::try_from_secs_f64(added.as_secs_f64() * ratio).unwrap_or(Duration::MAX);
             if source == SignalSource::Bystanders {
                 steered.bystanders = Some(scaled);
             } else if steered.others.is_none_or(|o| scaled > o) {
@@ -487,6 +490,26 @@ mod tests {
                 bystanders: None,
                 others: None,
             }
+        );
+    }
+
+    #[test]
+    fn a_reading_past_any_duration_saturates() {
+        let b = Baseline {
+            sched: us(400),
+            run_queue: us(1),
+            bystanders: None,
+        };
+        // What the OS said the run queue waited: scaled up past `Duration::MAX`.
+        let r = Reading {
+            sched_p99: us(400),
+            run_queue_delay: Some(Duration::MAX),
+            ..Reading::default()
+        };
+        let steered = b.steer(&r, Duration::from_micros(50));
+        assert_eq!(
+            (steered.value, steered.source),
+            (Some(Duration::MAX), SignalSource::RunQueue)
         );
     }
 

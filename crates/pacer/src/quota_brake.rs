@@ -89,7 +89,9 @@ impl Sizing {
         }
         let parallelism = parallelism.max(1) as f64;
         let check = (period / CHECKS_PER_PERIOD).clamp(MIN_CHECK, MAX_CHECK);
-        let quota = period.mul_f64(cpus);
+        // Saturating: the quota is the cgroup's to say (`mul_f64` panics past `Duration::MAX`).
+        let quota =
+            Duration::try_from_secs_f64(period.as_secs_f64() * cpus).unwrap_or(Duration::MAX);
         let reserve = quota.mul_f64(RESERVE) + check.mul_f64(parallelism);
         let stop_at = quota.saturating_sub(reserve);
         let resume_under = stop_at.saturating_sub(quota.mul_f64(RESUME_BELOW));
@@ -298,6 +300,13 @@ mod tests {
     /// least, the line at 50 less 1 + 2 ms.
     fn half_a_cpu() -> QuotaBrake {
         QuotaBrake::new(0.5, PERIOD, 1, true).expect("a valid quota")
+    }
+
+    #[test]
+    fn a_quota_past_any_duration_saturates() {
+        let b = QuotaBrake::new(1e30, PERIOD, 1, true).expect("a positive, finite quota");
+        assert!(b.stop_at > Duration::from_secs(1 << 60), "{:?}", b.stop_at);
+        assert!(QuotaBrake::new(f64::INFINITY, PERIOD, 1, true).is_none());
     }
 
     /// Steps every shortest check from `from` for `checks` checks, the process spending

@@ -372,6 +372,9 @@ impl ClassQueue for Shared {
 
     fn close(&self) {
         self.queue.close();
+        if let Some(slots) = &self.slots {
+            slots.close();
+        }
     }
 }
 

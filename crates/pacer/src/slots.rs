@@ -71,6 +71,9 @@ impl Slots {
     /// beyond a lowered count are forgotten at the first setting after they come back (the
     /// next tick), so until then a grant may take one.
     pub(crate) fn set(&self, count: Option<usize>) {
+        if self.semaphore.is_closed() {
+            return; // the governor has stopped: off for good
+        }
         let mut c = self.count.lock().unwrap_or_else(|p| p.into_inner());
         let (now, over) = &mut *c;
         // Forget what came back of those out beyond the count.
@@ -91,6 +94,13 @@ impl Slots {
         }
         *now = want;
         self.on.store(true, Ordering::Relaxed);
+    }
+
+    /// The governor has stopped: no slots from now on, and a grant waiting for one runs without
+    /// (its wait ends with the semaphore's close).
+    pub(crate) fn close(&self) {
+        self.on.store(false, Ordering::Relaxed);
+        self.semaphore.close();
     }
 
     /// Slots free now (tests).

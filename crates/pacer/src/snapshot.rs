@@ -212,6 +212,10 @@ pub struct Snapshot {
     pub placement: Placement,
     /// Why it goes there.
     pub placement_reason: PlacementReason,
+    /// Futures [`Placement::Auto`] took back from the idle pool to the runtime because the
+    /// pool's threads got no CPU for a second (normal-priority threads kept every core busy):
+    /// they run on the runtime from then on, so a lock one holds is let go.
+    pub idle_returns: u64,
     /// Elastic polls (and `Pacer` iterations) on the runtime that ran past 4 quanta: a long
     /// library call (compression, hashing, a TLS handshake) between two yields holds its worker
     /// that long, whatever the share. Where they add up, run the work on the idle pool
@@ -232,6 +236,47 @@ pub struct Snapshot {
     pub window: Window,
     /// The whole queue ledger, as the work queue reports it (in nanoseconds).
     pub queue: QueueSnapshot,
+    /// Whether the governor runs, and if not, why it stopped. Once it has stopped every class's
+    /// queue and every gate is closed and no brake holds: paced work runs unpaced, gates refuse.
+    pub governor: GovernorState,
+    /// Governor ticks whose metrics export panicked (in the installed `metrics` recorder): each
+    /// cost that tick's metrics, not the governor (a program built with `panic = "abort"`
+    /// aborts there instead, as on any panic). Always 0 without feature `metrics`.
+    pub recorder_panics: u64,
+}
+
+/// Whether the governor runs ([`Snapshot::governor`]). It never restarts: once it has stopped,
+/// every queue and gate of its `Elastic` is closed (waiters end, paced work runs unpaced, gates
+/// refuse, `RejectReason::Closed`) and no brake holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GovernorState {
+    /// It steers: its thread ticks (or, on a manual clock, the test ticks it).
+    #[default]
+    Running,
+    /// [`Elastic::shutdown`](crate::Elastic::shutdown) stopped it.
+    ShutDown,
+    /// Its thread ended without a shutdown (a test's fault injection; otherwise it ends only
+    /// once no handle is left to see it).
+    Exited,
+    /// Its thread panicked.
+    Panicked,
+}
+
+impl GovernorState {
+    /// Whether the governor still steers.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::snapshot::GovernorState;
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// assert!(elastic.snapshot().governor.is_running());
+    /// elastic.shutdown();
+    /// assert_eq!(elastic.snapshot().governor, GovernorState::ShutDown);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    pub fn is_running(self) -> bool {
+        self == GovernorState::Running
+    }
 }
 
 impl Snapshot {
@@ -305,6 +350,7 @@ impl Snapshot {
             idle_queue,
             placement: Placement::Auto,
             placement_reason: PlacementReason::Undecided,
+            idle_returns: 0,
             long_polls,
             outliers: Outliers::default(),
             classes: record
@@ -314,6 +360,8 @@ impl Snapshot {
                 .collect(),
             window,
             queue,
+            governor: GovernorState::Running,
+            recorder_panics: 0,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Test plumbing (feature `test-util`, as tokio's): a manual clock, and [`Script`], every
 //! reading the governor takes from the OS and the runtime set by hand, so a test runs the whole
 //! control loop deterministically with [`ElasticBuilder::manual`](crate::ElasticBuilder::manual)
-//! and [`Elastic::tick`](crate::Elastic::tick).
+//! and [`Elastic::tick`](crate::Elastic::tick); and [`GovernorEnd`], a fault that ends the
+//! governor thread ([`Elastic::end_governor`](crate::Elastic::end_governor)).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,6 +15,7 @@ use elastic_cpu_probe::{
 };
 use tokio::runtime::Handle;
 
+pub use crate::governor::GovernorEnd;
 use crate::readings::{
     Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
     RunQueueSource, RunQueueWaits, Sources,
@@ -273,7 +275,8 @@ impl CgroupSource for Script {
         match s.quota {
             Some(cpus) => QuotaReading::Limited(CpuQuota {
                 cpus,
-                quota: Duration::from_secs_f64(cpus * 0.1),
+                // A quota no `Duration` holds (negative, NaN, huge) reads as none at all.
+                quota: Duration::try_from_secs_f64(cpus * 0.1).unwrap_or_default(),
                 period: Duration::from_millis(100),
                 version: CgroupVersion::V2,
                 cgroup_dir: PathBuf::from(SCRIPTED_CGROUP),

@@ -52,6 +52,8 @@ fn out_of_descriptors_the_accept_loop_pauses_and_recovers() {
     let flood: Vec<TcpStream> = (0..FLOOD)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
+    // For the record (`--nocapture`): the child's share of a CPU idle and out of descriptors.
+    eprintln!("child's CPU: {}", next("readings "));
     let cpu: f64 = next("cpu ")
         .parse()
         .expect("the child saw descriptors run out");
@@ -137,6 +139,7 @@ fn child() {
             return;
         }
         let busy = cpu_over(WINDOW).await;
+        println!("readings idle {idle:.4} out of descriptors {busy:.4}");
         println!("cpu {}", (busy - idle).max(0.0));
         // Free the descriptors at the next error, then wait for a connection to be accepted.
         while ok_rx.try_recv().is_ok() {}

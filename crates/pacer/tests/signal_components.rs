@@ -173,7 +173,7 @@ fn attached_by_hand_without_io() {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.worker_threads(1);
     let rt = elastic.instrument(&mut builder).build().unwrap();
-    elastic.attach(rt.handle());
+    elastic.attach(rt.handle()).unwrap();
     assert_eq!(elastic.snapshot().io_probe, Availability::NotStarted);
     // tokio panics registering a socket on a runtime without I/O; the probe catches it.
     let err = elastic.start_io_probe(rt.handle()).unwrap_err();

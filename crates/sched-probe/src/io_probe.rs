@@ -151,7 +151,10 @@ impl IoProbeConfig {
         };
         let longest = self.idle_period.as_secs_f64();
         let stretched = (self.period.as_secs_f64() / (busy * busy)).min(longest);
-        Duration::from_secs_f64(stretched).clamp(self.period, self.idle_period.max(self.period))
+        // `try_`: an unchecked `idle_period` near `Duration::MAX` rounds past it as an `f64`.
+        Duration::try_from_secs_f64(stretched)
+            .unwrap_or(self.idle_period)
+            .clamp(self.period, self.idle_period.max(self.period))
     }
 
     /// Checks every setting; the first bad one is returned as a [`SettingError`] naming it.

@@ -11,6 +11,7 @@
 //! let rt = builder.build().unwrap();
 //! // Without tokio_unstable the hooks are not there: sample the runtime from outside instead.
 //! let _sampler = (Probe::source() == Source::Sampler).then(|| probe.start_sampler(rt.handle()));
+//! // (`Some(Err(_))`: the OS refused the sampler's thread.)
 //!
 //! rt.block_on(async {
 //!     for _ in 0..100 {
@@ -153,6 +154,8 @@ mod shared;
 mod sites;
 mod slot;
 mod stacking;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod threads;
 mod window;
 

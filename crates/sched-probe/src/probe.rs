@@ -216,15 +216,19 @@ impl Probe {
     /// is dropped, or by itself once the runtime has shut down. With hooks it still works (an
     /// extra signal; its tasks' polls are then also seen by the hooks, as tiny foreground polls).
     ///
+    /// Fails with the OS's error where it refuses the thread (a pids or thread limit in a
+    /// container: `EAGAIN`, [`WouldBlock`](std::io::ErrorKind::WouldBlock)).
+    ///
     /// ```
     /// # use elastic_cpu_probe::{Probe, ProbeConfig};
-    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build()?;
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
-    /// let sampler = probe.start_sampler(rt.handle());
+    /// let sampler = probe.start_sampler(rt.handle())?;
     /// assert!(sampler.is_running());
     /// drop(sampler);
+    /// # Ok::<(), std::io::Error>(())
     /// ```
-    pub fn start_sampler(&self, handle: &tokio::runtime::Handle) -> Sampler {
+    pub fn start_sampler(&self, handle: &tokio::runtime::Handle) -> std::io::Result<Sampler> {
         Sampler::start(&self.shared, handle, None)
     }
 
@@ -242,17 +246,18 @@ impl Probe {
     /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
     /// let registry = ThreadRegistry::new();
-    /// let sampler = probe.start_sampler_registering(rt.handle(), &registry);
+    /// let sampler = probe.start_sampler_registering(rt.handle(), &registry)?;
     /// while sampler.samples() == 0 {
     ///     std::thread::sleep(std::time::Duration::from_millis(1));
     /// }
     /// assert_eq!(registry.len(), usize::from(elastic_cpu_probe::current_tid().is_ok()));
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn start_sampler_registering(
         &self,
         handle: &tokio::runtime::Handle,
         registry: &ThreadRegistry,
-    ) -> Sampler {
+    ) -> std::io::Result<Sampler> {
         Sampler::start(&self.shared, handle, Some(registry))
     }
 

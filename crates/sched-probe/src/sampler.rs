@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,13 +38,14 @@ const MAX_IN_FLIGHT: usize = 1024;
 ///
 /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
 /// let probe = Probe::new(ProbeConfig::default()).unwrap();
-/// let sampler = probe.start_sampler(rt.handle());
+/// let sampler = probe.start_sampler(rt.handle())?;
 /// while sampler.samples() == 0 {
 ///     std::thread::sleep(std::time::Duration::from_millis(1));
 /// }
 /// drop(sampler); // stops and joins the thread
 /// probe.rotate();
 /// assert!(probe.window().queue_latency.foreground.count >= 1);
+/// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Sampler {
     ctl: Arc<Control>,
@@ -64,11 +66,12 @@ struct Control {
 }
 
 impl Sampler {
+    /// Fails where the OS refuses the thread (a pids or thread limit: `EAGAIN`).
     pub(crate) fn start(
         shared: &Arc<Shared>,
         handle: &Handle,
         workers: Option<&ThreadRegistry>,
-    ) -> Sampler {
+    ) -> io::Result<Sampler> {
         let ctl = Arc::new(Control {
             stop: AtomicBool::new(false),
             samples: AtomicU64::new(0),
@@ -80,15 +83,12 @@ impl Sampler {
             let ctl = ctl.clone();
             let shared = shared.clone();
             let handle = handle.clone();
-            thread::Builder::new()
-                .name("elastic-cpu-sampler".into())
-                .spawn(move || run(&shared, &handle, &ctl))
-                .expect("spawn elastic-cpu-probe sampler thread")
+            spawn_thread(move || run(&shared, &handle, &ctl))?
         };
-        Sampler {
+        Ok(Sampler {
             ctl,
             thread: Some(thread),
-        }
+        })
     }
 
     /// Number of samples recorded so far (probe tasks that have been polled).
@@ -105,11 +105,12 @@ impl Sampler {
     ///
     /// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
     /// let probe = Probe::new(ProbeConfig::default()).unwrap();
-    /// let sampler = probe.start_sampler(rt.handle());
+    /// let sampler = probe.start_sampler(rt.handle())?;
     /// sampler.set_quiet(true);
     /// assert!(sampler.is_quiet());
     /// sampler.set_quiet(false);
     /// assert!(!sampler.is_quiet());
+    /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn set_quiet(&self, quiet: bool) {
         let was = self.ctl.quiet.swap(quiet, Ordering::Relaxed);
@@ -156,14 +157,32 @@ impl Drop for Sampler {
     }
 }
 
+/// The sampler thread (`elastic-cpu-sampler`), or the error the OS gave (or, under the test
+/// plumbing, [`fail_sampler_spawns`](crate::testing::fail_sampler_spawns) made up).
+fn spawn_thread(f: impl FnOnce() + Send + 'static) -> io::Result<thread::JoinHandle<()>> {
+    #[cfg(feature = "test-util")]
+    if crate::testing::take_spawn_failure() {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "the sampler thread's spawn was refused by testing::fail_sampler_spawns",
+        ));
+    }
+    thread::Builder::new()
+        .name("elastic-cpu-sampler".into())
+        .spawn(f)
+}
+
 fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
     let mut in_flight: VecDeque<JoinHandle<()>> = VecDeque::new();
     let mut next = Instant::now();
     while !ctl.stop.load(Ordering::Acquire) {
         // Reap finished probe tasks; a cancelled one means the runtime shut down (we only abort
         // them after the loop).
-        while in_flight.front().is_some_and(JoinHandle::is_finished) {
-            let task = in_flight.pop_front().expect("front exists");
+        while let Some(task) = in_flight.pop_front() {
+            if !task.is_finished() {
+                in_flight.push_front(task);
+                break;
+            }
             if cancelled(task) {
                 ctl.runtime_gone.store(true, Ordering::Relaxed);
                 ctl.unregister_workers();

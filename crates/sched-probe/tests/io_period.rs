@@ -68,3 +68,15 @@ fn the_idle_period_lies_between_the_period_and_the_quiet_period() {
     };
     assert_eq!(long.validate().unwrap_err().setting, "quiet_period");
 }
+
+/// An unchecked `idle_period` near `Duration::MAX` (it rounds past it as an `f64`): the period
+/// is still within bounds, not a panic.
+#[test]
+fn an_idle_period_near_the_largest_duration_is_no_panic() {
+    let c = IoProbeConfig {
+        idle_period: Duration::MAX,
+        ..IoProbeConfig::default()
+    };
+    assert_eq!(c.period_for(false, 0.0), Duration::MAX);
+    assert_eq!(c.period_for(false, 1.0), c.period);
+}

@@ -26,7 +26,7 @@ fn window_queue_count(probe: &Probe) -> u64 {
 }
 
 fn samples_then_stops(rt: &tokio::runtime::Runtime, probe: &Probe) {
-    let sampler = probe.start_sampler(rt.handle());
+    let sampler = probe.start_sampler(rt.handle()).unwrap();
     assert!(sampler.is_running());
     wait_until(|| sampler.samples() >= 10);
     assert!(window_queue_count(probe) >= 10);
@@ -74,7 +74,7 @@ fn samples_are_foreground_queue_latency_only() {
         .build()
         .unwrap();
     let probe = long_window();
-    let sampler = probe.start_sampler(rt.handle());
+    let sampler = probe.start_sampler(rt.handle()).unwrap();
     wait_until(|| sampler.samples() >= 5);
     drop(sampler);
     drop(rt);
@@ -97,7 +97,7 @@ fn sampler_thread_ends_when_the_runtime_is_gone() {
         .build()
         .unwrap();
     let probe = long_window();
-    let sampler = probe.start_sampler(rt.handle());
+    let sampler = probe.start_sampler(rt.handle()).unwrap();
     wait_until(|| sampler.samples() >= 1);
     drop(rt);
     wait_until(|| !sampler.is_running());
@@ -120,7 +120,9 @@ fn a_registering_sampler_registers_the_workers_until_the_runtime_is_gone() {
     });
     let registry = ThreadRegistry::new();
     let probe = long_window();
-    let sampler = probe.start_sampler_registering(rt.handle(), &registry);
+    let sampler = probe
+        .start_sampler_registering(rt.handle(), &registry)
+        .unwrap();
     wait_until(|| sampler.samples() >= 10);
     assert_eq!(registry.threads(), vec![(worker, ThreadRole::Worker)]);
     drop(rt);
@@ -135,7 +137,7 @@ fn a_quiet_sampler_samples_on_and_goes_back_to_the_full_rate() {
         .build()
         .unwrap();
     let probe = long_window();
-    let sampler = probe.start_sampler(rt.handle());
+    let sampler = probe.start_sampler(rt.handle()).unwrap();
     sampler.set_quiet(true);
     assert!(sampler.is_quiet());
     assert!(format!("{sampler:?}").contains("quiet: true"));

@@ -11,7 +11,7 @@
 mod thread;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -33,8 +33,19 @@ use crate::record::{ClassKind, TickRecord};
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalSource, SignalStage};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{GovernorState, Snapshot};
 use crate::trace;
+
+/// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
+/// plumbing, feature `test-util`; in `testing`).
+#[cfg(feature = "test-util")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GovernorEnd {
+    /// The thread returns, as if its loop had ended.
+    Exit,
+    /// The thread panics (the panic is printed as any is).
+    Panic,
+}
 
 /// What the governor is built from.
 pub(crate) struct Plan {
@@ -173,6 +184,9 @@ pub(crate) struct Governor {
     members_made: usize,
     /// The last split's parts, in class order (kept to reuse its memory).
     parts: Vec<f64>,
+    /// The governor has stopped ([`close`](Self::close)): every class is closed and none is
+    /// held, classes made later included.
+    closed: bool,
 }
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
@@ -256,6 +270,7 @@ impl Governor {
             brakes: 0,
             members_made: 0,
             parts: Vec::new(),
+            closed: false,
         };
         g.last_signal = g.idle_signal();
         g.set_outlier_threshold();
@@ -672,6 +687,10 @@ impl Governor {
 
     /// Hold every class back for `why` (those it applies to), or let go of that hold.
     fn hold_all(&mut self, why: Hold, on: bool) {
+        if self.closed {
+            // Nothing holds a closed class: no release could come.
+            return;
+        }
         for class in &mut self.classes {
             class.hold(why, on, self.quota_seen);
         }
@@ -695,9 +714,14 @@ impl Governor {
     /// Add a class at `at`, held if a brake or the quiet readings hold the others.
     #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
     fn add(&mut self, mut class: Class, at: usize) {
-        class.hold(Hold::Brake, self.braked(), self.quota_seen);
-        class.hold(Hold::Quota, self.quota_braked(), self.quota_seen);
-        class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
+        if self.closed {
+            // Made after the governor stopped: closed at once, like the others.
+            class.end();
+        } else {
+            class.hold(Hold::Brake, self.braked(), self.quota_seen);
+            class.hold(Hold::Quota, self.quota_braked(), self.quota_seen);
+            class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
+        }
         if self.target_source != TargetSource::Builder {
             class.set_target(self.target);
         }
@@ -939,12 +963,13 @@ impl Governor {
         Ok(shared)
     }
 
-    /// Close every class and stop the I/O probe: the governor is shutting down.
+    /// The governor stops (shut down, or its thread ended): close every class and let go of
+    /// every hold, so each waiter ends (granted before, or `Closed`) and no brake stays on,
+    /// then stop the I/O probe. Classes made later are closed as they are made.
     fn close(&mut self) {
-        for class in &self.classes {
-            if let Some(queue) = class.queue() {
-                queue.close();
-            }
+        self.closed = true;
+        for class in &mut self.classes {
+            class.end();
         }
         self.sources.io.stop();
         self.last_signal.reading.io = self.sources.io.availability();
@@ -963,6 +988,32 @@ pub(crate) struct Control {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by [`shutdown`](Self::shutdown): the thread ends at its next wake-up.
     stop: AtomicBool,
+    /// [`GovernorState`] as a number: `Running` until the governor stops, then why.
+    state: AtomicU8,
+    /// Ticks whose metrics export panicked.
+    recorder_panics: AtomicU64,
+    /// A fault the governor thread is to end with at its next wake-up (test plumbing).
+    #[cfg(feature = "test-util")]
+    fault: Mutex<Option<GovernorEnd>>,
+}
+
+/// [`GovernorState`] to and from the number [`Control::state`] holds.
+fn state_code(state: GovernorState) -> u8 {
+    match state {
+        GovernorState::Running => 0,
+        GovernorState::ShutDown => 1,
+        GovernorState::Exited => 2,
+        GovernorState::Panicked => 3,
+    }
+}
+
+fn state_of(code: u8) -> GovernorState {
+    match code {
+        0 => GovernorState::Running,
+        1 => GovernorState::ShutDown,
+        2 => GovernorState::Exited,
+        _ => GovernorState::Panicked,
+    }
 }
 
 impl Control {
@@ -975,6 +1026,10 @@ impl Control {
             idle: Mutex::new(Weak::new()),
             thread: Mutex::new(None),
             stop: AtomicBool::new(false),
+            state: AtomicU8::new(state_code(GovernorState::Running)),
+            recorder_panics: AtomicU64::new(0),
+            #[cfg(feature = "test-util")]
+            fault: Mutex::new(None),
         }
     }
 
@@ -1019,11 +1074,61 @@ impl Control {
         self.publish(record);
         #[cfg(feature = "metrics")]
         {
-            crate::metrics::emit(&self.snapshot(shared, shared.probe.window()));
-            for queue in queues {
-                queue.export();
-            }
+            let snapshot = self.snapshot(shared, shared.probe.window());
+            self.export(|| {
+                crate::metrics::emit(&snapshot);
+                for queue in &queues {
+                    queue.export();
+                }
+            });
         }
+    }
+
+    /// Run `f`, which calls the application's `metrics` recorder: a panic there costs this
+    /// export, not the governor, and is counted ([`Snapshot::recorder_panics`]). Unwind safe
+    /// enough: `f` reads a snapshot and the queues' counters, each under its own short lock,
+    /// and holds none of them while it calls the recorder. A program built with
+    /// `panic = "abort"` aborts there, as on any panic.
+    #[cfg(feature = "metrics")]
+    fn export(&self, f: impl FnOnce()) {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+            self.recorder_panics.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the governor still steers, and if not, why it stopped.
+    pub(crate) fn state(&self) -> GovernorState {
+        state_of(self.state.load(Ordering::Acquire))
+    }
+
+    /// The governor has stopped, for `why` (the first reason stays): close every class (each
+    /// waiter ends, no brake holds from now on, classes made later are closed as they are
+    /// made), then say so (the snapshot's state, so one that says it has stopped finds
+    /// everything closed; `elastic_cpu_governor_up` at 0). Runs on the governor thread as it
+    /// ends, a panic's unwinding included, and at [`shutdown`](Self::shutdown).
+    pub(crate) fn end(&self, why: GovernorState) {
+        self.change(Governor::close);
+        let _ = self.state.compare_exchange(
+            state_code(GovernorState::Running),
+            state_code(why),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        #[cfg(feature = "metrics")]
+        self.export(crate::metrics::governor_down);
+    }
+
+    /// Make the governor thread end at its next wake-up, after that wake-up's tick or brake
+    /// step (test plumbing: `Elastic::end_governor`).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn inject(&self, end: GovernorEnd) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);
+    }
+
+    /// The fault injected for the thread to end with, if any.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn fault(&self) -> Option<GovernorEnd> {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// [`Governor::brake_step`]: returns when to look again before the next tick.
@@ -1152,6 +1257,8 @@ impl Control {
         );
         s.outliers = shared.probe.outliers();
         s.idle_unstacked = idle_unstacked;
+        s.governor = self.state();
+        s.recorder_panics = self.recorder_panics.load(Ordering::Relaxed);
         s
     }
 
@@ -1171,6 +1278,6 @@ impl Control {
                 let _ = t.join();
             }
         }
-        self.change(Governor::close);
+        self.end(GovernorState::ShutDown);
     }
 }

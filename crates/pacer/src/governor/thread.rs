@@ -1,23 +1,33 @@
 //! The governor thread: ticks the governor every period, wakes early for the backlog brake,
-//! and ends when the `Elastic` it serves is gone or shut down.
+//! and ends when the `Elastic` it serves is gone or shut down. However it ends (a panic
+//! included), everything it steered is closed: it is never restarted.
 
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Control;
-use crate::shared::{Queue, Shared};
+use crate::shared::Shared;
+use crate::snapshot::GovernorState;
 
 /// The thread's name.
 pub(crate) const NAME: &str = "elastic-cpu-governor";
 
-/// Closes the queue when the governor thread ends for any reason (including a panic), so no
-/// waiter waits for a grant that can no longer come.
-struct CloseOnExit(Queue);
+/// Ends the governor when its thread ends for any reason, a panic included: every class and
+/// gate closes, no brake stays on, and the snapshot and the metrics say why.
+struct EndOnExit(Arc<Control>);
 
-impl Drop for CloseOnExit {
+impl Drop for EndOnExit {
     fn drop(&mut self) {
-        self.0.close();
+        let why = if thread::panicking() {
+            GovernorState::Panicked
+        } else if self.0.stopped() {
+            GovernorState::ShutDown
+        } else {
+            GovernorState::Exited
+        };
+        // Nothing in it should panic; were it to, during a panic's unwinding that would abort.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.0.end(why)));
     }
 }
 
@@ -30,11 +40,10 @@ pub(crate) fn spawn(
     tick: Duration,
 ) -> std::io::Result<()> {
     let weak = Arc::downgrade(shared);
-    let queue = shared.queue.clone();
     let ctl = control.clone();
     let handle = thread::Builder::new()
         .name(NAME.into())
-        .spawn(move || run(weak, ctl, queue, tick))?;
+        .spawn(move || run(weak, ctl, tick))?;
     // A backlog seen by the probe wakes the governor at once (the brake).
     shared.probe.notify_on_alarm(handle.thread().clone());
     shared.set_governor_thread(handle.thread().clone());
@@ -42,8 +51,8 @@ pub(crate) fn spawn(
     Ok(())
 }
 
-fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration) {
-    let _close = CloseOnExit(queue);
+fn run(weak: Weak<Shared>, control: Arc<Control>, period: Duration) {
+    let _end = EndOnExit(control.clone());
     let mut last = Instant::now();
     let mut next = last + period;
     loop {
@@ -69,6 +78,14 @@ fn run(weak: Weak<Shared>, control: Arc<Control>, queue: Queue, period: Duration
             control.recheck()
         };
         drop(shared);
+        #[cfg(feature = "test-util")]
+        match control.fault() {
+            Some(super::GovernorEnd::Exit) => return,
+            Some(super::GovernorEnd::Panic) => {
+                panic!("a governor panic injected by Elastic::end_governor")
+            }
+            None => {}
+        }
         let until = recheck.map_or(next, |r| next.min(now + r));
         if let Some(wait) = until.checked_duration_since(Instant::now()) {
             thread::park_timeout(wait);

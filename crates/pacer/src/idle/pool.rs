@@ -13,6 +13,7 @@ use elastic_cpu_core::SettingError;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+use super::watch::{PoolWatch, PULSE};
 use crate::paced::Paced;
 use crate::shared::Shared;
 use crate::thread_class;
@@ -199,6 +200,8 @@ impl Started {
 /// [`paced`]: crate::PacedExt::paced
 pub struct IdleRuntime {
     rt: Runtime,
+    /// Whether the pool's threads get CPU, for the work `Auto` put here.
+    watch: Arc<PoolWatch>,
     /// The pacing state of the idle class of the `Elastic` it was made from.
     shared: Arc<Shared>,
     started: Arc<Started>,
@@ -246,8 +249,17 @@ impl IdleRuntime {
             .enable_all()
             .build()?;
         started.wait_for(workers);
+        let watch = PoolWatch::start()?;
+        let pulse = watch.clone();
+        rt.spawn(async move {
+            loop {
+                pulse.beat();
+                tokio::time::sleep(PULSE).await;
+            }
+        });
         Ok(IdleRuntime {
             rt,
+            watch,
             shared,
             started,
         })
@@ -269,6 +281,11 @@ impl IdleRuntime {
         self.rt.handle()
     }
 
+    /// Whether the pool's threads get CPU, and the work `Auto` put here.
+    pub(crate) fn watch(&self) -> &Arc<PoolWatch> {
+        &self.watch
+    }
+
     /// The priority the pool's threads got (the least idle of them).
     pub fn priority(&self) -> IdlePriority {
         self.started.priority()
@@ -278,12 +295,14 @@ impl IdleRuntime {
     /// end (as [`Runtime::shutdown_timeout`]).
     pub fn shutdown_timeout(self, timeout: Duration) {
         self.rt.shutdown_timeout(timeout);
+        self.watch.stop(true);
     }
 
     /// Shut the pool down without waiting (as [`Runtime::shutdown_background`]): callable
     /// inside a runtime, where dropping one panics.
     pub fn shutdown_background(self) {
         self.rt.shutdown_background();
+        self.watch.stop(false);
     }
 }
 
