@@ -213,6 +213,19 @@ struct Counts {
     quota_set: AtomicU64,
     /// Elastic work and clients still running at the wind-down's bound (then aborted).
     stuck: AtomicU64,
+    /// Why honest clients failed: each reason once, with a count.
+    why_failed: Mutex<Vec<(String, u64)>>,
+}
+
+impl Counts {
+    fn client_failed(&self, why: String) {
+        bump(&self.honest_failed);
+        let mut list = self.why_failed.lock().unwrap_or_else(|e| e.into_inner());
+        match list.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, n)) => *n += 1,
+            None => list.push((why, 1)),
+        }
+    }
 }
 
 fn bump(c: &AtomicU64) {
@@ -256,6 +269,10 @@ struct Report {
     counts: Arc<Counts>,
     recorder_calls: u64,
     recorder_panics: u64,
+    /// Ticks whose metrics the recorder's panics cost, as the snapshot counts them.
+    ticks_lost: u64,
+    /// The snapshot's governor state, and whether its tick count still moves.
+    governor: String,
     governor_running: bool,
     ticks: u64,
     elastic_cpu: Duration,
@@ -315,10 +332,18 @@ impl Report {
             get(&c.silent),
             get(&c.silent_closed)
         );
+        for (why, n) in c
+            .why_failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            println!("    failed {n:>4} times   {why}");
+        }
         println!("  gate                  {}", self.gate_line);
         println!(
-            "  recorder              {} calls, {} panics",
-            self.recorder_calls, self.recorder_panics
+            "  recorder              {} calls, {} panics ({} ticks' metrics lost)",
+            self.recorder_calls, self.recorder_panics, self.ticks_lost
         );
         println!(
             "  quota                 {} set, {} changes seen (snapshot.quota_changes)",
@@ -326,12 +351,13 @@ impl Report {
             self.quota_changes
         );
         println!(
-            "  governor              {} ({} ticks)",
+            "  governor              {} ({}, {} ticks)",
             if self.governor_running {
                 "running at the end"
             } else {
                 "NOT running at the end"
             },
+            self.governor,
             self.ticks
         );
         println!(
@@ -630,7 +656,13 @@ fn soak(config: &Config) -> Report {
             g.admitted, g.rejected, g.expired, g.cancelled, st.attempts
         ));
     }
-    let governor_running = ticks_now > ticks_then;
+    let governor_running = s.governor.is_running() && ticks_now > ticks_then;
+    if !governor_running {
+        failures.push(format!(
+            "the governor is not running: {:?}, ticks {ticks_then} then {ticks_now}",
+            s.governor
+        ));
+    }
     let gate_line = format!(
         "{} attempts: {} admitted, {} rejected, {} expired, {} cancelled; {} setups, {} timed out; setup CPU {:.1} s",
         st.attempts,
@@ -678,6 +710,8 @@ fn soak(config: &Config) -> Report {
         counts,
         recorder_calls: get(&RECORDER_CALLS),
         recorder_panics: get(&RECORDER_PANICS),
+        ticks_lost: s.recorder_panics,
+        governor: format!("{:?}", s.governor),
         governor_running,
         ticks,
         elastic_cpu,
@@ -861,9 +895,13 @@ async fn clients(
         let vanish_after = Duration::from_micros(rng.u64(0..20_000));
         let silent_n = silent_live.clone();
         tasks.push(tokio::spawn(async move {
-            let Ok(tcp) = TcpStream::connect(addr).await else {
-                bump(&counts.honest_failed);
-                return;
+            let tcp = match TcpStream::connect(addr).await {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    bump(&counts.honest);
+                    counts.client_failed(format!("connect: {e}"));
+                    return;
+                }
             };
             match kind {
                 // Honest.
@@ -872,7 +910,8 @@ async fn clients(
                     let setup = tokio::time::timeout(Duration::from_secs(30), client.connect(tcp));
                     match setup.await {
                         Ok(Ok(_tls)) => bump(&counts.honest_ok),
-                        _ => bump(&counts.honest_failed),
+                        Ok(Err(e)) => counts.client_failed(e.0),
+                        Err(_) => counts.client_failed("no setup in 30 s".into()),
                     }
                 }
                 // Vanishes mid-setup: gone after a random part of the handshake.
@@ -881,11 +920,10 @@ async fn clients(
                     // Done before its time to vanish: an honest one after all.
                     Ok(done) => {
                         bump(&counts.honest);
-                        bump(if done.is_ok() {
-                            &counts.honest_ok
-                        } else {
-                            &counts.honest_failed
-                        });
+                        match done {
+                            Ok(_tls) => bump(&counts.honest_ok),
+                            Err(e) => counts.client_failed(e.0),
+                        }
                     }
                 },
                 // Silent: sends nothing and waits for the server to close.
