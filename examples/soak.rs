@@ -14,7 +14,8 @@
 //! cargo run --release --example soak -- --recorder-panics false
 //! ```
 //!
-//! Run time: `--minutes` (30 by default) plus up to a minute to wind down. Privileges: none to
+//! Run time: `--minutes` (30 by default) plus up to a minute to wind down; Ctrl-C ends it
+//! early, with the checks. Privileges: none to
 //! run; the quota changes need write access to the cgroup's `cpu` controller (root, or a
 //! delegated cgroup v2 subtree), and without it the soak says so in one line and runs without
 //! them. It listens on 127.0.0.1 only.
@@ -32,7 +33,8 @@ use elastic_cpu::prelude::*;
 use elastic_cpu::settings::ClassSettings;
 use elastic_cpu::Elastic;
 use elastic_cpu_examples::handshake::{ClientSide, ServerSide};
-use elastic_cpu_examples::quota::QuotaCgroup;
+use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
+use elastic_cpu_examples::quota::{self, QuotaCgroup};
 use elastic_cpu_examples::spin::spin_us;
 use futures_util::StreamExt;
 use tokio::io::AsyncReadExt;
@@ -81,7 +83,8 @@ fn main() {
             .map_or(1, |d| d.as_nanos() as u64)
     });
     let config = Config {
-        run: Duration::from_secs_f64(args.minutes.max(0.0) * 60.0),
+        run: Duration::try_from_secs_f64(args.minutes * 60.0)
+            .unwrap_or_else(|_| fail("--minutes: a number of minutes, at least 0")),
         seed,
         recorder_panics: args.recorder_panics,
         quota_changes: args.quota_changes,
@@ -89,6 +92,8 @@ fn main() {
         quota_every: (2.0, 6.0),
     };
     install_recorder();
+    // Ctrl-C ends the run early (the checks still run); a second one quits, leaving the cgroup.
+    install_ctrl_c("soak-ctrl-c", quota::cleanup_active);
     let report = soak(&config);
     report.print();
     if !report.passed() {
@@ -541,7 +546,7 @@ fn soak(config: &Config) -> Report {
 
         // Run, with a line a minute.
         let mut next_line = Duration::from_secs(60);
-        while start.elapsed() < config.run {
+        while start.elapsed() < config.run && !stopped() {
             nap(100).await;
             if start.elapsed() >= next_line {
                 next_line += Duration::from_secs(60);
