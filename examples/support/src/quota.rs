@@ -174,6 +174,22 @@ impl QuotaCgroup {
         Err(why.join("; "))
     }
 
+    /// Change the quota in place to `cpus` CPUs, or lift it (`None`), as an in-place pod resize
+    /// does; the process stays in the cgroup.
+    pub fn set_cpus(&mut self, cpus: Option<f64>) -> Result<(), String> {
+        let quota = cpus.map(|c| (c * PERIOD_US as f64).round() as u64);
+        match (self.version, quota) {
+            ("v1", Some(us)) => write(&self.dir.join("cpu.cfs_quota_us"), &us.to_string())?,
+            ("v1", None) => write(&self.dir.join("cpu.cfs_quota_us"), "-1")?,
+            (_, Some(us)) => write(&self.dir.join("cpu.max"), &format!("{us} {PERIOD_US}"))?,
+            (_, None) => write(&self.dir.join("cpu.max"), &format!("max {PERIOD_US}"))?,
+        }
+        if let Some(c) = cpus {
+            self.cpus = c;
+        }
+        Ok(())
+    }
+
     /// The cgroup's throttling counters now.
     pub fn throttling(&self) -> Option<CpuThrottling> {
         CpuThrottling::read(&self.dir)
