@@ -9,10 +9,10 @@
 //! an OpenTelemetry bridge sees a monotonic sum. The facade's counters hold integers, so the
 //! CPU-time and wait totals count whole microseconds (`*_microseconds_total`, unit
 //! microseconds): a counter of whole seconds would drop everything below a second, and a gauge
-//! would be typed wrong. A microsecond is far below what the readings resolve per tick, and a
-//! `u64` of them does not wrap in this universe's lifetime; `rate(x[1m]) / 1e6` is in CPUs.
+//! would be typed wrong. A microsecond is finer than any tick (1 ms at least) needs, and a `u64`
+//! of them lasts over 500 000 years; `rate(x[1m]) / 1e6` is in CPUs.
 //! Levels (shares, latencies, waits now) are gauges in seconds or ratios. Labels are names:
-//! `class` a class's, `gate` a gate's ([`GateSettings::name`](crate::gate::GateSettings::name)).
+//! `class` a class's, `gate` a gate's (`GateSettings::name`).
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
