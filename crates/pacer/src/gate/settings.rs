@@ -175,10 +175,9 @@ impl GateSettings {
         self
     }
 
-    /// The gate's name: its `gate` label in the metrics. Default
-    /// `gate0`, `gate1`, ... in the order this `Elastic`'s gates were made; valid: 1 to 64
-    /// bytes, no control characters. Give each gate its own: two gates of one name would
-    /// report into the same series.
+    /// The gate's name: its `gate` label in the metrics. Default `gate0`, `gate1`, ... in the
+    /// order this `Elastic`'s gates were made; valid: 1 to 64 bytes, no control characters.
+    /// Give each gate its own: two gates of one name would report into the same series.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
