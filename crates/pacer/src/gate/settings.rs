@@ -16,11 +16,12 @@ use elastic_cpu_core::{QueueOrder, SettingError};
 /// let elastic = Elastic::builder().build()?;
 /// let gate = elastic.connection_gate(
 ///     GateSettings::new()
+///         .name("tls")
 ///         .deadline(Duration::from_millis(500))
 ///         .max_queue(256)
 ///         .setup_cost(Duration::from_millis(2)),
 /// )?;
-/// assert_eq!(gate.snapshot().queue_len, 0);
+/// assert_eq!((gate.name(), gate.snapshot().queue_len), ("tls", 0));
 /// // A bad setting names itself.
 /// let err = elastic.connection_gate(GateSettings::new().max_queue(0)).unwrap_err();
 /// assert_eq!(err.setting, "max_queue");
