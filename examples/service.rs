@@ -296,14 +296,20 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             let silent_n = gate.snapshot().stats.max_in_setup + 2;
-            let mut silent = Vec::new();
-            for _ in 0..silent_n {
-                silent.push(TcpStream::connect(addr).await.unwrap());
-            }
-            // Every silent attempt ends its admission: admitted, or refused once it cannot start.
+            // One at a time, each waiting on its client before the next comes (on a loaded
+            // machine a burst could outwait its 1 s deadline before the first setup's poll):
+            // each attempt ends its admission, admitted or refused once it cannot start.
             let ended = |g: &elastic_cpu::gate::GateSnapshot| g.admitted + g.rejected + g.expired;
-            while ended(&gate.snapshot()) < silent_n as u64 {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+            let mut silent = Vec::new();
+            for n in 1..=silent_n {
+                silent.push(TcpStream::connect(addr).await.unwrap());
+                loop {
+                    let g = gate.snapshot();
+                    if ended(&g) >= n as u64 && g.in_setup == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
             }
             let g = gate.snapshot();
             assert_eq!(g.admitted, silent_n as u64, "all admitted: {g:?}");

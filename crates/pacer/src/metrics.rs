@@ -4,10 +4,15 @@
 //! is caught and counted: `elastic_cpu_recorder_panics_total`); under `panic = "abort"` it
 //! aborts the process, as any panic does.
 //!
-//! Counts that only grow are counters. The CPU-time totals (`*_seconds` that only grow) are
-//! gauges set to the running total: the facade's counters hold integers, and a counter of whole
-//! seconds would lose everything below a second, while the `_seconds` unit is the convention
-//! for durations (an integer nanosecond counter would need another name and unit).
+//! Names follow Prometheus': the unit, then `_total` for a counter. Whatever only grows is a
+//! counter, set to the running total each tick, so that `rate()` and counter resets work and
+//! an OpenTelemetry bridge sees a monotonic sum. The facade's counters hold integers, so the
+//! CPU-time and wait totals count whole microseconds (`*_microseconds_total`, unit
+//! microseconds): a counter of whole seconds would drop everything below a second, and a gauge
+//! would be typed wrong. A microsecond is finer than any tick (1 ms at least) needs, and a `u64`
+//! of them lasts over 500 000 years; `rate(x[1m]) / 1e6` is in CPUs.
+//! Levels (shares, latencies, waits now) are gauges in seconds or ratios. Labels are names:
+//! `class` a class's, `gate` a gate's (`GateSettings::name`).
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 
@@ -19,6 +24,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "elastic_cpu_share_ratio",
         "ratio",
         "The share: part of the CPUs elastic work may use now, as the controller decided it",
+    ),
+    (
+        "elastic_cpu_target_seconds",
+        "seconds",
+        "What the controller compares the signal with: the builder's target, or the latency elastic work may add over the quiet baseline",
     ),
     (
         "elastic_cpu_cpus",
@@ -66,23 +76,28 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Elastic tasks waiting for a grant",
     ),
     (
-        "elastic_cpu_acquired_seconds",
-        "seconds",
+        "elastic_cpu_acquired_microseconds_total",
+        "microseconds",
         "CPU time granted to elastic work since start",
     ),
     (
-        "elastic_cpu_returned_seconds",
-        "seconds",
+        "elastic_cpu_returned_microseconds_total",
+        "microseconds",
         "Granted CPU time given back unused since start",
     ),
     (
-        "elastic_cpu_over_limit_seconds",
-        "seconds",
+        "elastic_cpu_over_limit_microseconds_total",
+        "microseconds",
         "CPU time elastic work ran past its grants since start (charged as debt)",
     ),
     (
-        "elastic_cpu_wait_seconds",
-        "seconds",
+        "elastic_cpu_used_microseconds_total",
+        "microseconds",
+        "CPU time elastic work ran since start, as measured (acquired - returned + over limit)",
+    ),
+    (
+        "elastic_cpu_wait_microseconds_total",
+        "microseconds",
         "Time elastic work spent waiting for grants since start",
     ),
     (
@@ -156,13 +171,23 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Inside a CPU quota: times elastic work was stopped as a period's quota neared its end",
     ),
     (
+        "elastic_cpu_idle_share_ratio",
+        "ratio",
+        "The idle pool's share of the CPUs now (unset while no pool is made)",
+    ),
+    (
+        "elastic_cpu_idle_cpu_microseconds_total",
+        "microseconds",
+        "CPU time work on the idle pool ran since the pool was made, as its ledger measured it (unset while no pool lives)",
+    ),
+    (
         "elastic_cpu_class_share_ratio",
         "ratio",
         "A class's part of the elastic share now (0 while it has no work and others do), label class=NAME",
     ),
     (
-        "elastic_cpu_class_cpu_seconds",
-        "seconds",
+        "elastic_cpu_class_cpu_microseconds_total",
+        "microseconds",
         "CPU time charged to a class's elastic work since start, label class=NAME",
     ),
     (
@@ -178,52 +203,52 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "elastic_cpu_gate_admitted_total",
         "count",
-        "Connection attempts admitted to setup since start, label gate=N",
+        "Connection attempts admitted to setup since start, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_rejected_total",
         "count",
-        "Connection attempts refused at once since start (queue full, would expire, closed), label gate=N",
+        "Connection attempts refused at once since start (queue full, would expire, closed), label gate=NAME",
     ),
     (
         "elastic_cpu_gate_expired_total",
         "count",
-        "Connection attempts dropped after waiting past their deadlines since start, label gate=N",
+        "Connection attempts dropped after waiting past their deadlines since start, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_share_ratio",
         "ratio",
-        "The setup class's share of the CPUs now, label gate=N",
+        "The setup class's share of the CPUs now, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_queue_length",
         "count",
-        "Connection attempts waiting for admission, label gate=N",
+        "Connection attempts waiting for admission, label gate=NAME",
     ),
     (
-        "elastic_cpu_gate_setup_cpu_seconds",
-        "seconds",
-        "CPU time charged to connection setups since start, label gate=N",
+        "elastic_cpu_gate_setup_cpu_microseconds_total",
+        "microseconds",
+        "CPU time charged to connection setups since start, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_longest_wait_seconds",
         "seconds",
-        "Longest admission wait over the probe window, label gate=N",
+        "Longest admission wait over the probe window, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_os_yields_total",
         "count",
-        "Setup quantum yields that also yielded the thread's CPU to the OS, label gate=N",
+        "Setup quantum yields that also yielded the thread's CPU to the OS, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_waiting_on_peer",
         "count",
-        "Setups waiting on their clients, holding no running place, label gate=N",
+        "Setups waiting on their clients, holding no running place, label gate=NAME",
     ),
     (
         "elastic_cpu_gate_timed_out_total",
         "count",
-        "Setups closed at the setup timeout (clients that never finished) since start, label gate=N",
+        "Setups closed at the setup timeout (clients that never finished) since start, label gate=NAME",
     ),
 ];
 
@@ -233,6 +258,7 @@ fn describe() {
     for &(name, unit, help) in METRICS {
         let unit = match unit {
             "seconds" => Unit::Seconds,
+            "microseconds" => Unit::Microseconds,
             _ => Unit::Count,
         };
         if name.ends_with("_total") {
@@ -253,6 +279,7 @@ pub(crate) fn governor_down() {
 pub(crate) fn emit(s: &Snapshot) {
     describe();
     gauge!("elastic_cpu_share_ratio").set(s.share);
+    gauge!("elastic_cpu_target_seconds").set(s.target.as_secs_f64());
     gauge!("elastic_cpu_cpus").set(s.cpus);
     if let Some(p99) = s.sched_p99 {
         gauge!("elastic_cpu_sched_latency_p99_seconds").set(p99.as_secs_f64());
@@ -286,10 +313,11 @@ pub(crate) fn emit(s: &Snapshot) {
     }
     gauge!("elastic_cpu_tokens_available_seconds").set(s.balance_secs_f64());
     gauge!("elastic_cpu_waiters").set(s.waiters as f64);
-    gauge!("elastic_cpu_acquired_seconds").set(s.acquired.as_secs_f64());
-    gauge!("elastic_cpu_returned_seconds").set(s.returned.as_secs_f64());
-    gauge!("elastic_cpu_over_limit_seconds").set(s.over_limit.as_secs_f64());
-    gauge!("elastic_cpu_wait_seconds").set(s.waited.as_secs_f64());
+    counter!("elastic_cpu_acquired_microseconds_total").absolute(micros(s.acquired));
+    counter!("elastic_cpu_returned_microseconds_total").absolute(micros(s.returned));
+    counter!("elastic_cpu_over_limit_microseconds_total").absolute(micros(s.over_limit));
+    counter!("elastic_cpu_used_microseconds_total").absolute(micros(s.used));
+    counter!("elastic_cpu_wait_microseconds_total").absolute(micros(s.waited));
     gauge!("elastic_cpu_longest_wait_seconds").set(s.longest_wait.as_secs_f64());
     counter!("elastic_cpu_grants_total").absolute(s.grants);
     counter!("elastic_cpu_waits_total").absolute(s.waits);
@@ -308,12 +336,25 @@ pub(crate) fn emit(s: &Snapshot) {
     }
     counter!("elastic_cpu_quota_brakes_total").absolute(s.quota_brakes);
     gauge!("elastic_cpu_overhead_ratio").set(s.overhead);
+    if let Some(share) = s.idle_share {
+        gauge!("elastic_cpu_idle_share_ratio").set(share);
+    }
+    if let Some(q) = &s.idle_queue {
+        counter!("elastic_cpu_idle_cpu_microseconds_total").absolute(q.used_nanos / 1_000);
+    }
     for c in &s.classes {
         let class = c.name.to_string();
         gauge!("elastic_cpu_class_share_ratio", "class" => class.clone()).set(c.share);
-        gauge!("elastic_cpu_class_cpu_seconds", "class" => class.clone()).set(c.cpu.as_secs_f64());
+        counter!("elastic_cpu_class_cpu_microseconds_total", "class" => class.clone())
+            .absolute(micros(c.cpu));
         gauge!("elastic_cpu_class_waiters", "class" => class.clone()).set(c.waiters as f64);
         gauge!("elastic_cpu_class_longest_wait_seconds", "class" => class)
             .set(c.longest_wait.as_secs_f64());
     }
+}
+
+/// `d` in whole microseconds, the unit of the `*_microseconds_total` counters (saturating: a
+/// `u64` of microseconds outlasts any process).
+pub(crate) fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

@@ -21,6 +21,9 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
         .unwrap();
     // A connection gate, so its metrics are emitted too.
     let _gate = elastic.connection_gate(Default::default()).unwrap();
+    // An idle pool, so the idle class's metrics are emitted too.
+    #[cfg(feature = "idle-pool")]
+    let _pool = elastic.idle_runtime(1).unwrap();
     // Samples in the window so the latency gauges are set too.
     elastic.probe().record_poll(
         Some(Duration::from_micros(300)),
@@ -36,6 +39,7 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
     probe.record_poll(None, Some(Duration::from_millis(3)), false);
     metrics::with_local_recorder(&recorder, || elastic.tick());
 
+    let target = elastic.snapshot().target;
     let snapshot = snapshotter.snapshot().into_vec();
     let mut seen = Vec::new();
     for (key, unit, description, value) in &snapshot {
@@ -43,8 +47,17 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
         assert!(name.starts_with("elastic_cpu_"), "{name}");
         assert!(description.is_some(), "{name} has no description");
         assert!(unit.is_some(), "{name} has no unit");
-        if name == "elastic_cpu_limit_ratio" {
+        // Whatever only grows is a counter, named `_total`; everything else is a gauge.
+        assert_eq!(
+            name.ends_with("_total"),
+            matches!(value, DebugValue::Counter(_)),
+            "{name}: {value:?}"
+        );
+        if name == "elastic_cpu_share_ratio" {
             assert_eq!(value, &DebugValue::Gauge(0.25.into()));
+        }
+        if name == "elastic_cpu_target_seconds" {
+            assert_eq!(value, &DebugValue::Gauge(target.as_secs_f64().into()));
         }
         if name == "elastic_cpu_outlier_polls_total" {
             let labels: Vec<_> = key.key().labels().map(|l| (l.key(), l.value())).collect();
@@ -62,6 +75,9 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
     for (name, _, _) in METRICS {
         if MEASURED_FOR_REAL.contains(name) || *name == "elastic_cpu_quota_headroom_cpus" {
             continue; // a manual clock turns those off: the tests below
+        }
+        if cfg!(not(feature = "idle-pool")) && name.starts_with("elastic_cpu_idle_") {
+            continue; // no pool to report on
         }
         assert!(
             seen.iter().any(|s| s == name),

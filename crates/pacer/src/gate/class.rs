@@ -33,7 +33,7 @@ pub(crate) fn create(
     settings: &GateSettings,
     parts: GateParts<'_>,
 ) -> Result<(Arc<GateShared>, Limit, Policy, f64), SettingError> {
-    let s = settings.resolve()?;
+    let s = settings.resolve(parts.id)?;
     // Idle decay stops at the initial share: a storm that comes after a calm spell starts
     // where the gate was set to start, not at the floor.
     let span = s.max_share - s.min_share;

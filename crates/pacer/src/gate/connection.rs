@@ -56,6 +56,12 @@ impl ConnectionGate {
         Admission::new(self.shared.clone(), deadline)
     }
 
+    /// The gate's name, its `gate` label in the metrics
+    /// ([`GateSettings::name`](crate::gate::GateSettings::name)).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
     /// The deadline the settings gave (what [`GatedListener`](crate::gate::GatedListener) uses).
     pub fn default_deadline(&self) -> Duration {
         self.shared.deadline

@@ -1,6 +1,7 @@
 //! [`GateSettings`]: what a connection gate is built from, validated by
 //! [`Elastic::connection_gate`](crate::Elastic::connection_gate).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use elastic_cpu_core::{QueueOrder, SettingError};
@@ -15,11 +16,12 @@ use elastic_cpu_core::{QueueOrder, SettingError};
 /// let elastic = Elastic::builder().build()?;
 /// let gate = elastic.connection_gate(
 ///     GateSettings::new()
+///         .name("tls")
 ///         .deadline(Duration::from_millis(500))
 ///         .max_queue(256)
 ///         .setup_cost(Duration::from_millis(2)),
 /// )?;
-/// assert_eq!(gate.snapshot().queue_len, 0);
+/// assert_eq!((gate.name(), gate.snapshot().queue_len), ("tls", 0));
 /// // A bad setting names itself.
 /// let err = elastic.connection_gate(GateSettings::new().max_queue(0)).unwrap_err();
 /// assert_eq!(err.setting, "max_queue");
@@ -37,7 +39,11 @@ pub struct GateSettings {
     pub(crate) cap_concurrency: Option<bool>,
     pub(crate) setup_timeout: Option<Duration>,
     pub(crate) max_in_flight: Option<usize>,
+    pub(crate) name: Option<String>,
 }
+
+/// The longest gate name: it is a metrics label.
+const NAME_MAX: usize = 64;
 
 /// Default longest wait for admission ([`GateSettings::deadline`]).
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(1);
@@ -58,8 +64,10 @@ pub(crate) const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// The settings, checked and with the defaults filled in.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Resolved {
+    /// The gate's name, its `gate` label in the metrics.
+    pub(crate) name: Arc<str>,
     pub(crate) deadline: Duration,
     pub(crate) max_queue: usize,
     pub(crate) setup_cost: Duration,
@@ -168,8 +176,30 @@ impl GateSettings {
         self
     }
 
-    /// Check every setting; the error names the first bad one.
-    pub(crate) fn resolve(&self) -> Result<Resolved, SettingError> {
+    /// The gate's name: its `gate` label in the metrics. Default `gate0`, `gate1`, ... in the
+    /// order this `Elastic`'s gates were made; valid: 1 to 64 bytes, no control characters.
+    /// Give each gate its own: two gates of one name would report into the same series.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Check every setting, for the gate made `id`-th (its default name); the error names the
+    /// first bad one.
+    pub(crate) fn resolve(&self, id: usize) -> Result<Resolved, SettingError> {
+        let name: Arc<str> = match &self.name {
+            Some(name) => {
+                if name.is_empty() || name.len() > NAME_MAX || name.chars().any(char::is_control) {
+                    return Err(SettingError::new(
+                        "name",
+                        format!("{name:?}"),
+                        "1 to 64 bytes, no control characters",
+                    ));
+                }
+                name.as_str().into()
+            }
+            None => format!("gate{id}").into(),
+        };
         let up_to_an_hour = Duration::from_millis(1)..=Duration::from_secs(3600);
         let deadline = within(
             "deadline",
@@ -228,6 +258,7 @@ impl GateSettings {
             self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         )?;
         Ok(Resolved {
+            name,
             deadline,
             setup_timeout,
             max_in_flight,

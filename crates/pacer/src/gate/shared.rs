@@ -35,9 +35,10 @@ pub(crate) struct GateShared {
     pub(crate) setup_timeout: Duration,
     /// Setups a [`SetupListener`](crate::gate::SetupListener) ended at their timeout.
     pub(crate) timed_out: AtomicU64,
-    /// The gate's number among this `Elastic`'s gates (the metrics label).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    /// The gate's number among this `Elastic`'s gates.
     pub(crate) id: usize,
+    /// Its name ([`GateSettings::name`](crate::gate::GateSettings::name)), the metrics label.
+    pub(crate) name: std::sync::Arc<str>,
     /// What the governor decided for the gate at its last tick.
     record: Mutex<ClassRecord>,
     /// The governor is gone: permits no longer yield, admissions are refused.
@@ -65,6 +66,7 @@ impl GateShared {
             setup_timeout: settings.setup_timeout,
             timed_out: AtomicU64::new(0),
             id,
+            name: settings.name.clone(),
             record: Mutex::new(ClassRecord {
                 kind: ClassKind::Gate(id),
                 share,
@@ -136,20 +138,20 @@ impl ClassQueue for GateShared {
         *self.record.lock().unwrap_or_else(|p| p.into_inner()) = record.clone();
     }
 
-    /// The `elastic_cpu_gate_*` metrics (in `METRICS`), labelled with the gate's number.
+    /// The `elastic_cpu_gate_*` metrics (in `METRICS`), labelled with the gate's name.
     #[cfg(feature = "metrics")]
     fn export(&self) {
         use metrics::{counter, gauge};
         let s = self.queue.snapshot();
         let record = self.record();
-        let gate = self.id.to_string();
+        let gate = self.name.to_string();
         counter!("elastic_cpu_gate_admitted_total", "gate" => gate.clone()).absolute(s.admitted);
         counter!("elastic_cpu_gate_rejected_total", "gate" => gate.clone()).absolute(s.rejected);
         counter!("elastic_cpu_gate_expired_total", "gate" => gate.clone()).absolute(s.expired);
         gauge!("elastic_cpu_gate_share_ratio", "gate" => gate.clone()).set(record.share);
         gauge!("elastic_cpu_gate_queue_length", "gate" => gate.clone()).set(s.queue_len as f64);
-        gauge!("elastic_cpu_gate_setup_cpu_seconds", "gate" => gate.clone())
-            .set(s.used_nanos as f64 / 1e9);
+        counter!("elastic_cpu_gate_setup_cpu_microseconds_total", "gate" => gate.clone())
+            .absolute(s.used_nanos / 1_000);
         gauge!("elastic_cpu_gate_longest_wait_seconds", "gate" => gate.clone())
             .set(record.longest_wait.as_secs_f64());
         gauge!("elastic_cpu_gate_waiting_on_peer", "gate" => gate.clone())
