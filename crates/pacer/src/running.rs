@@ -99,6 +99,17 @@ impl RunningTime {
         }
     }
 
+    /// Wall time since `mark` (the injected clock's, under test), on any thread: no CPU-clock
+    /// read.
+    #[cfg(feature = "gate")]
+    pub(crate) fn wall_since(&self, mark: Mark) -> Duration {
+        match mark {
+            Mark::Wall(t) | Mark::Cpu(_, t) => t.elapsed(),
+            #[cfg(feature = "test-util")]
+            Mark::Custom(_) => self.since(mark).1,
+        }
+    }
+
     /// A [`Clock`] for [`elastic_cpu_core::ElasticHandle`]'s amortized checks: the wall clock
     /// unless the thread CPU clock or a custom clock was asked for.
     pub(crate) fn clock(&self) -> RunningClock {

@@ -5,6 +5,7 @@
 mod admission;
 pub(crate) mod class;
 mod connection;
+mod flight;
 mod listener;
 mod permit;
 mod rejected;

@@ -45,6 +45,8 @@ pub struct SetupPermit {
     yield_at: YieldPoint,
     /// Where the current chunk started.
     mark: Option<(Mark, ThreadId)>,
+    /// When it was admitted: its first chunk's mark (time in flight is measured from here).
+    admitted: Option<Mark>,
 }
 
 impl SetupPermit {
@@ -57,8 +59,10 @@ impl SetupPermit {
             since_yield: Duration::ZERO,
             yield_at,
             mark: None,
+            admitted: None,
         };
         permit.start_chunk();
+        permit.admitted = permit.mark.map(|(mark, _)| mark);
         permit
     }
 
@@ -185,6 +189,12 @@ impl Drop for SetupPermit {
     fn drop(&mut self) {
         self.end_chunk();
         if let Some(grant) = self.grant.take() {
+            let in_flight = self
+                .admitted
+                .map_or(Duration::ZERO, |m| self.gate.running.wall_since(m));
+            self.gate
+                .flight
+                .record(in_flight, self.used, on_idle_pool());
             self.gate.queue.done(grant, self.used);
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::GateQueue;
 
+use super::flight::Flight;
 use super::settings::Resolved;
 use crate::class::ClassQueue;
 use crate::long_polls::LongPolls;
@@ -27,6 +28,9 @@ pub(crate) struct GateShared {
     pub(crate) os_yields: AtomicU64,
     /// Setup polls too long for the quantum to cut (a handshake or password hash in one call).
     pub(crate) long_polls: LongPolls,
+    /// Time in flight against time running, of setups that end on an idle pool: raises the
+    /// holder cap there.
+    pub(crate) flight: Flight,
     /// The listener's deadline.
     pub(crate) deadline: Duration,
     /// How long a setup may take from admission ([`GateSettings::setup_timeout`]).
@@ -62,6 +66,7 @@ impl GateShared {
             os_yield,
             os_yields: AtomicU64::new(0),
             long_polls: LongPolls::default(),
+            flight: Flight::default(),
             deadline: settings.deadline,
             setup_timeout: settings.setup_timeout,
             timed_out: AtomicU64::new(0),
@@ -105,7 +110,7 @@ impl ClassQueue for GateShared {
     }
 
     fn set_holder_cap(&self, cap: usize) {
-        self.queue.set_max_in_setup(Some(cap));
+        self.queue.set_max_in_setup(Some(self.flight.raise(cap)));
     }
 
     fn take_longest_wait(&self) -> Duration {
