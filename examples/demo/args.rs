@@ -184,8 +184,8 @@ pub const DEFAULT_QUOTA_PHASES: &str = "baseline,static,idle-runtime,paced,paced
 /// The phases of `--quick`, on the host and inside the quota: the main result only.
 pub const QUICK_PHASES: &str = "baseline,default";
 /// `--quick`'s phase length and warm-up, in seconds.
-const QUICK_PHASE_SECS: &str = "12";
-const QUICK_WARMUP_SECS: &str = "4";
+const QUICK_PHASE_SECS: &str = "20";
+const QUICK_WARMUP_SECS: &str = "5";
 
 /// Where the phases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -277,7 +277,7 @@ pub struct Args {
     #[arg(long)]
     pub attach: bool,
     /// the main result in about 90 s: the baseline and the quick start's scan at the library's
-    /// defaults (phase `default`), one 12 s round each on the host, then inside the quota where
+    /// defaults (phase `default`), one 20 s round each on the host, then inside the quota where
     /// the machine allows it; flags given beside it override these
     #[arg(long)]
     pub quick: bool,
@@ -553,7 +553,7 @@ mod tests {
         let names = |v: &[PhaseSpec]| v.iter().map(PhaseSpec::name).collect::<Vec<_>>();
         assert_eq!(names(&q.phases), ["baseline", "default"]);
         assert_eq!(names(&q.quota_phases), ["baseline", "default"]);
-        assert_eq!((q.rounds, q.phase_secs, q.warmup_secs), (1, 12.0, 4.0));
+        assert_eq!((q.rounds, q.phase_secs, q.warmup_secs), (1, 20.0, 5.0));
         assert_eq!(q.cpu_quota, None, "the quota stays lenient");
         // Flags given beside --quick win, wherever they stand.
         let q = p("--rounds 2 --quick --phases baseline").unwrap();

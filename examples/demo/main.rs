@@ -7,7 +7,7 @@
 //! cargo run --release --example demo -- --speed          # + controller settle-time phases
 //! ```
 //!
-//! Run time: `--quick` about 90 s (baseline and `default`, one 12 s round each, on the host and
+//! Run time: `--quick` about 90 s (baseline and `default`, one 20 s round each, on the host and
 //! inside the quota). The default run: 9 phases on the host and 6 inside the quota, 3 rounds of
 //! 13 s each, about 10 minutes; `--speed` adds 12 phases a round (about 8 minutes more).
 //!

@@ -49,9 +49,13 @@ impl Report {
                 ),
                 _ => "the scan's share of the spare CPU: n/a".into(),
             };
+            let label = match (env, d.quota_cpus) {
+                (Env::Quota, Some(q)) => format!("in a {q}-CPU quota:"),
+                (Env::Quota, None) => "in a quota:".into(),
+                (Env::Host, _) => "host:".into(),
+            };
             out.push(format!(
-                "{:<26} fg p99 {} against {} without the scan{ratio}; {spare}",
-                format!("{}:", self.env_title(env)),
+                "{label:<20} fg p99 {} against {} without the scan{ratio}; {spare}",
                 fmt_us(d.fg.p99_us),
                 fmt_us(b.fg.p99_us),
             ));
@@ -189,13 +193,18 @@ impl Report {
                 if !label.is_empty() {
                     let _ = writeln!(s, "bars, {label}:");
                 }
-                for b in bars {
-                    let mark = match b.pass {
-                        Some(true) => "PASS",
-                        Some(false) => "FAIL",
-                        None => " -- ",
-                    };
+                // A bar whose phases did not run (a shorter phase list) has no verdict: counted,
+                // not listed.
+                let unjudged = bars.iter().filter(|b| b.pass.is_none()).count();
+                for b in bars.iter().filter(|b| b.pass.is_some()) {
+                    let mark = if b.pass == Some(true) { "PASS" } else { "FAIL" };
                     let _ = writeln!(s, "[{mark}] {:<76} {}", b.what, b.value);
+                }
+                if unjudged > 0 {
+                    let _ = writeln!(
+                        s,
+                        "({unjudged} more bars not judged: their phases did not run)"
+                    );
                 }
             }
         }
