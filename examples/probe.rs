@@ -6,6 +6,8 @@
 //! cargo run --release --example probe
 //! ```
 //!
+//! Run time: about 8 s (two phases of 4 s). Privileges: none.
+//!
 //! Built with `--cfg tokio_unstable` (this workspace's default) the probe uses tokio's task poll
 //! hooks (every poll is a sample); without it, the sampling fallback (a probe task per ~1 ms that
 //! times one wait at the back of a worker's run queue; queue latency only). With hooks, `PROBE_COMPARE_SAMPLER=1` also

@@ -1,5 +1,7 @@
 //! The README's quick start, verbatim (tests/user-crate checks that they agree):
 //! `cargo run --release --example quickstart`.
+//!
+//! Run time: a few seconds (it ends when its work is done). Privileges: none.
 
 use elastic_cpu::prelude::*; // `.paced(&elastic)` for futures and streams
 use elastic_cpu::Elastic;

@@ -9,6 +9,8 @@
 //! curl http://127.0.0.1:PORT/status ; curl -s http://127.0.0.1:PORT/export?chunks=64 | wc -c
 //! ```
 //!
+//! Run time: until Ctrl-C. Privileges: none (it listens on a loopback port chosen by the OS).
+//!
 //! With TLS a client first does SCRAM over the TLS stream (user `storm`, the password in
 //! `elastic_cpu_examples::handshake`), then speaks HTTP/1.1 on it: the test below is such a
 //! client. A refused connection is answered `503 Service Unavailable` with `Retry-After`, in

@@ -181,6 +181,12 @@ pub const DEFAULT_PHASES: &str =
 /// nothing new there and would push the default run past 10 minutes).
 pub const DEFAULT_QUOTA_PHASES: &str = "baseline,static,idle-runtime,paced,paced-idle,default";
 
+/// The phases of `--quick`, on the host and inside the quota: the main result only.
+pub const QUICK_PHASES: &str = "baseline,default";
+/// `--quick`'s phase length and warm-up, in seconds.
+const QUICK_PHASE_SECS: &str = "20";
+const QUICK_WARMUP_SECS: &str = "5";
+
 /// Where the phases run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Env {
@@ -202,7 +208,9 @@ impl Env {
 const ABOUT: &str = "\
 The isolation experiment: a loopback TCP service (foreground) under open-loop Poisson load,
 next to a CPU-heavy export scan (elastic), in several phases of one run. Prints one line a
-second, a summary table at the end, and writes a JSON and an HTML report.";
+second, a summary table at the end with the main result, and writes a JSON and an HTML report.
+About 10 minutes at the defaults; --quick shows the main result in about 90 s. The quota
+environment needs the right to make a cgroup (root); without it, it is skipped with a note.";
 
 const PHASES_HELP: &str = "\
 Phases (run in the order given):
@@ -230,10 +238,10 @@ Phases (run in the order given):
 #[command(name = "demo", about = ABOUT, before_help = PHASES_HELP)]
 pub struct Args {
     /// comma-separated phases
-    #[arg(long = "phases", value_name = "LIST", default_value = DEFAULT_PHASES, value_parser = phase_list)]
+    #[arg(long = "phases", value_name = "LIST", default_value = DEFAULT_PHASES, default_value_if("quick", "true", Some(QUICK_PHASES)), value_parser = phase_list)]
     phase_list: std::vec::Vec<PhaseSpec>,
     /// comma-separated phases of the quota environment
-    #[arg(long = "quota-phases", value_name = "LIST", default_value = DEFAULT_QUOTA_PHASES, value_parser = phase_list)]
+    #[arg(long = "quota-phases", value_name = "LIST", default_value = DEFAULT_QUOTA_PHASES, default_value_if("quick", "true", Some(QUICK_PHASES)), value_parser = phase_list)]
     pub quota_phases: std::vec::Vec<PhaseSpec>,
     /// run the service under a CFS bandwidth limit of F CPUs (a child cgroup it creates and
     /// moves itself into), after the host phases; off: host only [default: 1.5, skipped with
@@ -241,23 +249,23 @@ pub struct Args {
     // None: the default (1.5, lenient); Some(None): off; Some(Some(f)): strict.
     #[arg(long, value_name = "F|off", value_parser = cpu_quota)]
     pub cpu_quota: Option<std::option::Option<f64>>,
-    /// turn off the library's cgroup throttling signal (a throttled period steps the limit
-    /// down for a probe window: `ElasticBuilder::throttle_signal`), for an A/B inside a quota
+    /// turn off the library's cgroup throttling input (a throttled period steps the limit down
+    /// for a probe window: `Inputs::throttling`, through `ElasticBuilder::inputs`), for an A/B
+    /// inside a quota
     #[arg(long)]
     pub no_throttle_signal: bool,
     /// turn off the library's quota headroom cap (inside a quota, elastic work held to 90 % of
-    /// what the foreground leaves: `ElasticBuilder::quota_headroom`), for an A/B inside a quota
+    /// what the foreground leaves: `Inputs::quota_headroom`), for an A/B inside a quota
     #[arg(long)]
     pub no_quota_headroom: bool,
-    /// turn off the library's I/O wake-up signal (`ElasticBuilder::io_signal`), for an A/B
+    /// turn off the library's I/O wake-up probe as an input (`Inputs::io_wakeup`), for an A/B
     #[arg(long)]
     pub no_io_signal: bool,
-    /// turn off the library's OS run-queue signal (`ElasticBuilder::run_queue_signal`), for an
-    /// A/B
+    /// turn off the library's OS run-queue delay as an input (`Inputs::run_queue`), for an A/B
     #[arg(long)]
     pub no_run_queue_signal: bool,
-    /// turn off the library's OS yield at each poll quantum (`ElasticBuilder::os_yield`), for
-    /// an A/B
+    /// turn off the library's OS yield at each poll quantum (`Enforcement::os_yield`, through
+    /// `ElasticBuilder::enforcement`), for an A/B
     #[arg(long)]
     pub no_os_yield: bool,
     /// turn off the idle pool's moving of a runtime worker queued behind another
@@ -268,6 +276,11 @@ pub struct Args {
     /// `elastic.attach` it (and start its I/O probe) instead of `elastic.runtime(..)`
     #[arg(long)]
     pub attach: bool,
+    /// the main result in about 90 s: the baseline and the quick start's scan at the library's
+    /// defaults (phase `default`), one 20 s round each on the host, then inside the quota where
+    /// the machine allows it; flags given beside it override these
+    #[arg(long)]
+    pub quick: bool,
     /// append the controller-speed phases: low, high and step for each --profiles entry
     #[arg(long)]
     speed: bool,
@@ -278,14 +291,14 @@ pub struct Args {
     #[arg(skip)]
     pub phases: Vec<PhaseSpec>,
     /// length of each phase in seconds, warm-up included
-    #[arg(long, value_name = "N", default_value = "13", value_parser = positive)]
+    #[arg(long, value_name = "N", default_value = "13", default_value_if("quick", "true", Some(QUICK_PHASE_SECS)), value_parser = positive)]
     pub phase_secs: f64,
     /// start of each phase left out of its summary
-    #[arg(long, value_name = "N", default_value = "4", value_parser = non_negative)]
+    #[arg(long, value_name = "N", default_value = "4", default_value_if("quick", "true", Some(QUICK_WARMUP_SECS)), value_parser = non_negative)]
     pub warmup_secs: f64,
     /// run the phase list N times, interleaved, and merge each phase's rounds
     /// (this machine's noise comes in bursts of seconds)
-    #[arg(long, value_name = "N", default_value = "3", value_parser = at_least_1)]
+    #[arg(long, value_name = "N", default_value = "3", default_value_if("quick", "true", Some("1")), value_parser = at_least_1)]
     pub rounds: usize,
     #[command(flatten)]
     pub fg: ForegroundArgs,
@@ -313,7 +326,8 @@ pub struct Args {
     // None: the library's default; Some(None): off.
     #[arg(long, value_name = "N|off", value_parser = brake_us)]
     pub brake_us: Option<std::option::Option<u64>>,
-    /// the outlier trap's threshold in every phase [default: the library's, its target]
+    /// the outlier trap's threshold in every phase [default: the library's: the controller's
+    /// target, at least 1 ms]
     #[arg(long, value_name = "N", value_parser = outlier_us)]
     pub outlier_us: Option<u64>,
     /// share for the static phase
@@ -535,6 +549,18 @@ mod tests {
         assert_eq!(a.client_priority.name(), "normal");
         assert!(a.elastic_mix);
         assert!(p("--client-priority low").is_err());
+        let q = p("--quick").unwrap();
+        let names = |v: &[PhaseSpec]| v.iter().map(PhaseSpec::name).collect::<Vec<_>>();
+        assert_eq!(names(&q.phases), ["baseline", "default"]);
+        assert_eq!(names(&q.quota_phases), ["baseline", "default"]);
+        assert_eq!((q.rounds, q.phase_secs, q.warmup_secs), (1, 20.0, 5.0));
+        assert_eq!(q.cpu_quota, None, "the quota stays lenient");
+        // Flags given beside --quick win, wherever they stand.
+        let q = p("--rounds 2 --quick --phases baseline").unwrap();
+        assert_eq!(
+            (q.rounds, names(&q.phases)),
+            (2, vec!["baseline".to_string()])
+        );
         let a = p("--target-us 300 --brake-us off --seed 2 --seed 3").unwrap();
         assert_eq!(
             (a.target_us, a.brake_us, a.seed),

@@ -22,7 +22,8 @@ default, plus a paced scan. One open-loop load generator per node runs here, out
 quotas (real-time priority: clients on other machines). Phases: every node's baseline (no
 scan), all scans on until they settle, a foreground step (x1.5) on one node, and back.
 Prints a line a second and a summary, writes a JSON and an HTML report. Needs a writable
-cgroup `cpu` controller (v1 or v2; exits 2 and says why otherwise).";
+cgroup `cpu` controller (v1 or v2; otherwise it says why in one line and exits 0). About 2.5
+minutes at the defaults.";
 
 /// Parsed flags (the lists are `std::vec::Vec`, so that clap takes each as one value).
 #[derive(Clone, Debug, Parser)]

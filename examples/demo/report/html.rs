@@ -3,7 +3,7 @@
 
 use super::Report;
 use crate::args::{Env, Kind};
-use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
 use elastic_cpu_examples::report::html::{self, esc};
 use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
 use std::fmt::Write as _;
@@ -131,11 +131,7 @@ impl Report {
                 let per_round = if p.p99_rounds.len() > 1 {
                     format!(
                         "{} ({})",
-                        p.p99_rounds
-                            .iter()
-                            .map(|x| fmt_us(Some(*x)))
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        fmt_us_list(&p.p99_rounds, ", "),
                         fmt_us(p.p99_median)
                     )
                 } else {

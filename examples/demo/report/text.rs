@@ -1,7 +1,8 @@
 //! The terminal summary: the table, the pauses, each round's p99, the bars, the controller speed.
 
 use super::Report;
-use elastic_cpu_examples::latency::fmt_us;
+use crate::args::Env;
+use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
 use elastic_cpu_examples::report::text::TextTable;
 use elastic_cpu_examples::stats::mean;
 use std::fmt::Write as _;
@@ -24,6 +25,44 @@ const COLUMNS: [(&str, usize); 13] = [
 ];
 
 impl Report {
+    /// Per environment that ran both `baseline` and `default`: the foreground p99 of each and
+    /// their ratio, and how much of the CPU the baseline left the scan took (the process's CPUs
+    /// above the baseline's, over the machine's cores or the quota less the baseline's).
+    pub fn main_result(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for env in self.envs() {
+            let (Some(b), Some(d)) = (self.find(env, "baseline"), self.find(env, "default")) else {
+                continue;
+            };
+            let room = match env {
+                Env::Host => Some(self.machine.cpus as f64),
+                Env::Quota => d.quota_cpus,
+            };
+            let ratio = match (d.fg.p99_us, b.fg.p99_us) {
+                (Some(x), Some(y)) if y > 0.0 => format!(" ({:.2}x)", x / y),
+                _ => String::new(),
+            };
+            let spare = match (d.process_cpus, b.process_cpus, room) {
+                (Some(c), Some(base), Some(room)) if room > base => format!(
+                    "the scan took {:.2} of the spare CPU ({c:.2} - {base:.2} CPUs of {room} - {base:.2})",
+                    (c - base) / (room - base)
+                ),
+                _ => "the scan's share of the spare CPU: n/a".into(),
+            };
+            let label = match (env, d.quota_cpus) {
+                (Env::Quota, Some(q)) => format!("in a {q}-CPU quota:"),
+                (Env::Quota, None) => "in a quota:".into(),
+                (Env::Host, _) => "host:".into(),
+            };
+            out.push(format!(
+                "{label:<20} fg p99 {} against {} without the scan{ratio}; {spare}",
+                fmt_us(d.fg.p99_us),
+                fmt_us(b.fg.p99_us),
+            ));
+        }
+        out
+    }
+
     pub fn summary_text(&self) -> String {
         let mut s = String::new();
         let table = TextTable::new(&COLUMNS);
@@ -133,11 +172,7 @@ impl Report {
                         s,
                         "  {:<22} {}  (median {})",
                         p.label(),
-                        p.p99_rounds
-                            .iter()
-                            .map(|x| fmt_us(Some(*x)))
-                            .collect::<Vec<_>>()
-                            .join(" "),
+                        fmt_us_list(&p.p99_rounds, " "),
                         fmt_us(p.p99_median)
                     );
                 }
@@ -158,14 +193,29 @@ impl Report {
                 if !label.is_empty() {
                     let _ = writeln!(s, "bars, {label}:");
                 }
-                for b in bars {
-                    let mark = match b.pass {
-                        Some(true) => "PASS",
-                        Some(false) => "FAIL",
-                        None => " -- ",
-                    };
+                // A bar whose phases did not run (a shorter phase list) has no verdict: counted,
+                // not listed.
+                let unjudged = bars.iter().filter(|b| b.pass.is_none()).count();
+                for b in bars.iter().filter(|b| b.pass.is_some()) {
+                    let mark = if b.pass == Some(true) { "PASS" } else { "FAIL" };
                     let _ = writeln!(s, "[{mark}] {:<76} {}", b.what, b.value);
                 }
+                if unjudged > 0 {
+                    let _ = writeln!(
+                        s,
+                        "({unjudged} more bars not judged: their phases did not run)"
+                    );
+                }
+            }
+        }
+        let main = self.main_result();
+        if !main.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nmain result (the quick start's scan, every library setting at its default, against the baseline):"
+            );
+            for line in main {
+                let _ = writeln!(s, "  {line}");
             }
         }
         let settles = self.settles();

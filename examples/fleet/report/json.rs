@@ -3,6 +3,7 @@
 
 use super::{bars, NodeFigures, Run};
 use elastic_cpu_examples::report::json::{opt, to_string, Num};
+use elastic_cpu_examples::report::Bar;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -48,13 +49,6 @@ struct Node {
     placement: String,
     requests_left_out_for_pauses: u64,
     requests_lost: u64,
-}
-
-#[derive(Serialize)]
-struct BarJson {
-    what: String,
-    value: String,
-    pass: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -111,7 +105,7 @@ struct TimelinePoint {
 #[derive(Serialize)]
 struct Doc<'a> {
     nodes: Vec<Node>,
-    bars: Vec<BarJson>,
+    bars: Vec<Bar>,
     phases: Vec<Phase>,
     machine: Machine<'a>,
     interrupted: bool,
@@ -174,14 +168,7 @@ impl Run {
                 .enumerate()
                 .map(|(i, f)| node(f, self, i))
                 .collect(),
-            bars: bars(&figs)
-                .into_iter()
-                .map(|b| BarJson {
-                    what: b.what,
-                    value: b.value,
-                    pass: b.pass,
-                })
-                .collect(),
+            bars: bars(&figs),
             phases: self
                 .plan
                 .phases

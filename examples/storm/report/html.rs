@@ -2,7 +2,7 @@
 //! plots over time.
 
 use super::{Point, Report};
-use elastic_cpu_examples::latency::fmt_us;
+use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
 use elastic_cpu_examples::report::html::{self, esc};
 use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
 use std::fmt::Write as _;
@@ -54,11 +54,7 @@ impl Report {
                     (Some(x), Some(c)) => format!("{:.2}x", x / c),
                     _ => "-".into(),
                 },
-                p.p99_rounds
-                    .iter()
-                    .map(|x| fmt_us(Some(*x)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                fmt_us_list(&p.p99_rounds, ", "),
                 p.completed_per_sec(),
                 self.capacity
                     .map_or("-".into(), |c| format!("{:.2}x", p.completed_per_sec() / c)),

@@ -4,6 +4,7 @@
 
 use super::{Phase, Report, Segment};
 use elastic_cpu_examples::report::json::{self, opt, Num};
+use elastic_cpu_examples::report::Bar;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -13,7 +14,7 @@ struct Doc<'a> {
     machine: Machine<'a>,
     rounds: Vec<RoundJ<'a>>,
     timeline: Vec<PointJ<'a>>,
-    bars: Vec<BarJ>,
+    bars: Vec<Bar>,
     interrupted: bool,
 }
 
@@ -140,13 +141,6 @@ struct PointJ<'a> {
     fg_factor: Num,
 }
 
-#[derive(Serialize)]
-struct BarJ {
-    what: String,
-    value: String,
-    pass: Option<bool>,
-}
-
 fn phase_j(p: &Phase) -> PhaseJ<'_> {
     let s = &p.setups;
     PhaseJ {
@@ -266,15 +260,7 @@ impl Report {
                     fg_factor: Num(p.fg_factor),
                 })
                 .collect(),
-            bars: self
-                .bars()
-                .into_iter()
-                .map(|b| BarJ {
-                    what: b.what,
-                    value: b.value,
-                    pass: b.pass,
-                })
-                .collect(),
+            bars: self.bars(),
             interrupted: self.interrupted,
         };
         json::to_string(&doc)

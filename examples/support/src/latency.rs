@@ -33,6 +33,14 @@ pub fn fmt_us(us: Option<f64>) -> String {
     }
 }
 
+/// Latencies in µs (each round's p99, say) as [`fmt_us`] writes them, joined by `sep`.
+pub fn fmt_us_list(us: &[f64], sep: &str) -> String {
+    us.iter()
+        .map(|&u| fmt_us(Some(u)))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// A window's request latencies: how many requests, and their percentiles in µs (None when
 /// there were none). Serializes as the JSON reports write it.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -63,5 +71,19 @@ impl Latency {
             p999_us: q_us(h, 0.999),
             max_us: q_us(h, 1.0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_latencies_reads_as_each_one_does() {
+        assert_eq!(
+            fmt_us_list(&[250.4, 1_500.0, 12_000.0], ", "),
+            "250us, 1.5ms, 12ms"
+        );
+        assert_eq!(fmt_us_list(&[], " "), "");
     }
 }

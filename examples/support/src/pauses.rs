@@ -75,14 +75,13 @@ impl Pauses {
 /// Pin the calling thread to `cpu` and give it real-time priority.
 #[cfg(target_os = "linux")]
 fn pin_realtime(cpu: usize) -> bool {
-    // SAFETY: plain syscalls on the calling thread with valid, initialised parameters.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let param = libc::sched_param { sched_priority: 50 };
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-            && libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
-    }
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    // Pid 0: the calling thread.
+    set.set(cpu).is_ok()
+        && sched_setaffinity(Pid::from_raw(0), &set).is_ok()
+        && crate::priority::realtime(50)
 }
 
 #[cfg(not(target_os = "linux"))]

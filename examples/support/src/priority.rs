@@ -1,39 +1,50 @@
 //! The calling thread's scheduling priority: real-time above everything, or the lowest the OS
-//! offers.
+//! offers (through `thread-priority`, as the library's idle pool does).
 
-/// Give the calling thread real-time priority `prio` (1..=99); false where refused.
-#[cfg(target_os = "linux")]
-pub fn realtime(prio: i32) -> bool {
-    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
-    unsafe {
-        let param = libc::sched_param {
-            sched_priority: prio,
-        };
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0
+#[cfg(unix)]
+use thread_priority::unix::{
+    set_thread_priority_and_policy, thread_native_id, RealtimeThreadSchedulePolicy,
+    ThreadSchedulePolicy,
+};
+use thread_priority::{ThreadPriority, ThreadPriorityValue};
+
+/// Give the calling thread real-time priority `prio` (`SCHED_FIFO`, 1..=99); false where
+/// refused (no `CAP_SYS_NICE` or `RLIMIT_RTPRIO`, or not a unix).
+pub fn realtime(prio: u8) -> bool {
+    let Ok(value) = ThreadPriorityValue::try_from(prio) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        let fifo = ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo);
+        set_thread_priority_and_policy(
+            thread_native_id(),
+            ThreadPriority::Crossplatform(value),
+            fifo,
+        )
+        .is_ok()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = value;
+        false
     }
 }
 
-/// Give the calling thread real-time priority `prio` (1..=99); false where refused.
-#[cfg(not(target_os = "linux"))]
-pub fn realtime(_prio: i32) -> bool {
-    false
-}
-
-/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, nice
-/// 19 elsewhere. Returns what it got, for the output (None: refused).
+/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, the
+/// lowest priority of its policy elsewhere. Returns what it got, for the output (None: refused).
 #[cfg(target_os = "linux")]
 pub fn lowest_priority() -> Option<&'static str> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain syscall on the calling thread with a valid, initialised parameter.
-    let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+    use thread_priority::unix::NormalThreadSchedulePolicy;
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    let ok = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle).is_ok();
     ok.then_some("SCHED_IDLE")
 }
 
-/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, nice
-/// 19 elsewhere. Returns what it got, for the output (None: refused).
+/// Lower the calling thread to the lowest priority the OS offers: `SCHED_IDLE` on Linux, the
+/// lowest priority of its policy elsewhere. Returns what it got, for the output (None: refused).
 #[cfg(not(target_os = "linux"))]
 pub fn lowest_priority() -> Option<&'static str> {
-    // SAFETY: plain syscall with valid arguments (0: the caller).
-    let ok = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) } == 0;
-    ok.then_some("nice 19 (SCHED_IDLE is Linux only)")
+    let ok = thread_priority::set_current_thread_priority(ThreadPriority::Min).is_ok();
+    ok.then_some("the lowest thread priority (SCHED_IDLE is Linux only)")
 }

@@ -8,7 +8,9 @@ pub mod text;
 
 use std::path::{Path, PathBuf};
 
-/// One "done when" bar: what it checks, the value measured, and the verdict.
+/// One "done when" bar: what it checks, the value measured, and the verdict (in the JSON
+/// reports as `{"what", "value", "pass"}`).
+#[derive(serde::Serialize)]
 pub struct Bar {
     /// What the bar asks.
     pub what: String,
