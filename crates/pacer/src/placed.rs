@@ -5,8 +5,12 @@
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use elastic_cpu_core::{Clock, ThreadCpuClock};
 
 use tokio::task::{AbortHandle, JoinHandle};
 
@@ -57,7 +61,14 @@ struct Slot<F: Future> {
     held: Mutex<Held<F>>,
     /// The runtime task waiting for it.
     waker: Mutex<Option<Waker>>,
+    /// A poll of it on the pool was starved: it took [`SLOW_POLL`] or more of wall time, and
+    /// ran for under a quarter of it (the pool's threads got little CPU, if they were
+    /// scheduled often enough to keep the pulse fresh).
+    starved: AtomicBool,
 }
+
+/// A pool poll this long in wall time, running a quarter of it or less, was starved.
+const SLOW_POLL: Duration = Duration::from_millis(100);
 
 // In the slot's own allocation, one per moved future.
 #[allow(clippy::large_enum_variant)]
@@ -91,12 +102,18 @@ impl<F: Future> Slot<F> {
     }
 }
 
-impl<F: Future + Send + 'static> Recall for Slot<F> {
-    fn wake(&self) {
+impl<F: Future> Slot<F> {
+    fn wake_runtime(&self) {
         let waker = self.waker.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+}
+
+impl<F: Future + Send + 'static> Recall for Slot<F> {
+    fn wake(&self) {
+        self.wake_runtime();
     }
 }
 
@@ -112,11 +129,19 @@ impl<F: Future> Future for Shuttle<F> {
         let Some(mut paced) = slot.take(Held::Polling) else {
             return Poll::Ready(None);
         };
+        // Four clock reads a poll: polls here are long ones.
+        let (wall, cpu) = (Instant::now(), ThreadCpuClock.now());
         let out = Pin::new(&mut paced).poll(cx);
+        let (wall, cpu) = (wall.elapsed(), ThreadCpuClock.now().saturating_sub(cpu));
+        let starved = wall >= SLOW_POLL && cpu < wall / 4;
         *slot.lock() = match out {
             Poll::Ready(_) => Held::Gone,
             Poll::Pending => Held::Parked(paced),
         };
+        if starved && out.is_pending() {
+            slot.starved.store(true, Ordering::Release);
+            slot.wake_runtime();
+        }
         out.map(Some)
     }
 }
@@ -182,6 +207,7 @@ where
         };
         on.task.abort();
         on.watch.returned();
+        on.watch.saw_starved();
         self.starved = Some(on.watch.clone());
         self.state = State::Here(Paced::new(paced.into_inner(), self.shared.clone()));
     }
@@ -196,6 +222,7 @@ where
         let slot = Arc::new(Slot {
             held: Mutex::new(Held::Parked(Paced::new(future, shared))),
             waker: Mutex::new(None),
+            starved: AtomicBool::new(false),
         });
         let watch = pool.watch().clone();
         let recall: Arc<dyn Recall> = slot.clone();
@@ -242,7 +269,7 @@ where
                 // Taken back: only `recall` does that, and it leaves `There` at once.
                 Poll::Ready(Ok(None)) | Poll::Pending => {}
             }
-            if on.watch.starved() {
+            if on.watch.starved() || on.slot.starved.load(Ordering::Acquire) {
                 this.recall();
             }
         }

@@ -111,6 +111,13 @@ impl PoolWatch {
         starved
     }
 
+    /// A future's poll on the pool was starved (the pool got little CPU, if often enough to
+    /// keep the pulse fresh): work that came back waits [`SETTLED`] from now.
+    pub(crate) fn saw_starved(&self) {
+        self.last_starved
+            .store(self.now().max(1), Ordering::Relaxed);
+    }
+
     /// Whether the pool is starved, as the watch's last look found it.
     pub(crate) fn starved(&self) -> bool {
         self.starved.load(Ordering::Acquire)
