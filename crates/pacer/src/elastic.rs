@@ -558,6 +558,50 @@ impl Elastic {
         Ok(ConnectionGate { shared })
     }
 
+    /// Move the bounds of the share on a live `Elastic`, validated as the builder's
+    /// [`share`](ElasticBuilder::share) (a bad pair is a [`SettingError`] and changes nothing;
+    /// so is an `Elastic` with a [`fixed_share`](ElasticBuilder::fixed_share)). Applied at
+    /// once: the share moves into the new bounds, the token rate follows, and the controller
+    /// steps within them from the next tick. Idle pools and gates made later take their floor
+    /// from them; those made before keep theirs. [`Snapshot::min_share`] and
+    /// [`Snapshot::max_share`] show the bounds in force.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// elastic.set_share(0.2, 0.5)?;
+    /// let s = elastic.snapshot();
+    /// assert_eq!((s.min_share, s.max_share, s.share), (0.2, 0.5, 0.2));
+    /// assert_eq!(elastic.set_share(0.5, 0.2).unwrap_err().setting, "max_share");
+    /// assert_eq!(elastic.snapshot().max_share, 0.5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_share(&self, min: f64, max: f64) -> Result<(), SettingError> {
+        self.control.set_share(min, max)
+    }
+
+    /// Pause elastic work (every class of this `Elastic`, its idle pool's included; not the
+    /// gates, whose setups are the foreground's): no new grants from now on; grants held now run
+    /// to their end; work waiting for a grant stays in line, and the share holds. Calling it
+    /// again does nothing. [`Snapshot::paused`] says so.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// elastic.pause();
+    /// assert!(elastic.snapshot().paused);
+    /// elastic.resume();
+    /// assert!(!elastic.snapshot().paused);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pause(&self) {
+        self.control.set_paused(true);
+    }
+
+    /// End a [`pause`](Self::pause): the work waiting is granted, in order, as the tokens
+    /// allow. Without a pause it does nothing.
+    pub fn resume(&self) {
+        self.control.set_paused(false);
+    }
+
     /// Everything at once: the share, the signal and its components, the token ledger, the
     /// brake.
     pub fn snapshot(&self) -> Snapshot {

@@ -279,6 +279,23 @@ impl Shared {
     }
 
     /// Stop the sampling probes and join their threads.
+    /// What measures the runtime: the task hooks, a sampler, or nothing yet.
+    pub(crate) fn probe_source(&self) -> crate::snapshot::ProbeSource {
+        use crate::snapshot::ProbeSource;
+        if self.probe.has_hooks() {
+            ProbeSource::TaskHooks
+        } else if self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            ProbeSource::None
+        } else {
+            ProbeSource::Sampler
+        }
+    }
+
     pub(crate) fn stop_samplers(&self) {
         let samplers =
             std::mem::take(&mut *self.samplers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -344,13 +361,13 @@ impl ClassQueue for Shared {
         self.queue.take_longest_wait()
     }
 
-    fn set_braked(&self, on: bool) {
+    fn set_held(&self, held: bool, braked: bool) {
         // Pause before holders are told, resume after: no grant slips out in between.
-        if on {
+        if held {
             self.queue.pause();
-            self.braked.store(true, Ordering::Relaxed);
-        } else {
-            self.braked.store(false, Ordering::Relaxed);
+        }
+        self.braked.store(held && braked, Ordering::Relaxed);
+        if !held {
             self.queue.resume();
         }
     }
