@@ -309,8 +309,13 @@ impl Elastic {
     ///
     /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
     /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a
-    /// yield at the quantum. Work on the pool runs until the last `Elastic` handle is dropped or
-    /// [`shutdown`](Self::shutdown), which cancel what is left of it.
+    /// yield at the quantum.
+    ///
+    /// **Lifetime.** Spawned work runs to its end wherever it was placed, also once the last
+    /// `Elastic` handle is dropped: on the runtime as any task, and on the pool, which ends
+    /// once its tasks have (the paced work keeps the governor alive, as all paced work does).
+    /// [`shutdown`](Self::shutdown) cancels what is left on the pool; on the runtime it is
+    /// the runtime's to end.
     ///
     /// On the runtime, outside any it returns [`SpawnError`] where [`tokio::spawn`] would panic;
     /// [`spawn_on`](Self::spawn_on) takes a runtime's handle.
@@ -335,8 +340,47 @@ impl Elastic {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.place(future, || Handle::try_current().map_err(SpawnError))
+    }
+
+    /// [`spawn`](Self::spawn) from any thread: the same placement, with `handle`'s runtime
+    /// where `spawn` takes the current one (for work placed on the runtime, or watched from it
+    /// under [`Placement::Auto`](crate::settings::Placement::Auto)). The arguments come in the
+    /// order of tokio's `task::Builder::spawn_on`.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let task = elastic.spawn_on(async { 6 * 7 }, rt.handle());
+    /// assert_eq!(rt.block_on(task)?, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[track_caller]
+    pub fn spawn_on<F>(&self, future: F, handle: &Handle) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.place(future, || Ok::<_, std::convert::Infallible>(handle.clone())) {
+            Ok(task) => task,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Spawn `future` where the placement says, on the runtime `runtime` gives where it goes
+    /// there.
+    #[track_caller]
+    fn place<F, E>(
+        &self,
+        future: F,
+        runtime: impl Fn() -> Result<Handle, E>,
+    ) -> Result<JoinHandle<F::Output>, E>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         #[cfg(feature = "idle-pool")]
-        let on_pool = |pool: &IdleRuntime, future| match Handle::try_current() {
+        let on_pool = |pool: &IdleRuntime, future| match runtime() {
             // `Auto`: watched from the runtime, to come back if the pool starves.
             Ok(handle) if self.placer.auto() => {
                 let own = OwnAbort::default();
@@ -356,11 +400,13 @@ impl Elastic {
             _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
         };
         #[cfg(feature = "idle-pool")]
-        let future = match self.route(Work::Future, on_pool, future) {
+        let workers = || runtime().map_or(0, |rt| rt.metrics().num_workers());
+        #[cfg(feature = "idle-pool")]
+        let future = match self.route(Work::Future, on_pool, future, workers) {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
             Routed::Watch(future) => {
-                let handle = Handle::try_current().map_err(SpawnError)?;
+                let handle = runtime()?;
                 let own = OwnAbort::default();
                 let placed = Placed::new(
                     future,
@@ -373,8 +419,8 @@ impl Elastic {
                 return Ok(task);
             }
         };
-        let handle = Handle::try_current().map_err(SpawnError)?;
-        Ok(self.spawn_on(&handle, future))
+        let handle = runtime()?;
+        Ok(handle.spawn(Paced::new(future, self.shared.clone())))
     }
 
     /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`]: on the idle
@@ -409,7 +455,14 @@ impl Elastic {
         R: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let f = match self.route(Work::Blocking, |pool, f| pool.handle().spawn_blocking(f), f) {
+        let workers = || Handle::try_current().map_or(0, |rt| rt.metrics().num_workers());
+        #[cfg(feature = "idle-pool")]
+        let f = match self.route(
+            Work::Blocking,
+            |pool, f| pool.handle().spawn_blocking(f),
+            f,
+            workers,
+        ) {
             Routed::Spawned(task) => return Ok(task),
             // Blocking work is never watched: it goes to the pool wherever there is one.
             Routed::Runtime(f) | Routed::Watch(f) => f,
@@ -420,12 +473,14 @@ impl Elastic {
 
     /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
     /// `work` back with where it goes.
+    /// `runtime_workers`: the worker threads of the runtime work goes to there.
     #[cfg(feature = "idle-pool")]
     fn route<W, T>(
         &self,
         kind: Work,
         spawn: impl FnOnce(&IdleRuntime, W) -> T,
         work: W,
+        runtime_workers: impl FnOnce() -> usize,
     ) -> Routed<W, T> {
         let environment = || {
             let record = self.control.record();
@@ -434,7 +489,7 @@ impl Elastic {
                     .cpus
                     .ceil()
                     .clamp(1.0, IdleRuntime::MAX_WORKERS as f64) as usize,
-                runtime_workers: Handle::try_current().map_or(0, |rt| rt.metrics().num_workers()),
+                runtime_workers: runtime_workers(),
             }
         };
         let make_pool = |workers| self.idle_runtime(workers);
@@ -444,24 +499,6 @@ impl Elastic {
             Route::Watch => Routed::Watch(work),
         };
         self.placer.with(kind, environment, make_pool, spawn)
-    }
-
-    /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
-    /// let task = elastic.spawn_on(rt.handle(), async { 6 * 7 });
-    /// assert_eq!(rt.block_on(task)?, 42);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[track_caller]
-    pub fn spawn_on<F>(&self, handle: &Handle, future: F) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        handle.spawn(Paced::new(future, self.shared.clone()))
     }
 
     /// Watch the cgroup in `cgroup_dir` for CPU throttling, as [`attach`](Self::attach) does for

@@ -263,7 +263,12 @@ impl Placer {
 }
 
 impl Drop for Placer {
+    /// The last `Elastic` handle is gone: the pool ends once the work spawned on it has ended
+    /// (as work spawned on the runtime runs on).
     fn drop(&mut self) {
-        self.shutdown(std::time::Duration::ZERO);
+        #[cfg(feature = "idle-pool")]
+        if let Some(pool) = self.lock().pool.take() {
+            pool.end_when_idle();
+        }
     }
 }
