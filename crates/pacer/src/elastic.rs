@@ -146,7 +146,7 @@ impl Elastic {
     /// must have its I/O driver enabled (`enable_io()` / `enable_all()`);
     /// [`runtime`](Self::runtime) does this for you. Replaces a probe started before. Off by
     /// setting (or on a manual clock): does nothing. Fails with
-    /// [`IoProbeError::IoDisabled`](elastic_cpu_probe::IoProbeError::IoDisabled) on a runtime
+    /// [`IoProbeError::IoDisabled`](crate::IoProbeError::IoDisabled) on a runtime
     /// without I/O (tokio panics there and the probe catches it: a program built with
     /// `panic = "abort"` aborts; see [`IoProbe::start`](elastic_cpu_probe::IoProbe::start)).
     /// [`Snapshot::io_probe`] says what happened.
@@ -159,7 +159,7 @@ impl Elastic {
     /// assert!(elastic.snapshot().io_probe.is_on());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn start_io_probe(&self, handle: &Handle) -> Result<(), elastic_cpu_probe::IoProbeError> {
+    pub fn start_io_probe(&self, handle: &Handle) -> Result<(), crate::IoProbeError> {
         self.control
             .start_io_probe(handle, self.shared.probe.config())
     }
@@ -230,29 +230,26 @@ impl Elastic {
     /// foreground belongs in same-runtime [`paced`](crate::PacedExt::paced) work (see
     /// [`IdleRuntime`]: at idle priority a lock holder starves). Feature `idle-pool` (default).
     ///
-    /// Errors: `workers` outside `1 ..=` [`IdleRuntime::MAX_WORKERS`] is an
-    /// [`io::ErrorKind::InvalidInput`] error wrapping a
-    /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the
-    /// runtime builder's error. The OS refusing to lower the priority is not an error:
+    /// Errors: `workers` outside `1 ..=` [`IdleRuntime::MAX_WORKERS`] is a
+    /// [`BuildError::Setting`]; the OS refusing to start the pool's threads a
+    /// [`BuildError::PoolThreads`]. The OS refusing to lower the priority is not an error:
     /// [`IdleRuntime::priority`] says what the threads got.
     ///
     /// ```
+    /// use elastic_cpu_pacer::BuildError;
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let err = elastic.idle_runtime(0).err().unwrap();
-    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// let Err(BuildError::Setting(e)) = elastic.idle_runtime(0) else { panic!() };
+    /// assert_eq!(e.setting, "idle_runtime(workers)");
     /// assert!(elastic.idle_runtime(1_000_000).is_err()); // a task count, not a CPU count
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "idle-pool")]
     #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
-    pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
+    pub fn idle_runtime(&self, workers: usize) -> Result<IdleRuntime, BuildError> {
         IdleRuntime::check_workers(workers)?;
         let root = self.shared.root_class();
-        let class = self
-            .control
-            .idle_class(root)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        IdleRuntime::new(root.clone(), class, workers)
+        let class = self.control.idle_class(root)?;
+        IdleRuntime::new(root.clone(), class, workers).map_err(BuildError::PoolThreads)
     }
 
     /// A class of this `Elastic`'s elastic work: a handle like this one (everything it offers

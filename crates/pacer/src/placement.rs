@@ -179,7 +179,7 @@ impl Placer {
         &self,
         kind: Work,
         environment: impl FnOnce() -> Environment,
-        make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
+        make_pool: impl FnOnce(usize) -> Result<IdleRuntime, crate::BuildError>,
         spawn: impl FnOnce(Route<'_>) -> R,
     ) -> R {
         let mut d = self.lock();
@@ -218,7 +218,7 @@ impl Placer {
     fn decide(
         &self,
         environment: impl FnOnce() -> Environment,
-        make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
+        make_pool: impl FnOnce(usize) -> Result<IdleRuntime, crate::BuildError>,
     ) -> (Placement, PlacementReason, Option<IdleRuntime>) {
         let runtime = |reason| (Placement::Runtime, reason, None);
         let env = match self.setting {

@@ -215,13 +215,14 @@ impl IdleRuntime {
     /// tasks, not of CPUs) that would start threads until the OS refuses.
     pub const MAX_WORKERS: usize = 1024;
 
-    /// `workers` outside `1 ..= MAX_WORKERS` is an [`io::ErrorKind::InvalidInput`] error
-    /// (checked before anything is made).
-    pub(crate) fn check_workers(workers: usize) -> io::Result<()> {
+    /// `workers` outside `1 ..= MAX_WORKERS` is a [`SettingError`] (checked before anything is
+    /// made).
+    pub(crate) fn check_workers(workers: usize) -> Result<(), SettingError> {
         if !(1..=IdleRuntime::MAX_WORKERS).contains(&workers) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                SettingError::new("idle_runtime(workers)", workers, "1 ..= 1024"),
+            return Err(SettingError::new(
+                "idle_runtime(workers)",
+                workers,
+                "1 ..= 1024",
             ));
         }
         Ok(())
@@ -234,7 +235,6 @@ impl IdleRuntime {
         shared: Arc<Shared>,
         workers: usize,
     ) -> io::Result<IdleRuntime> {
-        IdleRuntime::check_workers(workers)?;
         let started = Arc::new(Started {
             count: Mutex::new(0),
             cv: Condvar::new(),
