@@ -279,21 +279,13 @@ impl Shared {
     }
 
     /// Stop the sampling probes and join their threads.
-    /// What measures the runtime: the task hooks, a sampler, or nothing yet.
-    pub(crate) fn probe_source(&self) -> crate::snapshot::ProbeSource {
-        use crate::snapshot::ProbeSource;
-        if self.probe.has_hooks() {
-            ProbeSource::TaskHooks
-        } else if self
+    /// Whether a sampling probe measures the runtime.
+    pub(crate) fn has_sampler(&self) -> bool {
+        !self
             .samplers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty()
-        {
-            ProbeSource::None
-        } else {
-            ProbeSource::Sampler
-        }
     }
 
     pub(crate) fn stop_samplers(&self) {

@@ -33,7 +33,7 @@ use crate::record::{ClassKind, TickRecord};
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalSource, SignalStage};
-use crate::snapshot::{GovernorState, Snapshot};
+use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 use crate::trace;
 
 /// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
@@ -1299,7 +1299,13 @@ impl Control {
             shared.long_polls.count(),
         );
         s.outliers = shared.probe.outliers();
-        s.probe_source = shared.probe_source();
+        s.probe_source = if shared.probe.has_hooks() {
+            ProbeSource::TaskHooks
+        } else if shared.has_sampler() {
+            ProbeSource::Sampler
+        } else {
+            ProbeSource::None
+        };
         s.idle_unstacked = idle_unstacked;
         s.governor = self.state();
         s.recorder_panics = self.recorder_panics.load(Ordering::Relaxed);
