@@ -461,6 +461,10 @@ impl OutlierThreshold {
 /// machine (on the runtime it keeps at least the floor of the share), or where lowering a
 /// thread's priority is not allowed.
 ///
+/// **Lifetime** is the same in both places: spawned work runs to its end, also once the last
+/// `Elastic` handle is dropped (the pool then ends once its tasks have);
+/// [`Elastic::shutdown`](crate::Elastic::shutdown) cancels what is left on the pool.
+///
 /// ```
 /// use elastic_cpu_pacer::settings::Placement;
 /// let elastic = elastic_cpu_pacer::Elastic::builder().placement(Placement::Runtime).build()?;
