@@ -245,7 +245,7 @@ impl Placer {
         (Placement::Runtime, PlacementReason::ShortPolls, Some(pool))
     }
 
-    /// Shut the pool down (`Elastic::shutdown`, or the last handle gone): waiting up to
+    /// Shut the pool down (`Elastic::shutdown`): waiting up to
     /// `wait` for its threads to end, or not at all inside a runtime (where blocking is not
     /// allowed). Its tasks are cancelled at their next yield.
     pub(crate) fn shutdown(&self, wait: std::time::Duration) {
