@@ -306,10 +306,7 @@ fn paced_cost_by_hand() {
     let cpu_clock = Elastic::builder()
         .fixed_share(1.0)
         .cpus(1024.0)
-        .enforcement(Enforcement {
-            timing: Timing::ThreadCpu,
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().timing(Timing::ThreadCpu))
         .build()
         .expect("elastic settings");
     for (name, elastic) in [
@@ -609,11 +606,7 @@ fn quantum_cost(c: &mut Criterion) {
         let elastic = Elastic::builder()
             .fixed_share(1.0)
             .cpus(1024.0)
-            .enforcement(Enforcement {
-                quantum,
-                os_yield,
-                ..Enforcement::default()
-            })
+            .enforcement(Enforcement::default().quantum(quantum).os_yield(os_yield))
             .build()
             .expect("elastic settings");
         let rt = elastic

@@ -56,8 +56,9 @@ pub use elastic_cpu_pacer::testing;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use elastic_cpu_pacer::tower;
 pub use elastic_cpu_pacer::{
-    settings, snapshot, BuildError, Elastic, ElasticBuilder, Pace, Paced, PacedExt, PacedStream,
-    PacedStreamExt, Pacer, Profile, RuntimeBuilder, SettingError, Snapshot, SpawnError,
+    settings, snapshot, BuildError, Elastic, ElasticBuilder, IoProbeError, Pace, Paced, PacedExt,
+    PacedStream, PacedStreamExt, Pacer, Profile, RuntimeBuilder, SettingError, Snapshot,
+    SpawnError,
 };
 
 /// `use elastic_cpu::prelude::*;` brings `.paced(&elastic)` for futures and streams.

@@ -3,7 +3,7 @@
 //! snapshot, pacing a stream.
 
 use elastic_cpu::prelude::*;
-use elastic_cpu::settings::{Brake, Enforcement, Inputs, OutlierThreshold, Placement, Steps};
+use elastic_cpu::settings::{Brake, Enforcement, Inputs, OutlierThreshold, Placement};
 use elastic_cpu::snapshot::SignalSource;
 use elastic_cpu::{Elastic, ElasticBuilder, Profile};
 use elastic_cpu_examples::fg;
@@ -128,10 +128,7 @@ impl Control {
         }
         if let Mode::Library = mode {
             if !tune.unstack {
-                b = b.enforcement(Enforcement {
-                    unstack_workers: false,
-                    ..Enforcement::default()
-                });
+                b = b.enforcement(Enforcement::default().unstack_workers(false));
             }
             return Control::with(workers, b, true, tune.attach);
         }
@@ -142,10 +139,9 @@ impl Control {
                 b = b.profile(match profile {
                     ProfileSpec::Default => Profile::Default,
                     ProfileSpec::Cockroach => Profile::Cockroach,
-                    ProfileSpec::Delta(d) => Profile::Custom(Steps {
-                        delta_per_sec: d,
-                        ..Profile::Default.steps()
-                    }),
+                    ProfileSpec::Delta(d) => {
+                        Profile::Custom(Profile::Default.steps().delta_per_sec(d))
+                    }
                 });
                 if let Some(i) = initial {
                     b = b.initial_share(i);
@@ -162,21 +158,23 @@ impl Control {
         }
         let defaults = Enforcement::default();
         b = b
-            .enforcement(Enforcement {
-                slice: tune.slice_ms.map_or(defaults.slice, Duration::from_millis),
-                quantum: tune
-                    .quantum_us
-                    .map_or(defaults.quantum, Duration::from_micros),
-                os_yield: tune.os_yield,
-                unstack_workers: tune.unstack,
-                ..defaults
-            })
-            .inputs(Inputs {
-                io_wakeup: tune.io_signal,
-                run_queue: tune.run_queue_signal,
-                throttling: tune.throttle_signal,
-                quota_headroom: tune.quota_headroom,
-            });
+            .enforcement(
+                defaults
+                    .slice(tune.slice_ms.map_or(defaults.slice, Duration::from_millis))
+                    .quantum(
+                        tune.quantum_us
+                            .map_or(defaults.quantum, Duration::from_micros),
+                    )
+                    .os_yield(tune.os_yield)
+                    .unstack_workers(tune.unstack),
+            )
+            .inputs(
+                Inputs::default()
+                    .io_wakeup(tune.io_signal)
+                    .run_queue(tune.run_queue_signal)
+                    .throttling(tune.throttle_signal)
+                    .quota_headroom(tune.quota_headroom),
+            );
         Control::with(workers, b, !matches!(mode, Mode::Unpaced), tune.attach)
     }
 

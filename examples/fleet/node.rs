@@ -193,10 +193,7 @@ fn calibrate_scan() -> f64 {
 fn serve(spec: &NodeSpec, cgroup: &QuotaCgroup, rows_per_cpu_s: f64) -> Result<(), String> {
     let mut b = Elastic::builder();
     if let Some(ms) = spec.slice_ms {
-        b = b.enforcement(Enforcement {
-            slice: Duration::from_millis(ms),
-            ..Enforcement::default()
-        });
+        b = b.enforcement(Enforcement::default().slice(Duration::from_millis(ms)));
     }
     let elastic = b.build().map_err(|e| format!("elastic: {e}"))?;
     let rt = elastic

@@ -33,10 +33,8 @@ pub fn service_runtime(
         builder = builder.target_p99(t);
     }
     if !unstack {
-        builder = builder.enforcement(elastic_cpu::settings::Enforcement {
-            unstack_workers: false,
-            ..Default::default()
-        });
+        builder = builder
+            .enforcement(elastic_cpu::settings::Enforcement::default().unstack_workers(false));
     }
     let elastic = builder.build().map_err(|e| format!("elastic: {e}"))?;
     let rt = (elastic.runtime(fg::runtime_builder(workers)).build())

@@ -187,6 +187,32 @@ impl StepController {
         }
     }
 
+    /// Move the bounds to `[min_share, max_share]`, validated as [`ControllerConfig::validate`]
+    /// checks them (a bad pair is an error and changes nothing), and bring the share into them.
+    /// The slow-start state is kept: the next [`tick`](Self::tick) steps from there, within the
+    /// new bounds.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ControllerConfig, StepController};
+    ///
+    /// let mut c = StepController::with_initial_share(ControllerConfig::default(), 0.6).unwrap();
+    /// c.set_bounds(0.1, 0.3).unwrap();
+    /// assert_eq!(c.share(), 0.3);
+    /// assert_eq!(c.set_bounds(0.5, 0.2).unwrap_err().setting, "max_share");
+    /// assert_eq!((c.config().min_share, c.config().max_share), (0.1, 0.3));
+    /// ```
+    pub fn set_bounds(&mut self, min_share: f64, max_share: f64) -> Result<(), SettingError> {
+        let config = ControllerConfig {
+            min_share,
+            max_share,
+            ..self.config.clone()
+        };
+        config.validate()?;
+        self.config = config;
+        self.share = self.share.clamp(min_share, max_share);
+        Ok(())
+    }
+
     /// The multiple of the step the next step up will take (1 unless a run of steps far below
     /// the target is under way; at most `max_boost`).
     pub fn boost(&self) -> u32 {

@@ -17,10 +17,8 @@ use std::time::Duration;
 
 use elastic_cpu_probe::Probe;
 
-/// Quiet time (no alarm) after which the brake releases, by default.
-pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
-/// Longest one brake lasts.
-pub const BRAKE_MAX: Duration = Duration::from_millis(100);
+use crate::settings::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+
 /// After a brake that hit [`BRAKE_MAX`], the brake stays off this many times as long.
 const COOLDOWN_FACTOR: u32 = 4;
 /// How often the governor re-checks while the brake is on.

@@ -30,7 +30,7 @@ const MAX_WINDOW_TICKS: u32 = 1000;
 const MIN_QUOTA_REREAD: Duration = Duration::from_millis(1);
 const MAX_QUOTA_REREAD: Duration = Duration::from_secs(3600);
 
-/// Why [`ElasticBuilder::build`] failed.
+/// Why [`ElasticBuilder::build`] (or [`Elastic::idle_runtime`](crate::Elastic::idle_runtime)) failed.
 ///
 /// ```
 /// use elastic_cpu_pacer::{BuildError, Elastic};
@@ -47,6 +47,9 @@ pub enum BuildError {
     Setting(SettingError),
     /// The OS refused to start the governor thread.
     GovernorThread(std::io::Error),
+    /// The OS refused to start an idle pool's threads
+    /// ([`Elastic::idle_runtime`](crate::Elastic::idle_runtime)).
+    PoolThreads(std::io::Error),
 }
 
 impl fmt::Display for BuildError {
@@ -54,6 +57,7 @@ impl fmt::Display for BuildError {
         match self {
             BuildError::Setting(e) => e.fmt(f),
             BuildError::GovernorThread(e) => write!(f, "cannot start the governor thread: {e}"),
+            BuildError::PoolThreads(e) => write!(f, "cannot start the idle pool's threads: {e}"),
         }
     }
 }
@@ -62,7 +66,7 @@ impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BuildError::Setting(e) => Some(e),
-            BuildError::GovernorThread(e) => Some(e),
+            BuildError::GovernorThread(e) | BuildError::PoolThreads(e) => Some(e),
         }
     }
 }

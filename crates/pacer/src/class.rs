@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use elastic_cpu_core::{rate_for, StepController, Want};
+use elastic_cpu_core::{rate_for, SettingError, StepController, Want};
 
 use crate::long_polls::{LongPollWatch, LongPolls};
 use crate::overhead::Overhead;
@@ -47,8 +47,10 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn set_slots(&self, _count: Option<usize>) {}
     /// The longest wait since the last call (a waiter still queued counts).
     fn take_longest_wait(&self) -> Duration;
-    /// The backlog brake: hold back every grant (and ask holders to give theirs back) or resume.
-    fn set_braked(&self, on: bool);
+    /// Hold back every new grant while `held`, and with `braked` (the backlog brake) also ask
+    /// holders to give theirs back; resume once not `held`. Without `braked` (a pause) the
+    /// holders keep their grants until they settle.
+    fn set_held(&self, held: bool, braked: bool);
     /// Whether something steers by the signal through this class now (elastic work running or
     /// waiting; a gate or an idle pool whenever it exists).
     fn steering(&self) -> bool;
@@ -97,6 +99,18 @@ impl Limit {
         }
     }
 
+    /// New bounds for the controller; a fixed share has none to move.
+    fn set_bounds(&mut self, min: f64, max: f64) -> Result<(), SettingError> {
+        match self {
+            Limit::Controller(c) => c.set_bounds(min, max),
+            Limit::Fixed(_) => Err(SettingError::new(
+                "share",
+                format!("{min} ..= {max}"),
+                "a controller to bound: this `Elastic` holds a fixed share",
+            )),
+        }
+    }
+
     fn share(&self) -> f64 {
         match self {
             Limit::Controller(c) => c.share(),
@@ -139,6 +153,13 @@ pub(crate) enum Hold {
     Quiet = 2,
     /// The quota brake: a period's quota is nearly spent.
     Quota = 4,
+    /// Paused by hand (`Elastic::pause`): no new grants, holders keep theirs.
+    Paused = 8,
+}
+
+/// Whether holds `held` ask holders to give their grants back: every hold but a pause.
+fn braking(held: u8) -> bool {
+    held & !(Hold::Paused as u8) != 0
 }
 
 /// What the governor applies to a class besides its share.
@@ -585,6 +606,8 @@ impl Class {
             Hold::Brake => self.policy.brake.applies(in_quota),
             Hold::Quiet => self.policy.measured,
             Hold::Quota => self.policy.headroom,
+            // Elastic work, not a gate's setups (those are the foreground's connections).
+            Hold::Paused => self.policy.measured,
         };
         let was = self.held;
         if on && applies {
@@ -593,9 +616,9 @@ impl Class {
         } else if !on {
             self.held &= !(why as u8);
         }
-        if (was == 0) != (self.held == 0) {
+        if (was == 0) != (self.held == 0) || braking(was) != braking(self.held) {
             if let Some(q) = self.queue() {
-                q.set_braked(self.held != 0);
+                q.set_held(self.held != 0, braking(self.held));
             }
         }
     }
@@ -606,7 +629,7 @@ impl Class {
         self.held = 0;
         if let Some(q) = self.queue() {
             q.close();
-            q.set_braked(false);
+            q.set_held(false, false);
         }
     }
 
@@ -659,6 +682,13 @@ impl Class {
             Some(least) if waited => (part.weight * least * (1.0 + FAIR_SLACK)).max(part.floor),
             _ => f64::INFINITY,
         };
+    }
+
+    /// Move its controller's bounds (the floor the headroom keeps moves with the lower one).
+    pub(crate) fn set_bounds(&mut self, min: f64, max: f64) -> Result<(), SettingError> {
+        self.limit.set_bounds(min, max)?;
+        self.floor = min;
+        Ok(())
     }
 
     /// Whether the quiet readings or the brake hold it back now.

@@ -146,7 +146,7 @@ impl Elastic {
     /// must have its I/O driver enabled (`enable_io()` / `enable_all()`);
     /// [`runtime`](Self::runtime) does this for you. Replaces a probe started before. Off by
     /// setting (or on a manual clock): does nothing. Fails with
-    /// [`IoProbeError::IoDisabled`](elastic_cpu_probe::IoProbeError::IoDisabled) on a runtime
+    /// [`IoProbeError::IoDisabled`](crate::IoProbeError::IoDisabled) on a runtime
     /// without I/O (tokio panics there and the probe catches it: a program built with
     /// `panic = "abort"` aborts; see [`IoProbe::start`](elastic_cpu_probe::IoProbe::start)).
     /// [`Snapshot::io_probe`] says what happened.
@@ -159,7 +159,7 @@ impl Elastic {
     /// assert!(elastic.snapshot().io_probe.is_on());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn start_io_probe(&self, handle: &Handle) -> Result<(), elastic_cpu_probe::IoProbeError> {
+    pub fn start_io_probe(&self, handle: &Handle) -> Result<(), crate::IoProbeError> {
         self.control
             .start_io_probe(handle, self.shared.probe.config())
     }
@@ -230,29 +230,26 @@ impl Elastic {
     /// foreground belongs in same-runtime [`paced`](crate::PacedExt::paced) work (see
     /// [`IdleRuntime`]: at idle priority a lock holder starves). Feature `idle-pool` (default).
     ///
-    /// Errors: `workers` outside `1 ..=` [`IdleRuntime::MAX_WORKERS`] is an
-    /// [`io::ErrorKind::InvalidInput`] error wrapping a
-    /// [`SettingError`](elastic_cpu_core::SettingError); the OS refusing to start threads is the
-    /// runtime builder's error. The OS refusing to lower the priority is not an error:
+    /// Errors: `workers` outside `1 ..=` [`IdleRuntime::MAX_WORKERS`] is a
+    /// [`BuildError::Setting`]; the OS refusing to start the pool's threads a
+    /// [`BuildError::PoolThreads`]. The OS refusing to lower the priority is not an error:
     /// [`IdleRuntime::priority`] says what the threads got.
     ///
     /// ```
+    /// use elastic_cpu_pacer::BuildError;
     /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let err = elastic.idle_runtime(0).err().unwrap();
-    /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    /// let Err(BuildError::Setting(e)) = elastic.idle_runtime(0) else { panic!() };
+    /// assert_eq!(e.setting, "idle_runtime(workers)");
     /// assert!(elastic.idle_runtime(1_000_000).is_err()); // a task count, not a CPU count
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(feature = "idle-pool")]
     #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
-    pub fn idle_runtime(&self, workers: usize) -> io::Result<IdleRuntime> {
+    pub fn idle_runtime(&self, workers: usize) -> Result<IdleRuntime, BuildError> {
         IdleRuntime::check_workers(workers)?;
         let root = self.shared.root_class();
-        let class = self
-            .control
-            .idle_class(root)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        IdleRuntime::new(root.clone(), class, workers)
+        let class = self.control.idle_class(root)?;
+        IdleRuntime::new(root.clone(), class, workers).map_err(BuildError::PoolThreads)
     }
 
     /// A class of this `Elastic`'s elastic work: a handle like this one (everything it offers
@@ -309,8 +306,13 @@ impl Elastic {
     ///
     /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
     /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a
-    /// yield at the quantum. Work on the pool runs until the last `Elastic` handle is dropped or
-    /// [`shutdown`](Self::shutdown), which cancel what is left of it.
+    /// yield at the quantum.
+    ///
+    /// **Lifetime.** Spawned work runs to its end wherever it was placed, also once the last
+    /// `Elastic` handle is dropped: on the runtime as any task, and on the pool, which ends
+    /// once its tasks have (the paced work keeps the governor alive, as all paced work does).
+    /// [`shutdown`](Self::shutdown) cancels what is left on the pool; on the runtime it is
+    /// the runtime's to end.
     ///
     /// On the runtime, outside any it returns [`SpawnError`] where [`tokio::spawn`] would panic;
     /// [`spawn_on`](Self::spawn_on) takes a runtime's handle.
@@ -335,8 +337,47 @@ impl Elastic {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        self.place(future, || Handle::try_current().map_err(SpawnError))
+    }
+
+    /// [`spawn`](Self::spawn) from any thread: the same placement, with `handle`'s runtime
+    /// where `spawn` takes the current one (for work placed on the runtime, or watched from it
+    /// under [`Placement::Auto`](crate::settings::Placement::Auto)). The arguments come in the
+    /// order of tokio's `task::Builder::spawn_on`.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
+    /// let task = elastic.spawn_on(async { 6 * 7 }, rt.handle());
+    /// assert_eq!(rt.block_on(task)?, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[track_caller]
+    pub fn spawn_on<F>(&self, future: F, handle: &Handle) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match self.place(future, || Ok::<_, std::convert::Infallible>(handle.clone())) {
+            Ok(task) => task,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Spawn `future` where the placement says, on the runtime `runtime` gives where it goes
+    /// there.
+    #[track_caller]
+    fn place<F, E>(
+        &self,
+        future: F,
+        runtime: impl Fn() -> Result<Handle, E>,
+    ) -> Result<JoinHandle<F::Output>, E>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         #[cfg(feature = "idle-pool")]
-        let on_pool = |pool: &IdleRuntime, future| match Handle::try_current() {
+        let on_pool = |pool: &IdleRuntime, future| match runtime() {
             // `Auto`: watched from the runtime, to come back if the pool starves.
             Ok(handle) if self.placer.auto() => {
                 let own = OwnAbort::default();
@@ -356,11 +397,13 @@ impl Elastic {
             _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
         };
         #[cfg(feature = "idle-pool")]
-        let future = match self.route(Work::Future, on_pool, future) {
+        let workers = || runtime().map_or(0, |rt| rt.metrics().num_workers());
+        #[cfg(feature = "idle-pool")]
+        let future = match self.route(Work::Future, on_pool, future, workers) {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
             Routed::Watch(future) => {
-                let handle = Handle::try_current().map_err(SpawnError)?;
+                let handle = runtime()?;
                 let own = OwnAbort::default();
                 let placed = Placed::new(
                     future,
@@ -373,8 +416,8 @@ impl Elastic {
                 return Ok(task);
             }
         };
-        let handle = Handle::try_current().map_err(SpawnError)?;
-        Ok(self.spawn_on(&handle, future))
+        let handle = runtime()?;
+        Ok(handle.spawn(Paced::new(future, self.shared.clone())))
     }
 
     /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`]: on the idle
@@ -409,7 +452,14 @@ impl Elastic {
         R: Send + 'static,
     {
         #[cfg(feature = "idle-pool")]
-        let f = match self.route(Work::Blocking, |pool, f| pool.handle().spawn_blocking(f), f) {
+        let workers = || Handle::try_current().map_or(0, |rt| rt.metrics().num_workers());
+        #[cfg(feature = "idle-pool")]
+        let f = match self.route(
+            Work::Blocking,
+            |pool, f| pool.handle().spawn_blocking(f),
+            f,
+            workers,
+        ) {
             Routed::Spawned(task) => return Ok(task),
             // Blocking work is never watched: it goes to the pool wherever there is one.
             Routed::Runtime(f) | Routed::Watch(f) => f,
@@ -420,12 +470,14 @@ impl Elastic {
 
     /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
     /// `work` back with where it goes.
+    /// `runtime_workers`: the worker threads of the runtime work goes to there.
     #[cfg(feature = "idle-pool")]
     fn route<W, T>(
         &self,
         kind: Work,
         spawn: impl FnOnce(&IdleRuntime, W) -> T,
         work: W,
+        runtime_workers: impl FnOnce() -> usize,
     ) -> Routed<W, T> {
         let environment = || {
             let record = self.control.record();
@@ -434,7 +486,7 @@ impl Elastic {
                     .cpus
                     .ceil()
                     .clamp(1.0, IdleRuntime::MAX_WORKERS as f64) as usize,
-                runtime_workers: Handle::try_current().map_or(0, |rt| rt.metrics().num_workers()),
+                runtime_workers: runtime_workers(),
             }
         };
         let make_pool = |workers| self.idle_runtime(workers);
@@ -444,24 +496,6 @@ impl Elastic {
             Route::Watch => Routed::Watch(work),
         };
         self.placer.with(kind, environment, make_pool, spawn)
-    }
-
-    /// Spawn `future` as paced elastic work on `handle`'s runtime, from any thread.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
-    /// let task = elastic.spawn_on(rt.handle(), async { 6 * 7 });
-    /// assert_eq!(rt.block_on(task)?, 42);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[track_caller]
-    pub fn spawn_on<F>(&self, handle: &Handle, future: F) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        handle.spawn(Paced::new(future, self.shared.clone()))
     }
 
     /// Watch the cgroup in `cgroup_dir` for CPU throttling, as [`attach`](Self::attach) does for
@@ -556,6 +590,50 @@ impl Elastic {
     pub fn connection_gate(&self, settings: GateSettings) -> Result<ConnectionGate, SettingError> {
         let shared = self.control.add_gate(self.shared.root_class(), &settings)?;
         Ok(ConnectionGate { shared })
+    }
+
+    /// Move the bounds of the share on a live `Elastic`, validated as the builder's
+    /// [`share`](ElasticBuilder::share) (a bad pair is a [`SettingError`] and changes nothing;
+    /// so is an `Elastic` with a [`fixed_share`](ElasticBuilder::fixed_share)). Applied at
+    /// once: the share moves into the new bounds, the token rate follows, and the controller
+    /// steps within them from the next tick. Idle pools and gates made later take their floor
+    /// from them; those made before keep theirs. [`Snapshot::min_share`] and
+    /// [`Snapshot::max_share`] show the bounds in force.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// elastic.set_share(0.2, 0.5)?;
+    /// let s = elastic.snapshot();
+    /// assert_eq!((s.min_share, s.max_share, s.share), (0.2, 0.5, 0.2));
+    /// assert_eq!(elastic.set_share(0.5, 0.2).unwrap_err().setting, "max_share");
+    /// assert_eq!(elastic.snapshot().max_share, 0.5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_share(&self, min: f64, max: f64) -> Result<(), SettingError> {
+        self.control.set_share(min, max)
+    }
+
+    /// Pause elastic work (every class of this `Elastic`, its idle pool's included; not the
+    /// gates, whose setups are the foreground's): no new grants from now on; grants held now run
+    /// to their end; work waiting for a grant stays in line, and the share holds. Calling it
+    /// again does nothing. [`Snapshot::paused`] says so.
+    ///
+    /// ```
+    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
+    /// elastic.pause();
+    /// assert!(elastic.snapshot().paused);
+    /// elastic.resume();
+    /// assert!(!elastic.snapshot().paused);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn pause(&self) {
+        self.control.set_paused(true);
+    }
+
+    /// End a [`pause`](Self::pause): the work waiting is granted, in order, as the tokens
+    /// allow. Without a pause it does nothing.
+    pub fn resume(&self) {
+        self.control.set_paused(false);
     }
 
     /// Everything at once: the share, the signal and its components, the token ledger, the

@@ -97,3 +97,4 @@ pub use crate::pacer::{Pace, Pacer};
 pub use crate::settings::Profile;
 pub use crate::snapshot::Snapshot;
 pub use elastic_cpu_core::SettingError;
+pub use elastic_cpu_probe::IoProbeError;

@@ -179,7 +179,7 @@ impl Placer {
         &self,
         kind: Work,
         environment: impl FnOnce() -> Environment,
-        make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
+        make_pool: impl FnOnce(usize) -> Result<IdleRuntime, crate::BuildError>,
         spawn: impl FnOnce(Route<'_>) -> R,
     ) -> R {
         let mut d = self.lock();
@@ -218,7 +218,7 @@ impl Placer {
     fn decide(
         &self,
         environment: impl FnOnce() -> Environment,
-        make_pool: impl FnOnce(usize) -> std::io::Result<IdleRuntime>,
+        make_pool: impl FnOnce(usize) -> Result<IdleRuntime, crate::BuildError>,
     ) -> (Placement, PlacementReason, Option<IdleRuntime>) {
         let runtime = |reason| (Placement::Runtime, reason, None);
         let env = match self.setting {
@@ -245,7 +245,7 @@ impl Placer {
         (Placement::Runtime, PlacementReason::ShortPolls, Some(pool))
     }
 
-    /// Shut the pool down (`Elastic::shutdown`, or the last handle gone): waiting up to
+    /// Shut the pool down (`Elastic::shutdown`): waiting up to
     /// `wait` for its threads to end, or not at all inside a runtime (where blocking is not
     /// allowed). Its tasks are cancelled at their next yield.
     pub(crate) fn shutdown(&self, wait: std::time::Duration) {
@@ -263,7 +263,12 @@ impl Placer {
 }
 
 impl Drop for Placer {
+    /// The last `Elastic` handle is gone: the pool ends once the work spawned on it has ended
+    /// (as work spawned on the runtime runs on).
     fn drop(&mut self) {
-        self.shutdown(std::time::Duration::ZERO);
+        #[cfg(feature = "idle-pool")]
+        if let Some(pool) = self.lock().pool.take() {
+            pool.end_when_idle();
+        }
     }
 }

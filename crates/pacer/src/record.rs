@@ -81,6 +81,10 @@ pub(crate) struct TickRecord {
     pub(crate) quiet: Baseline,
     /// Elastic work is held back for a quiet reading now.
     pub(crate) quiet_hold: bool,
+    /// The bounds of the `Elastic`'s own share as in force now (a fixed share: it, twice).
+    pub(crate) share_bounds: (f64, f64),
+    /// Elastic work is paused by hand.
+    pub(crate) paused: bool,
     /// Every class, the `Elastic`'s own first.
     pub(crate) classes: Vec<ClassRecord>,
 }

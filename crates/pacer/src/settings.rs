@@ -17,7 +17,7 @@ pub use crate::class_settings::{ClassSettings, DEFAULT_CLASS};
 ///
 /// // CockroachDB's slow steps, or the default's with a larger step.
 /// let slow = Profile::Cockroach;
-/// let faster = Profile::Custom(Steps { delta_per_sec: 0.1, ..Profile::Default.steps() });
+/// let faster = Profile::Custom(Steps::default().delta_per_sec(0.1));
 /// assert!(faster.steps().delta_per_sec > slow.steps().delta_per_sec);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -54,8 +54,10 @@ impl Profile {
 /// The step controller's constants besides its target and bounds (the builder's
 /// [`target_p99`](crate::ElasticBuilder::target_p99) and
 /// [`share`](crate::ElasticBuilder::share)). An invalid value is a
-/// [`BuildError`](crate::BuildError) naming the field.
+/// [`BuildError`](crate::BuildError) naming the field. Made from a profile's
+/// ([`Profile::steps`]; `Default` is [`Profile::Default`]'s) with the setters below.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Steps {
     /// Step of the share per second of tick period (0.0001 ..= 1.0).
     pub delta_per_sec: f64,
@@ -74,7 +76,56 @@ pub struct Steps {
     pub max_boost: u32,
 }
 
+impl Default for Steps {
+    /// [`Profile::Default`]'s steps.
+    fn default() -> Self {
+        Profile::Default.steps()
+    }
+}
+
 impl Steps {
+    /// Set [`delta_per_sec`](Self::delta_per_sec).
+    pub fn delta_per_sec(mut self, delta_per_sec: f64) -> Self {
+        self.delta_per_sec = delta_per_sec;
+        self
+    }
+
+    /// Set [`decrease_factor`](Self::decrease_factor).
+    pub fn decrease_factor(mut self, decrease_factor: f64) -> Self {
+        self.decrease_factor = decrease_factor;
+        self
+    }
+
+    /// Set [`inactive_decrease_factor`](Self::inactive_decrease_factor).
+    pub fn inactive_decrease_factor(mut self, inactive_decrease_factor: f64) -> Self {
+        self.inactive_decrease_factor = inactive_decrease_factor;
+        self
+    }
+
+    /// Set [`inactive_point`](Self::inactive_point).
+    pub fn inactive_point(mut self, inactive_point: f64) -> Self {
+        self.inactive_point = inactive_point;
+        self
+    }
+
+    /// Set [`tick`](Self::tick).
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Set [`window`](Self::window).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Set [`max_boost`](Self::max_boost).
+    pub fn max_boost(mut self, max_boost: u32) -> Self {
+        self.max_boost = max_boost;
+        self
+    }
+
     fn from_config(c: &ControllerConfig) -> Steps {
         Steps {
             delta_per_sec: c.delta_per_sec,
@@ -116,12 +167,13 @@ impl Steps {
 /// ```
 /// use elastic_cpu_pacer::settings::Inputs;
 /// let elastic = elastic_cpu_pacer::Elastic::builder()
-///     .inputs(Inputs { io_wakeup: false, ..Inputs::default() })
+///     .inputs(Inputs::default().io_wakeup(false))
 ///     .build()?;
 /// assert!(!elastic.snapshot().io_probe.is_on());
 /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Inputs {
     /// The I/O wake-up probe: a canary through the runtime's I/O driver (a `timerfd` expiry on
     /// Linux, a datagram elsewhere) every 2 ms while the runtime is busy (2 ms ÷ busy² while it
@@ -163,6 +215,30 @@ impl Default for Inputs {
 }
 
 impl Inputs {
+    /// Set [`io_wakeup`](Self::io_wakeup).
+    pub fn io_wakeup(mut self, io_wakeup: bool) -> Self {
+        self.io_wakeup = io_wakeup;
+        self
+    }
+
+    /// Set [`run_queue`](Self::run_queue).
+    pub fn run_queue(mut self, run_queue: bool) -> Self {
+        self.run_queue = run_queue;
+        self
+    }
+
+    /// Set [`throttling`](Self::throttling).
+    pub fn throttling(mut self, throttling: bool) -> Self {
+        self.throttling = throttling;
+        self
+    }
+
+    /// Set [`quota_headroom`](Self::quota_headroom).
+    pub fn quota_headroom(mut self, quota_headroom: bool) -> Self {
+        self.quota_headroom = quota_headroom;
+        self
+    }
+
     /// Only tokio's scheduling latency steers; no quota cap.
     pub fn scheduling_only() -> Inputs {
         Inputs {
@@ -180,12 +256,13 @@ impl Inputs {
 /// use elastic_cpu_pacer::settings::Enforcement;
 /// use std::time::Duration;
 /// let elastic = elastic_cpu_pacer::Elastic::builder()
-///     .enforcement(Enforcement { quantum: Duration::from_micros(100), ..Enforcement::default() })
+///     .enforcement(Enforcement::default().quantum(Duration::from_micros(100)))
 ///     .build()?;
 /// # drop(elastic);
 /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Enforcement {
     /// CPU time one grant hands out (10 ms ..= 100 ms). Long slices keep few grants in flight.
     pub slice: Duration,
@@ -229,6 +306,44 @@ impl Default for Enforcement {
             cap_concurrency: true,
             timing: Timing::Adaptive,
         }
+    }
+}
+
+impl Enforcement {
+    /// Set [`slice`](Self::slice).
+    pub fn slice(mut self, slice: Duration) -> Self {
+        self.slice = slice;
+        self
+    }
+
+    /// Set [`quantum`](Self::quantum).
+    pub fn quantum(mut self, quantum: Duration) -> Self {
+        self.quantum = quantum;
+        self
+    }
+
+    /// Set [`os_yield`](Self::os_yield).
+    pub fn os_yield(mut self, os_yield: bool) -> Self {
+        self.os_yield = os_yield;
+        self
+    }
+
+    /// Set [`unstack_workers`](Self::unstack_workers).
+    pub fn unstack_workers(mut self, unstack_workers: bool) -> Self {
+        self.unstack_workers = unstack_workers;
+        self
+    }
+
+    /// Set [`cap_concurrency`](Self::cap_concurrency).
+    pub fn cap_concurrency(mut self, cap_concurrency: bool) -> Self {
+        self.cap_concurrency = cap_concurrency;
+        self
+    }
+
+    /// Set [`timing`](Self::timing).
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.timing = timing;
+        self
     }
 }
 
@@ -345,6 +460,10 @@ impl OutlierThreshold {
 /// for elastic work that shares locks with the foreground, that must progress on a saturated
 /// machine (on the runtime it keeps at least the floor of the share), or where lowering a
 /// thread's priority is not allowed.
+///
+/// **Lifetime** is the same in both places: spawned work runs to its end, also once the last
+/// `Elastic` handle is dropped (the pool then ends once its tasks have);
+/// [`Elastic::shutdown`](crate::Elastic::shutdown) cancels what is left on the pool.
 ///
 /// ```
 /// use elastic_cpu_pacer::settings::Placement;

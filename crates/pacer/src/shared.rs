@@ -279,6 +279,15 @@ impl Shared {
     }
 
     /// Stop the sampling probes and join their threads.
+    /// Whether a sampling probe measures the runtime.
+    pub(crate) fn has_sampler(&self) -> bool {
+        !self
+            .samplers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     pub(crate) fn stop_samplers(&self) {
         let samplers =
             std::mem::take(&mut *self.samplers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -344,13 +353,13 @@ impl ClassQueue for Shared {
         self.queue.take_longest_wait()
     }
 
-    fn set_braked(&self, on: bool) {
+    fn set_held(&self, held: bool, braked: bool) {
         // Pause before holders are told, resume after: no grant slips out in between.
-        if on {
+        if held {
             self.queue.pause();
-            self.braked.store(true, Ordering::Relaxed);
-        } else {
-            self.braked.store(false, Ordering::Relaxed);
+        }
+        self.braked.store(held && braked, Ordering::Relaxed);
+        if !held {
             self.queue.resume();
         }
     }

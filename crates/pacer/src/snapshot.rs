@@ -43,6 +43,18 @@ pub struct Snapshot {
     /// The share now: the part of the CPUs elastic work may use (0 ..= 1), as its controller
     /// (or the fixed share) decided it; the quota's headroom may hold the rate below it.
     pub share: f64,
+    /// The bounds the share moves within, as in force now (the builder's
+    /// [`share`](crate::ElasticBuilder::share), or the last
+    /// [`Elastic::set_share`](crate::Elastic::set_share); a fixed share: it, twice).
+    pub min_share: f64,
+    /// See [`min_share`](Self::min_share).
+    pub max_share: f64,
+    /// Elastic work is paused ([`Elastic::pause`](crate::Elastic::pause)): no new grants.
+    pub paused: bool,
+    /// What measures the runtime's scheduling latency: tokio's task hooks (built with
+    /// `--cfg tokio_unstable`, the runtime through [`Elastic::runtime`](crate::Elastic::runtime)
+    /// or [`instrument`](crate::Elastic::instrument)) or the sampling probe.
+    pub probe_source: ProbeSource,
     /// CPUs the token rate is computed for.
     pub cpus: f64,
     /// Where [`cpus`](Self::cpus) came from.
@@ -299,6 +311,10 @@ impl Snapshot {
         };
         Snapshot {
             share: own.map_or(0.0, |c| c.share),
+            min_share: record.share_bounds.0,
+            max_share: record.share_bounds.1,
+            paused: record.paused,
+            probe_source: ProbeSource::None,
             cpus: record.cpus,
             cpus_source: record.cpus_source,
             ticks: record.ticks,
@@ -374,6 +390,32 @@ impl Snapshot {
     pub fn balance_secs_f64(&self) -> f64 {
         self.tokens.as_secs_f64() - self.debt.as_secs_f64()
     }
+}
+
+/// What measures the runtime's scheduling latency ([`Snapshot::probe_source`]).
+///
+/// ```
+/// use elastic_cpu_pacer::{snapshot::ProbeSource, Elastic};
+/// let elastic = Elastic::builder().build()?;
+/// assert_eq!(elastic.snapshot().probe_source, ProbeSource::None);
+/// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build()?;
+/// // `TaskHooks` where the library was built with `--cfg tokio_unstable`, else `Sampler`.
+/// assert_ne!(elastic.snapshot().probe_source, ProbeSource::None);
+/// # drop(rt);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProbeSource {
+    /// Nothing yet: no runtime attached (or a manual clock, where the test records polls).
+    #[default]
+    None,
+    /// tokio's task hooks: every poll timed, exactly.
+    TaskHooks,
+    /// The sampling probe: probe tasks timed at the back of the workers' run queues (without
+    /// `tokio_unstable`, or a runtime attached with [`Elastic::attach`](crate::Elastic::attach)
+    /// that was not built with the hooks).
+    Sampler,
 }
 
 /// One class of elastic work in a [`Snapshot`] (see [`Elastic::class`](crate::Elastic::class)).

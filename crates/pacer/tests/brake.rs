@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use elastic_cpu_core::ManualClock;
-use elastic_cpu_pacer::settings::{Brake, Steps, BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+use elastic_cpu_pacer::settings::{Brake, BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder, PacedExt, PacedStreamExt, Profile};
 use futures_core::Stream;
 
@@ -467,11 +467,9 @@ fn a_brake_below_10_us_is_refused() {
 fn governor_thread_brakes_on_the_alarm_without_waiting_for_a_tick() {
     let tick = Duration::from_secs(60);
     let elastic = Elastic::builder()
-        .profile(Profile::Custom(Steps {
-            tick,
-            window: tick,
-            ..Profile::Cockroach.steps()
-        }))
+        .profile(Profile::Custom(
+            Profile::Cockroach.steps().tick(tick).window(tick),
+        ))
         .cpus(1.0)
         .brake(Brake::At(AT))
         .build()

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::eventually;
 use elastic_cpu_pacer::gate::{GateSettings, RejectReason};
-use elastic_cpu_pacer::settings::{Brake, ClassSettings, Steps};
+use elastic_cpu_pacer::settings::{Brake, ClassSettings};
 use elastic_cpu_pacer::snapshot::GovernorState;
 use elastic_cpu_pacer::testing::{GovernorEnd, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
@@ -25,11 +25,9 @@ const WITHIN: Duration = Duration::from_secs(10);
 
 fn elastic(script: &Script) -> Elastic {
     Elastic::builder()
-        .profile(Profile::Custom(Steps {
-            tick: TICK,
-            window: TICK,
-            ..Profile::Cockroach.steps()
-        }))
+        .profile(Profile::Custom(
+            Profile::Cockroach.steps().tick(TICK).window(TICK),
+        ))
         .script(script.clone())
         .cpus(1.0)
         .fixed_share(0.01)

@@ -81,11 +81,9 @@ fn a_worker_count_out_of_range_is_a_typed_error() {
     let elastic = Elastic::builder().build().unwrap();
     for workers in [0, IdleRuntime::MAX_WORKERS + 1, usize::MAX] {
         let err = elastic.idle_runtime(workers).unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-        let setting = err
-            .get_ref()
-            .and_then(|e| e.downcast_ref::<elastic_cpu_pacer::SettingError>())
-            .expect("a SettingError inside");
+        let elastic_cpu_pacer::BuildError::Setting(setting) = err else {
+            panic!("a setting error: {err}")
+        };
         let message = setting.to_string();
         assert!(message.contains("idle_runtime(workers)"), "{message}");
         assert!(
@@ -250,10 +248,10 @@ fn short_items_on_the_pool_are_charged_their_cpu_time_not_the_time_the_os_took_t
         pin_to_one_cpu();
         let elastic = Elastic::builder()
             .fixed_share(1.0)
-            .enforcement(elastic_cpu_pacer::settings::Enforcement {
-                slice: Duration::from_millis(10),
-                ..Default::default()
-            })
+            .enforcement(
+                elastic_cpu_pacer::settings::Enforcement::default()
+                    .slice(Duration::from_millis(10)),
+            )
             .build()
             .unwrap();
         let idle = elastic.idle_runtime(1).unwrap();

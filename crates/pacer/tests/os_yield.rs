@@ -35,10 +35,7 @@ fn elastic(clock: &ManualClock, os_yield: bool) -> Elastic {
         .running_clock(clock.clone())
         .fixed_share(1.0)
         .cpus(1.0)
-        .enforcement(Enforcement {
-            os_yield,
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().os_yield(os_yield))
         .build()
         .expect("valid settings")
 }

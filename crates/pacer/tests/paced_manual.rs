@@ -94,10 +94,7 @@ fn fifo_between_paced_futures() {
         .running_clock(clock.clone())
         .fixed_share(0.1)
         .cpus(1.0)
-        .enforcement(Enforcement {
-            cap_concurrency: false,
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().cap_concurrency(false))
         .build()
         .unwrap();
     let mk = |polls| {
@@ -302,10 +299,7 @@ fn at_most_the_cpus_the_limit_pays_for_hold_grants_at_once() {
             .manual(clock.clone())
             .fixed_share(limit)
             .cpus(2.0)
-            .enforcement(Enforcement {
-                cap_concurrency: cap,
-                ..Enforcement::default()
-            })
+            .enforcement(Enforcement::default().cap_concurrency(cap))
             .build()
             .unwrap();
         // The bucket holds a second of tokens (0.8 s or more): enough for three slices.
@@ -545,10 +539,7 @@ fn inside_a_quota_a_grant_is_what_the_rate_refills_in_one_period() {
         .running_clock(clock.clone())
         .fixed_share(0.8)
         .cpus(0.5)
-        .inputs(Inputs {
-            quota_headroom: false,
-            ..Inputs::default()
-        })
+        .inputs(Inputs::default().quota_headroom(false))
         .build()
         .unwrap();
     let first_grant = |elastic: &elastic_cpu_pacer::Elastic| {

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use common::{assert_ledger_balanced, attached, eventually, scripted, Burn, MS};
-use elastic_cpu_pacer::settings::{Brake, Inputs, Steps};
+use elastic_cpu_pacer::settings::{Brake, Inputs};
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 
@@ -135,10 +135,7 @@ fn a_period_spent_to_the_line_stops_elastic_work_until_it_leaves_the_window() {
 #[test]
 fn spending_under_the_line_no_throttled_period_or_the_headroom_input_off_never_brakes() {
     let under = node(Inputs::default());
-    let off = node(Inputs {
-        quota_headroom: false,
-        ..Inputs::default()
-    });
+    let off = node(Inputs::default().quota_headroom(false));
     under.elastic.check_brakes();
     off.elastic.check_brakes();
     // 0.4 CPUs, steady, for two seconds: 40 ms a period.
@@ -161,10 +158,7 @@ fn spending_under_the_line_no_throttled_period_or_the_headroom_input_off_never_b
 
 #[test]
 fn without_the_throttling_input_it_is_armed_from_the_start() {
-    let n = unarmed(Inputs {
-        throttling: false,
-        ..Inputs::default()
-    });
+    let n = unarmed(Inputs::default().throttling(false));
     n.elastic.check_brakes();
     n.spend(24, CHECK);
     let s = n.elastic.snapshot();
@@ -218,17 +212,12 @@ fn the_governor_thread_brakes_between_its_ticks() {
     let tick = Duration::from_secs(60);
     let elastic = Elastic::builder()
         .script(script.clone())
-        .profile(Profile::Custom(Steps {
-            tick,
-            window: tick,
-            ..Profile::Cockroach.steps()
-        }))
+        .profile(Profile::Custom(
+            Profile::Cockroach.steps().tick(tick).window(tick),
+        ))
         .fixed_share(1.0)
         .brake(Brake::Off)
-        .inputs(Inputs {
-            throttling: false,
-            ..Inputs::default()
-        })
+        .inputs(Inputs::default().throttling(false))
         .build()
         .unwrap();
     let _rt = attached(&elastic);

@@ -15,10 +15,7 @@ fn elastic(headroom: bool) -> Elastic {
         .fixed_share(1.0)
         .cpus(2.0)
         .brake(Brake::Off)
-        .inputs(Inputs {
-            quota_headroom: headroom,
-            ..Inputs::default()
-        })
+        .inputs(Inputs::default().quota_headroom(headroom))
         .build()
         .unwrap()
 }

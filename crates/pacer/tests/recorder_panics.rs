@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::eventually;
-use elastic_cpu_pacer::settings::Steps;
 use elastic_cpu_pacer::snapshot::GovernorState;
 use elastic_cpu_pacer::testing::GovernorEnd;
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
@@ -84,11 +83,9 @@ fn a_panicking_recorder_costs_one_tick_of_metrics_not_the_governor() {
     metrics::set_global_recorder(recorder).expect("the only recorder in this process");
     let tick = Duration::from_millis(10);
     let elastic = Elastic::builder()
-        .profile(Profile::Custom(Steps {
-            tick,
-            window: tick * 10,
-            ..Profile::Cockroach.steps()
-        }))
+        .profile(Profile::Custom(
+            Profile::Cockroach.steps().tick(tick).window(tick * 10),
+        ))
         .build()
         .unwrap();
     let rt = elastic

@@ -70,10 +70,7 @@ fn a_panicking_elastic_task_settles_its_grant() {
     // Wall-clock timing: each poll is then charged at least the time it spun.
     let elastic = Elastic::builder()
         .fixed_share(0.5)
-        .enforcement(Enforcement {
-            timing: Timing::Wall,
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().timing(Timing::Wall))
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -102,10 +99,7 @@ fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
     let tasks = 6u64;
     let elastic = Elastic::builder()
         .fixed_share(limit)
-        .enforcement(Enforcement {
-            slice: Duration::from_millis(10),
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().slice(Duration::from_millis(10)))
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -153,10 +147,7 @@ fn a_fixed_limit_grants_no_more_than_rate_times_time_plus_burst() {
 fn runtime_shutdown_with_waiters_does_not_hang() {
     let elastic = Elastic::builder()
         .fixed_share(0.01)
-        .enforcement(Enforcement {
-            slice: Duration::from_millis(10),
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().slice(Duration::from_millis(10)))
         .build()
         .unwrap();
     let rt = runtime(&elastic, 2);
@@ -190,10 +181,7 @@ fn pace_blocking_on_plain_threads_is_settled() {
     let elastic = Elastic::builder()
         .fixed_share(0.3)
         .cpus(1.0)
-        .enforcement(Enforcement {
-            slice: Duration::from_millis(10),
-            ..Enforcement::default()
-        })
+        .enforcement(Enforcement::default().slice(Duration::from_millis(10)))
         .build()
         .unwrap();
     let threads: Vec<_> = (0..3)

@@ -130,11 +130,7 @@ fn io_canaries_are_quiet_without_elastic_work() {
 #[test]
 fn off_by_setting() {
     let elastic = Elastic::builder()
-        .inputs(Inputs {
-            io_wakeup: false,
-            run_queue: false,
-            ..Inputs::default()
-        })
+        .inputs(Inputs::default().io_wakeup(false).run_queue(false))
         .build()
         .unwrap();
     let _rt = runtime(&elastic);

@@ -167,3 +167,20 @@ fn as_many_workers_as_cpus_start_on_the_runtime() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn spawn_on_places_as_spawn_does() {
+    let script = Script::new();
+    let on_thread = || std::thread::current().name().map(str::to_owned);
+    for (placement, thread) in [
+        (Placement::IdlePool, "elastic-cpu-idle"),
+        (Placement::Runtime, "tokio-rt-worker"),
+    ] {
+        let elastic = builder(&script, None).placement(placement).build().unwrap();
+        let rt = runtime(&elastic);
+        // From outside the runtime, with its handle.
+        let task = elastic.spawn_on(async move { on_thread() }, rt.handle());
+        assert_eq!(rt.block_on(task).unwrap().as_deref(), Some(thread));
+        assert_eq!(elastic.snapshot().placement, placement);
+    }
+}

@@ -18,10 +18,7 @@ fn elastic(clock: &ManualClock, throttle_signal: bool) -> Elastic {
         .target_p99(MS)
         .initial_share(0.5)
         .brake(Brake::Off)
-        .inputs(Inputs {
-            throttling: throttle_signal,
-            ..Inputs::default()
-        })
+        .inputs(Inputs::default().throttling(throttle_signal))
         .build()
         .unwrap()
 }

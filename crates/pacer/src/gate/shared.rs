@@ -117,7 +117,7 @@ impl ClassQueue for GateShared {
         self.queue.take_longest_wait()
     }
 
-    fn set_braked(&self, on: bool) {
+    fn set_held(&self, on: bool, _braked: bool) {
         if on {
             self.queue.pause();
         } else {

@@ -33,7 +33,7 @@ use crate::record::{ClassKind, TickRecord};
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalSource, SignalStage};
-use crate::snapshot::{GovernorState, Snapshot};
+use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 use crate::trace;
 
 /// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
@@ -140,8 +140,8 @@ pub(crate) struct Governor {
     builder_cpus: Option<f64>,
     /// Every class, the `Elastic`'s own first, then its idle pool's, then the gates.
     classes: Vec<Class>,
-    /// What the idle and gate classes derive their settings from.
-    #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
+    /// What the idle and gate classes derive their settings from; its bounds are the own
+    /// share's as in force (they move with `set_share`).
     controller: ControllerConfig,
     #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     fixed: Option<f64>,
@@ -187,6 +187,8 @@ pub(crate) struct Governor {
     /// The governor has stopped ([`close`](Self::close)): every class is closed and none is
     /// held, classes made later included.
     closed: bool,
+    /// Elastic work is paused by hand ([`set_paused`](Self::set_paused)).
+    paused: bool,
 }
 
 /// The policy of the `Elastic`'s own class and of its idle pool's (`brake`: when the backlog
@@ -271,6 +273,7 @@ impl Governor {
             members_made: 0,
             parts: Vec::new(),
             closed: false,
+            paused: false,
         };
         g.last_signal = g.idle_signal();
         g.set_outlier_threshold();
@@ -328,7 +331,8 @@ impl Governor {
             others: steered.others,
             ..signal
         };
-        let frozen = self.quiet.holding();
+        // Paused, the share holds: work waits for the pause, not for the share.
+        let frozen = self.quiet.holding() || self.paused;
         let idle_answers = self.idle_answers_for_bystanders();
         let mut steering = false;
         // Grant at the old rates first.
@@ -632,6 +636,11 @@ impl Governor {
             target_source: self.target_source,
             quiet: self.quiet.baseline(),
             quiet_hold: self.quiet.holding(),
+            share_bounds: match self.fixed {
+                Some(share) => (share, share),
+                None => (self.controller.min_share, self.controller.max_share),
+            },
+            paused: self.paused,
             classes,
         }
     }
@@ -711,6 +720,29 @@ impl Governor {
         self.brake.as_ref().is_some_and(Brake::is_on)
     }
 
+    /// New bounds for the `Elastic`'s own share (validated as the builder's `share`; an error
+    /// changes nothing), applied now: the share moves into them, the rates follow. Classes made
+    /// from now on take their floor from them too.
+    fn set_share(&mut self, min: f64, max: f64) -> Result<(), SettingError> {
+        let own = self
+            .classes
+            .iter_mut()
+            .find(|c| c.kind == ClassKind::Elastic)
+            .ok_or_else(|| SettingError::new("share", "", "a live `Elastic`"))?;
+        own.set_bounds(min, max)?;
+        self.controller.min_share = min;
+        self.controller.max_share = max;
+        self.apply();
+        Ok(())
+    }
+
+    /// Pause elastic work (no new grants; holders keep theirs until they settle; waiters stay
+    /// in line) or resume it. Gates are not paused: their setups are the foreground's.
+    fn set_paused(&mut self, on: bool) {
+        self.paused = on;
+        self.hold_all(Hold::Paused, on);
+    }
+
     /// Add a class at `at`, held if a brake or the quiet readings hold the others.
     #[cfg_attr(not(any(feature = "gate", feature = "idle-pool")), allow(dead_code))]
     fn add(&mut self, mut class: Class, at: usize) {
@@ -721,6 +753,7 @@ impl Governor {
             class.hold(Hold::Brake, self.braked(), self.quota_seen);
             class.hold(Hold::Quota, self.quota_braked(), self.quota_seen);
             class.hold(Hold::Quiet, self.quiet.holding(), self.quota_seen);
+            class.hold(Hold::Paused, self.paused, self.quota_seen);
         }
         if self.target_source != TargetSource::Builder {
             class.set_target(self.target);
@@ -1226,6 +1259,16 @@ impl Control {
         self.change(|g| g.add_gate(shared, settings))
     }
 
+    /// [`Governor::set_share`].
+    pub(crate) fn set_share(&self, min: f64, max: f64) -> Result<(), SettingError> {
+        self.change(|g| g.set_share(min, max))
+    }
+
+    /// [`Governor::set_paused`].
+    pub(crate) fn set_paused(&self, on: bool) {
+        self.change(|g| g.set_paused(on));
+    }
+
     /// [`Governor::add_member`].
     pub(crate) fn add_member(
         &self,
@@ -1256,6 +1299,13 @@ impl Control {
             shared.long_polls.count(),
         );
         s.outliers = shared.probe.outliers();
+        s.probe_source = if shared.probe.has_hooks() {
+            ProbeSource::TaskHooks
+        } else if shared.has_sampler() {
+            ProbeSource::Sampler
+        } else {
+            ProbeSource::None
+        };
         s.idle_unstacked = idle_unstacked;
         s.governor = self.state();
         s.recorder_panics = self.recorder_panics.load(Ordering::Relaxed);

@@ -211,18 +211,22 @@ pub struct IdleRuntime {
     started: Arc<Started>,
 }
 
+/// How often a pool whose last `Elastic` handle is gone looks whether its tasks have ended.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
 impl IdleRuntime {
     /// The most worker threads a pool may have: past this a pool is a mistake (a count of
     /// tasks, not of CPUs) that would start threads until the OS refuses.
     pub const MAX_WORKERS: usize = 1024;
 
-    /// `workers` outside `1 ..= MAX_WORKERS` is an [`io::ErrorKind::InvalidInput`] error
-    /// (checked before anything is made).
-    pub(crate) fn check_workers(workers: usize) -> io::Result<()> {
+    /// `workers` outside `1 ..= MAX_WORKERS` is a [`SettingError`] (checked before anything is
+    /// made).
+    pub(crate) fn check_workers(workers: usize) -> Result<(), SettingError> {
         if !(1..=IdleRuntime::MAX_WORKERS).contains(&workers) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                SettingError::new("idle_runtime(workers)", workers, "1 ..= 1024"),
+            return Err(SettingError::new(
+                "idle_runtime(workers)",
+                workers,
+                "1 ..= 1024",
             ));
         }
         Ok(())
@@ -235,7 +239,6 @@ impl IdleRuntime {
         shared: Arc<Shared>,
         workers: usize,
     ) -> io::Result<IdleRuntime> {
-        IdleRuntime::check_workers(workers)?;
         let started = Arc::new(Started {
             count: Mutex::new(0),
             cv: Condvar::new(),
@@ -269,7 +272,7 @@ impl IdleRuntime {
         })
     }
 
-    /// Spawn `future` on the pool as paced elastic work (as [`Elastic::spawn_on`](crate::Elastic::spawn_on) does).
+    /// Spawn `future` on the pool as paced elastic work (as [`Elastic::spawn`](crate::Elastic::spawn) does there).
     #[track_caller]
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
@@ -300,6 +303,34 @@ impl IdleRuntime {
     pub fn shutdown_timeout(self, timeout: Duration) {
         self.rt.shutdown_timeout(timeout);
         self.watch.stop(true);
+    }
+
+    /// Shut the pool down once its tasks have ended, from a thread of its own (callable
+    /// anywhere, a runtime included): what the last `Elastic` handle does with the pool
+    /// `spawn` made, so work spawned there runs to its end as it would on the runtime. Where
+    /// the OS refuses that thread, the pool shuts down at once.
+    pub(crate) fn end_when_idle(self) {
+        let pool = Arc::new(Mutex::new(Some(self)));
+        let drained = pool.clone();
+        let drain = move || {
+            let pool = drained.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(pool) = pool {
+                // The pulse task lives as long as the pool: one task is none of the work's.
+                while pool.rt.metrics().num_alive_tasks() > 1 {
+                    std::thread::sleep(DRAIN_POLL);
+                }
+                pool.shutdown_background();
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("elastic-cpu-idle-drain".into())
+            .spawn(drain);
+        if spawned.is_err() {
+            let pool = pool.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(pool) = pool {
+                pool.shutdown_background();
+            }
+        }
     }
 
     /// Shut the pool down without waiting (as [`Runtime::shutdown_background`]): callable
