@@ -123,15 +123,16 @@ impl BuilderInput {
                     tick,
                     window,
                     max_boost,
-                } => Profile::Custom(Steps {
-                    delta_per_sec,
-                    decrease_factor,
-                    inactive_decrease_factor,
-                    inactive_point,
-                    tick,
-                    window,
-                    max_boost,
-                }),
+                } => Profile::Custom(
+                    Steps::default()
+                        .delta_per_sec(delta_per_sec)
+                        .decrease_factor(decrease_factor)
+                        .inactive_decrease_factor(inactive_decrease_factor)
+                        .inactive_point(inactive_point)
+                        .tick(tick)
+                        .window(window)
+                        .max_boost(max_boost),
+                ),
             });
         }
         if let Some(t) = self.target_p99 {
@@ -157,26 +158,28 @@ impl BuilderInput {
             });
         }
         if let Some((io_wakeup, run_queue, throttling, quota_headroom)) = self.inputs {
-            b = b.inputs(Inputs {
-                io_wakeup,
-                run_queue,
-                throttling,
-                quota_headroom,
-            });
+            b = b.inputs(
+                Inputs::default()
+                    .io_wakeup(io_wakeup)
+                    .run_queue(run_queue)
+                    .throttling(throttling)
+                    .quota_headroom(quota_headroom),
+            );
         }
         if let Some(e) = &self.enforcement {
-            b = b.enforcement(Enforcement {
-                slice: e.slice,
-                quantum: e.quantum,
-                os_yield: e.os_yield,
-                unstack_workers: e.unstack_workers,
-                cap_concurrency: e.cap_concurrency,
-                timing: match e.timing % 3 {
-                    0 => Timing::Adaptive,
-                    1 => Timing::ThreadCpu,
-                    _ => Timing::Wall,
-                },
-            });
+            b = b.enforcement(
+                Enforcement::default()
+                    .slice(e.slice)
+                    .quantum(e.quantum)
+                    .os_yield(e.os_yield)
+                    .unstack_workers(e.unstack_workers)
+                    .cap_concurrency(e.cap_concurrency)
+                    .timing(match e.timing % 3 {
+                        0 => Timing::Adaptive,
+                        1 => Timing::ThreadCpu,
+                        _ => Timing::Wall,
+                    }),
+            );
         }
         if let Some(p) = self.placement {
             b = b.placement(match p % 3 {

@@ -50,15 +50,16 @@ fn profile() -> impl Strategy<Value = Profile> {
         )
             .prop_map(
                 |((delta, decrease, inactive, point), (tick, window, boost))| {
-                    Profile::Custom(Steps {
-                        delta_per_sec: delta,
-                        decrease_factor: decrease,
-                        inactive_decrease_factor: inactive,
-                        inactive_point: point,
-                        tick,
-                        window,
-                        max_boost: boost,
-                    })
+                    Profile::Custom(
+                        Steps::default()
+                            .delta_per_sec(delta)
+                            .decrease_factor(decrease)
+                            .inactive_decrease_factor(inactive)
+                            .inactive_point(point)
+                            .tick(tick)
+                            .window(window)
+                            .max_boost(boost),
+                    )
                 }
             ),
     ]
@@ -71,16 +72,15 @@ fn enforcement() -> impl Strategy<Value = Enforcement> {
         any::<(bool, bool, bool)>(),
         prop::sample::select(vec![Timing::Adaptive, Timing::ThreadCpu, Timing::Wall]),
     )
-        .prop_map(
-            |(slice, quantum, (os_yield, unstack, cap), timing)| Enforcement {
-                slice,
-                quantum,
-                os_yield,
-                unstack_workers: unstack,
-                cap_concurrency: cap,
-                timing,
-            },
-        )
+        .prop_map(|(slice, quantum, (os_yield, unstack, cap), timing)| {
+            Enforcement::default()
+                .slice(slice)
+                .quantum(quantum)
+                .os_yield(os_yield)
+                .unstack_workers(unstack)
+                .cap_concurrency(cap)
+                .timing(timing)
+        })
 }
 
 /// Each setter called with an arbitrary value, or not at all.
@@ -139,12 +139,13 @@ fn builder() -> impl Strategy<Value = ElasticBuilder> {
                     });
                 }
                 if let Some((io_wakeup, run_queue, throttling, quota_headroom)) = inputs {
-                    b = b.inputs(Inputs {
-                        io_wakeup,
-                        run_queue,
-                        throttling,
-                        quota_headroom,
-                    });
+                    b = b.inputs(
+                        Inputs::default()
+                            .io_wakeup(io_wakeup)
+                            .run_queue(run_queue)
+                            .throttling(throttling)
+                            .quota_headroom(quota_headroom),
+                    );
                 }
                 if let Some(e) = enforcement {
                     b = b.enforcement(e);
