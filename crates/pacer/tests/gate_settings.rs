@@ -13,7 +13,7 @@ use elastic_cpu_pacer::Elastic;
 fn each_bad_setting_is_named() {
     let elastic = Elastic::builder().build().unwrap();
     let bad = |s: GateSettings| elastic.connection_gate(s).unwrap_err();
-    let cases: [(GateSettings, &str, &str); 12] = [
+    let cases: [(GateSettings, &str, &str); 16] = [
         (
             GateSettings::new().deadline(Duration::ZERO),
             "deadline",
@@ -50,6 +50,22 @@ fn each_bad_setting_is_named() {
             "initial_share",
             "inf",
         ),
+        (
+            GateSettings::new().setup_timeout(Duration::ZERO),
+            "setup_timeout",
+            "0ns",
+        ),
+        (
+            GateSettings::new().setup_timeout(Duration::from_secs(7200)),
+            "setup_timeout",
+            "7200s",
+        ),
+        (GateSettings::new().max_in_flight(0), "max_in_flight", "0"),
+        (
+            GateSettings::new().max_in_flight(2_000_000),
+            "max_in_flight",
+            "2000000",
+        ),
     ];
     for (settings, setting, value) in cases {
         let e = bad(settings);
@@ -64,7 +80,9 @@ fn each_bad_setting_is_named() {
         .share(0.01, 0.05)
         .initial_share(1.0)
         .order(QueueOrder::Fifo)
-        .cap_concurrency(false);
+        .cap_concurrency(false)
+        .setup_timeout(Duration::from_secs(3600))
+        .max_in_flight(1);
     let gate = elastic.connection_gate(ok).unwrap();
     assert_eq!(
         gate.snapshot().share,
