@@ -60,10 +60,10 @@ pub(crate) struct PoolWatch {
 }
 
 impl PoolWatch {
-    /// A watch whose pulse is fresh now, and its thread (an error if the OS refuses one).
-    pub(crate) fn start() -> std::io::Result<Arc<PoolWatch>> {
-        let watch = Arc::new(PoolWatch {
-            base: Instant::now(),
+    /// A watch whose pulse was stamped at `base`, without its thread.
+    fn stamped_at(base: Instant) -> PoolWatch {
+        PoolWatch {
+            base,
             pulse: AtomicU64::new(0),
             last_starved: AtomicU64::new(0),
             stale: AtomicBool::new(false),
@@ -72,7 +72,12 @@ impl PoolWatch {
             returned: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
-        });
+        }
+    }
+
+    /// A watch whose pulse is fresh now, and its thread (an error if the OS refuses one).
+    pub(crate) fn start() -> std::io::Result<Arc<PoolWatch>> {
+        let watch = Arc::new(PoolWatch::stamped_at(Instant::now()));
         let weak = Arc::downgrade(&watch);
         let thread = thread::Builder::new()
             .name("elastic-cpu-idle-watch".into())
@@ -223,23 +228,11 @@ mod tests {
 
     #[test]
     fn a_stale_pulse_is_starved() {
-        let watch = PoolWatch::start().unwrap();
-        watch.stop(true);
-        // Stamped "long ago": the base moved back past the starved bound.
+        // Stamped "long ago": past the starved bound.
         let Some(base) = Instant::now().checked_sub(STARVED * 2) else {
             return; // the clock starts later than that on this machine
         };
-        let stale = PoolWatch {
-            base,
-            pulse: AtomicU64::new(0),
-            last_starved: AtomicU64::new(0),
-            stale: AtomicBool::new(false),
-            starved: AtomicBool::new(false),
-            moved: Mutex::new(Vec::new()),
-            returned: AtomicU64::new(0),
-            stop: AtomicBool::new(true),
-            thread: Mutex::new(None),
-        };
+        let stale = PoolWatch::stamped_at(base);
         // One stale look may be the machine paused: starved at the second.
         assert!(!stale.look());
         assert!(stale.look() && stale.starved());
