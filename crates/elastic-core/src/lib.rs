@@ -48,6 +48,7 @@ mod clock;
 mod config;
 mod controller;
 mod crowd;
+pub mod decide;
 mod error;
 mod fast;
 mod gate;
@@ -58,7 +59,6 @@ mod recent_low;
 mod retry;
 mod ring;
 mod shared;
-mod split;
 mod sync;
 mod tally;
 
@@ -66,6 +66,7 @@ pub use bucket::{rate_for, TokenBucket, MAX_RATE};
 pub use clock::{Clock, ManualClock, MonotonicClock, ProcessCpuClock, ThreadCpuClock};
 pub use config::ControllerConfig;
 pub use controller::StepController;
+pub use decide::split::{split_share, Want, FLOORS_AT_MOST};
 pub use error::SettingError;
 pub use gate::{
     GateAdmit, GateConfig, GateQueue, GateStats, GateTicket, QueueOrder, RejectKind, Rejection,
@@ -75,4 +76,3 @@ pub use handle::ElasticHandle;
 pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
 pub use retry::{Attempt, RetryBudget};
 pub use ring::{EventRing, ReadSince, Words};
-pub use split::{split_share, Want, FLOORS_AT_MOST};

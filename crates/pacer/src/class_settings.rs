@@ -5,7 +5,7 @@
 use elastic_cpu_core::SettingError;
 
 /// The name of the class elastic work paced through the `Elastic` handle itself belongs to.
-pub const DEFAULT_CLASS: &str = "default";
+pub use elastic_cpu_core::decide::DEFAULT_CLASS;
 
 /// The longest class name: it is a metrics label.
 const NAME_MAX: usize = 64;

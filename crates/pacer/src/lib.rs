@@ -42,7 +42,7 @@
 
 mod brake;
 mod builder;
-mod class;
+mod charged;
 mod class_settings;
 mod cpus;
 mod elastic;
@@ -52,7 +52,6 @@ mod ext;
 pub mod gate;
 mod governor;
 mod grant;
-mod headroom;
 #[cfg(feature = "idle-pool")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
 pub mod idle;
@@ -61,14 +60,12 @@ mod long_polls;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod nesting;
-mod overhead;
 mod paced;
 mod pacer;
 #[cfg(feature = "idle-pool")]
 mod placed;
 mod placement;
 mod quantum;
-mod quiet;
 mod quota_brake;
 mod readings;
 mod record;

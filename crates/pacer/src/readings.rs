@@ -7,6 +7,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
+use elastic_cpu_core::decide::RunQueueWaits;
 use elastic_cpu_core::ProcessCpuClock;
 use elastic_cpu_probe::{
     cpu_affinity, cpu_quota, CpuThrottling, IoProbe, IoProbeConfig, IoProbeError, ProbeConfig,
@@ -74,32 +75,6 @@ pub(crate) trait IoSource: Send {
     fn availability(&self) -> Availability;
     /// Stop it (its reader task, and its writer thread where it has one).
     fn stop(&mut self);
-}
-
-/// Whose run-queue waits a reading is of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Waiters {
-    /// The runtime's threads that serve the foreground.
-    Runtime,
-    /// The process's threads the runtime does not know, elastic work's aside.
-    Bystanders,
-}
-
-/// One tick's run-queue waits, summed per [`Waiters`]: (wait, timeslices).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RunQueueWaits {
-    pub(crate) runtime: (Duration, u64),
-    pub(crate) bystanders: (Duration, u64),
-}
-
-impl RunQueueWaits {
-    /// The (wait, timeslices) of `who`.
-    pub(crate) fn of(&self, who: Waiters) -> (Duration, u64) {
-        match who {
-            Waiters::Runtime => self.runtime,
-            Waiters::Bystanders => self.bystanders,
-        }
-    }
 }
 
 /// One tick of the OS run-queue delay of the runtime's threads and of the threads beside them.

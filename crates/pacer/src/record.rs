@@ -4,22 +4,9 @@
 use std::time::Duration;
 
 use crate::cpus::CpusSource;
-use crate::quiet::{Baseline, TargetSource};
 use crate::signal::Signal;
-
-/// Which class of paced CPU a record is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ClassKind {
-    /// The `Elastic`'s own elastic work (same-runtime `paced`, `Pacer`).
-    Elastic,
-    /// Work on the `Elastic`'s idle-priority pool.
-    Idle,
-    /// A connection gate's setups: its number among the `Elastic`'s gates.
-    #[cfg(feature = "gate")]
-    Gate(usize),
-    /// A class made with `Elastic::class`: its number among them.
-    Member(usize),
-}
+pub(crate) use elastic_cpu_core::decide::ClassKind;
+use elastic_cpu_core::decide::{Baseline, TargetSource};
 
 /// A class's part of the elastic share at a tick.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,9 +11,9 @@ use elastic_cpu_core::ManualClock;
 use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue, MIN_SLICE};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
-use crate::class::ClassQueue;
+use crate::charged::Charged;
+use crate::governor::link::ClassQueue;
 use crate::long_polls::LongPolls;
-use crate::overhead::Charged;
 use crate::quantum::CoreYield;
 use crate::running::RunningTime;
 use crate::settings::Enforcement;

@@ -3,11 +3,12 @@
 //! cgroup's throttling, read once per governor tick and combined into one figure.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::readings::{Availability, RunQueueWaits, Sources, Waiters};
+use elastic_cpu_core::decide::{window_delay, RunQueueWaits, SignalSource, Waiters};
+
+use crate::readings::{Availability, Sources};
 use crate::throttle::ThrottleWatch;
 
 /// The I/O wake-up p99 is compared with this many times the target (it joins the signal
@@ -28,52 +29,6 @@ pub const IO_TARGET_FACTOR: u32 = 3;
 /// the foreground. Quiet (one canary per 50 ms, while nothing is paced) a 1 s or 2.5 s window
 /// never steers, and nothing steers by it then.
 pub(crate) const IO_MIN_CANARIES: u64 = 100;
-
-/// The fewest timeslices a run-queue delay is read from over the window: a mean of a few
-/// waits (a thread that wakes ten times a second, say) moves with whichever core it happened
-/// to wait for, and scaled to the scheduling allowance it would steer by noise alone.
-pub(crate) const RUN_QUEUE_MIN_TIMESLICES: u64 = 100;
-
-/// Which component of the signal was the largest at the last tick (what the controller stepped
-/// on).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SignalSource {
-    /// No component had data.
-    #[default]
-    None,
-    /// tokio's scheduling latency (the probe window's p99).
-    Sched,
-    /// The I/O wake-up probe's p99.
-    Io,
-    /// The OS run-queue delay of the runtime's threads.
-    RunQueue,
-    /// The OS run-queue delay of the process's threads beside the runtime (with a measured
-    /// target only: what elastic work adds over their quiet wait).
-    Bystanders,
-    /// The cgroup was throttled: over the target whatever the probes saw.
-    Throttled,
-}
-
-impl SignalSource {
-    /// The component's short name, as `Display` writes it (`"run-queue"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            SignalSource::None => "none",
-            SignalSource::Sched => "sched",
-            SignalSource::Io => "io",
-            SignalSource::RunQueue => "run-queue",
-            SignalSource::Bystanders => "bystanders",
-            SignalSource::Throttled => "throttled",
-        }
-    }
-}
-
-impl fmt::Display for SignalSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The signal at one tick: the one figure the controllers step on, which component it was, and
 /// every component as read.
@@ -220,25 +175,6 @@ impl SignalStage {
             .as_ref()
             .map_or(0, ThrottleWatch::throttled_periods)
     }
-}
-
-/// Mean run-queue wait per timeslice of `who` over the window: how long, on average, one of
-/// those threads that became runnable waited for a CPU. `None` with fewer than
-/// [`RUN_QUEUE_MIN_TIMESLICES`] timeslices in the window.
-pub(crate) fn window_delay<'a>(
-    window: impl IntoIterator<Item = &'a RunQueueWaits>,
-    who: Waiters,
-) -> Option<Duration> {
-    let (wait, slices) = window
-        .into_iter()
-        .fold((Duration::ZERO, 0u64), |(w, s), t| {
-            let (dw, ds) = t.of(who);
-            (w + dw, s + ds)
-        });
-    if slices < RUN_QUEUE_MIN_TIMESLICES {
-        return None;
-    }
-    Some(wait / u32::try_from(slices).unwrap_or(u32::MAX))
 }
 
 /// The signal the controllers step on: the largest of the scheduling p99, the I/O wake-up p99

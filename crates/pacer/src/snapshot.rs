@@ -10,11 +10,12 @@ pub use elastic_cpu_probe::{
 
 pub use crate::cpus::CpusSource;
 pub use crate::placement::PlacementReason;
-pub use crate::quiet::TargetSource;
 pub use crate::readings::Availability;
 use crate::record::{ClassKind, ClassRecord, TickRecord};
 use crate::settings::Placement;
-pub use crate::signal::{SignalSource, IO_TARGET_FACTOR};
+pub use crate::signal::IO_TARGET_FACTOR;
+pub use elastic_cpu_core::decide::SignalSource;
+pub use elastic_cpu_core::decide::TargetSource;
 
 /// What [`Elastic::snapshot`](crate::Elastic::snapshot) reports: always available, no exporter
 /// needed. The `metrics` export (feature `metrics`) is fed from it.

@@ -18,8 +18,9 @@ use tokio::runtime::Handle;
 pub use crate::governor::GovernorEnd;
 use crate::readings::{
     Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
-    RunQueueSource, RunQueueWaits, Sources,
+    RunQueueSource, Sources,
 };
+use elastic_cpu_core::decide::RunQueueWaits;
 
 /// Every reading the governor takes from the OS and the runtime, set by the test: the I/O
 /// wake-up window, the run-queue delay, the CPU quota and its throttled periods, the process's

@@ -38,7 +38,6 @@ fn class_name(kind: ClassKind) -> String {
     match kind {
         ClassKind::Elastic => "elastic".to_string(),
         ClassKind::Idle => "idle".to_string(),
-        #[cfg(feature = "gate")]
         ClassKind::Gate(id) => format!("gate-{id}"),
         ClassKind::Member(id) => format!("class-{id}"),
     }

@@ -10,9 +10,9 @@ use elastic_cpu_core::{
 
 use super::settings::GateSettings;
 use super::shared::GateShared;
-use crate::class::{HoldWhen, Limit, Policy};
 use crate::running::RunningTime;
 use crate::shared::QueueClock;
+use elastic_cpu_core::decide::Limit;
 
 /// Everything a new gate needs from the governor and the `Elastic` it belongs to.
 pub(crate) struct GateParts<'a> {
@@ -27,12 +27,12 @@ pub(crate) struct GateParts<'a> {
     pub(crate) id: usize,
 }
 
-/// A new gate from `settings`: its shared state, the limit that decides its share, its policy
-/// and the floor of its share.
+/// A new gate from `settings`: its shared state, the limit that decides its share, the floor of
+/// its share and whether its setups at once are capped to what the share pays for.
 pub(crate) fn create(
     settings: &GateSettings,
     parts: GateParts<'_>,
-) -> Result<(Arc<GateShared>, Limit, Policy, f64), SettingError> {
+) -> Result<(Arc<GateShared>, Limit, f64, bool), SettingError> {
     let s = settings.resolve(parts.id)?;
     // Idle decay stops at the initial share: a storm that comes after a calm spell starts
     // where the gate was set to start, not at the floor.
@@ -67,23 +67,10 @@ pub(crate) fn create(
         &s,
         parts.id,
     ));
-    let policy = Policy {
-        // Setup CPU is not charged as elastic work: the headroom reading counts it as the
-        // foreground's, and capping setups by it would cap them by their own use.
-        headroom: false,
-        // The overhead is measured on elastic work's charged time, which setups are not part of.
-        overhead: false,
-        brake: HoldWhen::Always,
-        measured: false,
-        target_factor: 1,
-        cap_holders: s.cap_concurrency,
-        // A setup that is a library call (a handshake, a password hash) holds its worker.
-        whole_workers: true,
-    };
     Ok((
         gate,
         Limit::Controller(Box::new(controller)),
-        policy,
         s.min_share,
+        s.cap_concurrency,
     ))
 }

@@ -8,7 +8,7 @@ use elastic_cpu_core::GateQueue;
 
 use super::flight::Flight;
 use super::settings::Resolved;
-use crate::class::ClassQueue;
+use crate::governor::link::ClassQueue;
 use crate::long_polls::LongPolls;
 use crate::record::{ClassKind, ClassRecord};
 use crate::running::RunningTime;

@@ -23,13 +23,13 @@ use std::time::Duration;
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 
 pub use self::pool::{IdlePriority, IdleRuntime};
-use crate::class::Limit;
 use crate::shared::{Queue, Shared};
+use elastic_cpu_core::decide::Limit;
 
 /// The idle class's target, as a multiple of the elastic target: the level at which the
 /// backlog brake acts ([`BRAKE_FACTOR`](crate::settings::BRAKE_FACTOR)), a foreground that
 /// really waits, not noise the kernel absorbs anyway.
-pub(crate) const IDLE_TARGET_FACTOR: u32 = 4;
+pub(crate) use elastic_cpu_core::decide::IDLE_TARGET_FACTOR;
 
 /// The idle class's ceiling: every CPU the bucket is sized for.
 const IDLE_MAX_SHARE: f64 = 1.0;

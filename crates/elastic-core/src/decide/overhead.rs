@@ -17,7 +17,6 @@
 //! cannot be measured; the correction then fades (halves each window), erring towards the
 //! foreground.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Ticks per measurement window.
@@ -34,36 +33,12 @@ pub(crate) const QUIET_FOREGROUND_PER_SEC: f64 = 2000.0;
 /// window to measure anything.
 const MIN_CHARGED_SHARE: f64 = 0.05;
 
-/// Running time charged to grants so far, as it is charged (the queue's ledger learns it only
-/// when a grant settles, a slice at a time).
-#[derive(Debug, Default)]
-pub(crate) struct Charged(AtomicU64);
-
-impl Charged {
-    #[inline]
-    pub(crate) fn add(&self, took: Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(nanos, Ordering::Relaxed);
-    }
-
-    /// Take back `took` charged before (a true-up: see `paced::ItemStretch`).
-    #[inline]
-    pub(crate) fn sub(&self, took: Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_sub(nanos, Ordering::Relaxed);
-    }
-
-    pub(crate) fn total(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-}
-
 /// What one tick measured.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TickReading {
     /// The process's CPU time now (`None`: unavailable, no correction).
     pub(crate) process_cpu: Option<Duration>,
-    /// [`Charged::total`] now.
+    /// Running time charged to elastic work so far.
     pub(crate) charged: Duration,
     /// Foreground scheduling samples per second the probe saw over its window.
     pub(crate) foreground_per_sec: f64,

@@ -29,8 +29,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::readings::{RunQueueWaits, Waiters};
-use crate::signal::{window_delay, Reading, SignalSource};
+use super::signal::{window_delay, RunQueueWaits, SignalReading, SignalSource, Waiters};
 
 /// Ticks between the first two holds while elastic work runs (the first comes at once); the
 /// gap doubles from hold to hold up to [`EVERY_TICKS`].
@@ -56,14 +55,12 @@ pub(crate) const RUN_QUEUE_FLOOR: Duration = Duration::from_micros(5);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TargetSource {
-    /// [`ElasticBuilder::target_p99`](crate::ElasticBuilder::target_p99): the signal is the
-    /// latency itself, against that target.
+    /// Set by the builder: the signal is the latency itself, against that target.
     Builder,
     /// Measured (the default): the signal is what elastic work adds over the quiet baseline,
     /// against an allowance of half the baseline, at least one poll quantum.
     Measured,
-    /// No quiet reading yet: the latency itself, against
-    /// [`DEFAULT_TARGET`](crate::settings::DEFAULT_TARGET).
+    /// No quiet reading yet: the latency itself, against the default target.
     #[default]
     Default,
 }
@@ -102,22 +99,30 @@ pub(crate) struct Quiet {
 
 /// The signal's components quiet: the baselines.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Baseline {
-    pub(crate) sched: Option<Duration>,
-    pub(crate) run_queue: Option<Duration>,
-    pub(crate) bystanders: Option<Duration>,
+pub struct Baseline {
+    /// tokio's scheduling p99, quiet.
+    pub sched: Option<Duration>,
+    /// The OS run-queue delay of the runtime's threads, quiet.
+    pub run_queue: Option<Duration>,
+    /// The same for the threads beside the runtime.
+    pub bystanders: Option<Duration>,
 }
 
 /// What [`Baseline::steer`] read: the signal over the allowance and its source, the target
 /// (the scheduling allowance) both are in units of, the bystanders' component alone, and the
 /// largest of the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Steered {
-    pub(crate) value: Option<Duration>,
-    pub(crate) source: SignalSource,
-    pub(crate) target: Duration,
-    pub(crate) bystanders: Option<Duration>,
-    pub(crate) others: Option<Duration>,
+pub struct Steered {
+    /// What the controllers compare with their targets (`None`: no component had data).
+    pub value: Option<Duration>,
+    /// Which component `value` is.
+    pub source: SignalSource,
+    /// The target `value` is compared with.
+    pub target: Duration,
+    /// The bystanders' component alone, in `value`'s units.
+    pub bystanders: Option<Duration>,
+    /// `value` without the bystanders' component.
+    pub others: Option<Duration>,
 }
 
 impl Quiet {
@@ -211,7 +216,7 @@ impl Quiet {
 
 impl Baseline {
     /// Whether there is a baseline to measure from.
-    pub(crate) fn is_known(&self) -> bool {
+    pub fn is_known(&self) -> bool {
         self.sched.is_some() || self.run_queue.is_some() || self.bystanders.is_some()
     }
 
@@ -237,7 +242,7 @@ impl Baseline {
     /// runtime's load, so a quiet window (the runtime less busy, the canaries sparser) and a
     /// running one do not sample alike, and with long elastic polls inside a CPU quota it rose
     /// where the foreground's own p99 did not (docs/results.md).
-    pub(crate) fn steer(&self, r: &Reading, quantum: Duration) -> Steered {
+    pub fn steer(&self, r: &SignalReading, quantum: Duration) -> Steered {
         let target = Self::allowance(self.sched, quantum);
         let components = [
             (r.sched_p99, self.sched, quantum, SignalSource::Sched),
@@ -419,13 +424,12 @@ mod tests {
         let rq_allowance = Duration::from_micros(40)
             .mul_f64(ALLOWANCE_SHARE)
             .max(RUN_QUEUE_FLOOR);
-        let r = Reading {
+        let r = SignalReading {
             sched_p99: us(460),
-            io_p99: us(5000),
             run_queue_delay: us(30),
-            ..Reading::default()
+            ..SignalReading::default()
         };
-        // The I/O p99 does not steer; the run-queue delay under its baseline adds nothing.
+        // The run-queue delay under its baseline adds nothing.
         assert_eq!(
             b.steer(&r, q),
             Steered {
@@ -438,9 +442,9 @@ mod tests {
         );
         // The run-queue delay as far over its allowance as the scheduling p99 would be at 1.5
         // of its own: it steers, scaled.
-        let rq = Reading {
+        let rq = SignalReading {
             run_queue_delay: Some(Duration::from_micros(40) + rq_allowance.mul_f64(1.5)),
-            ..r.clone()
+            ..r
         };
         let Steered {
             value,
@@ -456,9 +460,9 @@ mod tests {
         );
         // The bystanders' delay twice its allowance (half of their 20 µs) over their
         // baseline: they steer.
-        let by = Reading {
+        let by = SignalReading {
             bystander_delay: Some(Duration::from_micros(20 + 2 * 10)),
-            ..rq.clone()
+            ..rq
         };
         let steered = b.steer(&by, q);
         assert_eq!(steered.source, SignalSource::Bystanders);
@@ -467,17 +471,17 @@ mod tests {
         // The others, without them: the run-queue delay's 1.5 allowances.
         assert!(steered.others.unwrap().abs_diff(want) <= Duration::from_nanos(10));
         // Under the run-queue delay they no longer steer, but are still read apart.
-        let under = Reading {
+        let under = SignalReading {
             bystander_delay: Some(Duration::from_micros(20 + 10)),
-            ..by.clone()
+            ..by
         };
         let steered = b.steer(&under, q);
         assert_eq!(steered.source, SignalSource::RunQueue);
         assert!(steered.bystanders.unwrap().abs_diff(sched_allowance) <= Duration::from_nanos(10));
         // No reading, no component; no baseline, nothing to steer by.
-        let sched_only = Reading {
+        let sched_only = SignalReading {
             sched_p99: us(300),
-            ..Reading::default()
+            ..SignalReading::default()
         };
         assert_eq!(b.steer(&sched_only, q).value, us(0));
         assert_eq!(b.steer(&sched_only, q).bystanders, None);
@@ -501,10 +505,10 @@ mod tests {
             bystanders: None,
         };
         // What the OS said the run queue waited: scaled up past `Duration::MAX`.
-        let r = Reading {
+        let r = SignalReading {
             sched_p99: us(400),
             run_queue_delay: Some(Duration::MAX),
-            ..Reading::default()
+            ..SignalReading::default()
         };
         let steered = b.steer(&r, Duration::from_micros(50));
         assert_eq!(

@@ -1,0 +1,215 @@
+//! A class's queue as the governor drives it: the [`ClassQueue`] each kind of class implements
+//! (the `Elastic`'s own and member classes, the idle pool's, a gate's), and the [`Link`] that
+//! reads it into the decision step's [`ClassReading`] and applies its [`ClassDecision`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use elastic_cpu_core::decide::{ClassDecision, ClassKind, ClassReading, HoldChange, Part};
+
+use crate::long_polls::{LongPollWatch, LongPolls};
+use crate::record::{ClassRecord, PartRecord};
+
+/// The queue of one class as the governor drives it.
+pub(crate) trait ClassQueue: Send + Sync {
+    /// Refill and grant waiters at the current rate; whether work waited since the last tick.
+    fn tick(&self) -> bool;
+    /// The token rate, in CPU nanoseconds per second.
+    fn set_rate(&self, rate: u64);
+    /// The token rate, without moving the balance (a part of a split share).
+    fn retune(&self, rate: u64) {
+        self.set_rate(rate);
+    }
+    /// Work waiting for a grant now.
+    fn waiters(&self) -> usize {
+        0
+    }
+    /// Grants held now.
+    fn holders(&self) -> usize {
+        0
+    }
+    /// Whether its bucket holds tokens now (work that waits then is held by something else).
+    fn has_tokens(&self) -> bool {
+        false
+    }
+    /// Fit the slice an admission asks for to `rate`, inside a CPU quota of this period.
+    fn fit_slice(&self, _rate: u64, _quota_period: Option<Duration>) {}
+    /// At most `cap` grants held at once.
+    fn set_holder_cap(&self, cap: usize);
+    /// The grants the classes that split the share hold together: `None` while they do not
+    /// (see module `slots`).
+    fn set_slots(&self, _count: Option<usize>) {}
+    /// The longest wait since the last call (a waiter still queued counts).
+    fn take_longest_wait(&self) -> Duration;
+    /// Hold back every new grant while `held`, and with `braked` (the backlog brake) also ask
+    /// holders to give theirs back; resume once not `held`. Without `braked` (a pause) the
+    /// holders keep their grants until they settle.
+    fn set_held(&self, held: bool, braked: bool);
+    /// Whether something steers by the signal through this class now (elastic work running or
+    /// waiting; a gate or an idle pool whenever it exists).
+    fn steering(&self) -> bool;
+    /// Whether work holds or waits for a grant now.
+    fn busy(&self) -> bool;
+    /// Running time charged to the class so far.
+    fn charged(&self) -> Duration;
+    /// What the governor decided for the class this tick (a gate keeps it for its snapshot).
+    fn publish(&self, _record: &ClassRecord) {}
+    /// Export the class's own metrics, if it has any besides the snapshot's (outside the
+    /// governor's lock: an exporter may call back into the handles).
+    #[cfg(feature = "metrics")]
+    fn export(&self) {}
+    /// The governor is gone: nothing waits for a grant that cannot come.
+    fn close(&self);
+    /// What the class's adapters or permits count of polls too long to cut, if they do.
+    fn long_polls(&self) -> Option<&LongPolls> {
+        None
+    }
+}
+
+/// One class's queue, held weakly: the class lives while any handle, adapter or permit holds
+/// its queue. Dropping the link (the governor is gone) closes the queue.
+pub(crate) struct Link {
+    pub(crate) kind: ClassKind,
+    queue: Weak<dyn ClassQueue>,
+    /// Running time charged when the link was made: readings count from it.
+    base: Duration,
+    /// Running time charged at the last reading.
+    charged: Duration,
+    /// The longest wait in each tick of the window, newest last.
+    waits: VecDeque<Duration>,
+    /// Whether its time came mostly in long polls (for classes that count them).
+    long_watch: LongPollWatch,
+    /// The share last reported to `tracing`.
+    pub(crate) reported: f64,
+}
+
+impl Link {
+    pub(crate) fn new(kind: ClassKind, queue: Weak<dyn ClassQueue>, share: f64) -> Link {
+        let base = queue.upgrade().map_or(Duration::ZERO, |q| q.charged());
+        Link {
+            kind,
+            queue,
+            base,
+            charged: base,
+            waits: VecDeque::new(),
+            long_watch: LongPollWatch::new(),
+            reported: share,
+        }
+    }
+
+    /// The class's queue, while any handle, adapter or permit holds it.
+    pub(crate) fn queue(&self) -> Option<Arc<dyn ClassQueue>> {
+        self.queue.upgrade()
+    }
+
+    /// Whether its queue is still held by anyone.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.queue.strong_count() > 0
+    }
+
+    /// Grant waiters at the rate in force, then read the class for the decision step (over a
+    /// window of `intervals` ticks for its long polls).
+    pub(crate) fn read(&mut self, intervals: usize) -> ClassReading {
+        let Some(queue) = self.queue() else {
+            return ClassReading {
+                charged: self.charged.saturating_sub(self.base),
+                ..ClassReading::default()
+            };
+        };
+        let waited = queue.tick();
+        let now = queue.charged();
+        let ran = now.saturating_sub(self.charged);
+        self.charged = now;
+        let polls = queue.long_polls();
+        if let Some(polls) = polls {
+            self.long_watch.tick(polls, ran, intervals);
+        }
+        ClassReading {
+            charged: now.saturating_sub(self.base),
+            waited,
+            busy: queue.busy(),
+            has_tokens: queue.has_tokens(),
+            holders: queue.holders(),
+            steering: queue.steering(),
+            long_polls: polls.is_some_and(LongPolls::mostly),
+        }
+    }
+
+    /// Apply `d` (inside a CPU quota of `quota_period`, the slices fit a period).
+    pub(crate) fn apply(&self, d: &ClassDecision, quota_period: Option<Duration>) {
+        let Some(queue) = self.queue() else {
+            return;
+        };
+        if d.retune {
+            queue.retune(d.rate);
+        } else {
+            queue.set_rate(d.rate);
+        }
+        queue.fit_slice(d.rate, quota_period);
+        if let Some(cap) = d.holder_cap {
+            queue.set_holder_cap(cap);
+        }
+        if let Some(slots) = d.slots {
+            queue.set_slots(slots);
+        }
+    }
+
+    /// Hold the queue as `change` says.
+    pub(crate) fn hold(&self, change: HoldChange) {
+        if let Some(q) = self.queue() {
+            q.set_held(change.held, change.braking);
+        }
+    }
+
+    /// Close the tick: note the longest wait over a window of `intervals` ticks and publish
+    /// `record` to the queue.
+    pub(crate) fn close_tick(&mut self, intervals: usize) {
+        if let Some(queue) = self.queue() {
+            self.waits.push_back(queue.take_longest_wait());
+            while self.waits.len() > intervals.max(1) {
+                self.waits.pop_front();
+            }
+        }
+    }
+
+    /// What the class looks like with decision `d` (and, for a member, its `part`).
+    pub(crate) fn record(&self, d: &ClassDecision, part: Option<&Part>) -> ClassRecord {
+        let queue = self.queue();
+        let record = ClassRecord {
+            kind: self.kind,
+            share: d.share,
+            applied: d.applied,
+            longest_wait: self.waits.iter().copied().max().unwrap_or_default(),
+            part: part.map(|p| PartRecord {
+                name: p.name.clone(),
+                weight: p.weight,
+                cap: p.cap,
+                floor: p.floor,
+                charged: self.charged,
+                waiters: queue.as_ref().map_or(0, |q| q.waiters()),
+            }),
+        };
+        if let Some(queue) = queue {
+            queue.publish(&record);
+        }
+        record
+    }
+
+    /// The governor has stopped: let go of every hold and close the queue, so nothing waits
+    /// for a grant (or a release) that cannot come.
+    pub(crate) fn end(&self) {
+        if let Some(q) = self.queue() {
+            q.close();
+            q.set_held(false, false);
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(queue) = self.queue() {
+            queue.close();
+        }
+    }
+}
