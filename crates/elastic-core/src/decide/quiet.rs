@@ -221,8 +221,8 @@ impl Baseline {
     }
 
     /// What the controllers step on: what elastic work adds to each component over its
-    /// baseline, against that component's allowance ([`ALLOWANCE_SHARE`] of its baseline, at
-    /// least its floor: `quantum` for the scheduling p99, [`RUN_QUEUE_FLOOR`] for the run-queue
+    /// baseline, against that component's allowance (`ALLOWANCE_SHARE` of its baseline, at
+    /// least its floor: `quantum` for the scheduling p99, `RUN_QUEUE_FLOOR` for the run-queue
     /// delays of the runtime's threads and of the threads beside it), as the component furthest
     /// over its allowance. Returned in units of the
     /// scheduling allowance, which is the target returned beside it, with the bystanders'

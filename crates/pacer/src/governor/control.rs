@@ -1,5 +1,6 @@
 //! The governor as its thread and the `Elastic`'s handles share it.
 
+#[cfg(feature = "test-util")]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};

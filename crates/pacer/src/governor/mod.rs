@@ -32,6 +32,7 @@ use crate::record::TickRecord;
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::shared::{QueueClock, Shared};
 use crate::signal::{Signal, SignalStage};
+#[cfg(feature = "tracing")]
 use crate::trace;
 
 /// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
