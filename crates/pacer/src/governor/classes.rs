@@ -21,9 +21,10 @@ pub(super) struct Links {
     /// The idle class's pacing state, while it lives.
     #[cfg(feature = "idle-pool")]
     idle: Weak<Shared>,
-    /// Gates and member classes made so far (their numbers).
-    gates_made: usize,
+    /// Member classes and gates made so far (their numbers).
     members_made: usize,
+    #[cfg(feature = "gate")]
+    gates_made: usize,
 }
 
 impl Links {
@@ -35,8 +36,9 @@ impl Links {
             scratch: Vec::new(),
             #[cfg(feature = "idle-pool")]
             idle: Weak::new(),
-            gates_made: 0,
             members_made: 0,
+            #[cfg(feature = "gate")]
+            gates_made: 0,
         }
     }
 

@@ -3,7 +3,9 @@
 #[cfg(feature = "test-util")]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+#[cfg(feature = "idle-pool")]
+use std::sync::Weak;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
