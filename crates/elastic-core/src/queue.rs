@@ -464,6 +464,25 @@ impl<C: Clock> WorkQueue<C> {
         self.shared.state().bucket.rate()
     }
 
+    /// What a driver reads of the queue at each tick, without the snapshot's counters (which
+    /// sum every thread's): work waiting, grants held, and whether the bucket holds tokens.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ManualClock, WorkQueue};
+    ///
+    /// let q = WorkQueue::new(ManualClock::new(), 1_000_000_000);
+    /// assert_eq!(q.load(), (0, 0, true));
+    /// ```
+    pub fn load(&self) -> (usize, usize, bool) {
+        let now = self.shared.now();
+        let mut st = self.shared.lock();
+        let has_tokens = st.bucket.balance(now) > 0;
+        let waiters = st.line.waiters.len();
+        self.shared.unlock(st);
+        let holders = self.shared.lock_free.holders() as usize;
+        (waiters, holders, has_tokens)
+    }
+
     /// Counters and gauges, read under one lock.
     pub fn snapshot(&self) -> QueueSnapshot {
         let now = self.shared.now();

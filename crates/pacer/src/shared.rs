@@ -12,7 +12,7 @@ use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue, MIN_SLICE};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
 use crate::charged::Charged;
-use crate::governor::link::ClassQueue;
+use crate::governor::link::{ClassQueue, QueueState};
 use crate::long_polls::LongPolls;
 use crate::quantum::CoreYield;
 use crate::running::RunningTime;
@@ -377,6 +377,17 @@ impl ClassQueue for Shared {
     fn busy(&self) -> bool {
         let s = self.queue.snapshot();
         s.holders > 0 || s.waiters > 0
+    }
+
+    fn state(&self) -> QueueState {
+        let (waiters, holders, has_tokens) = self.queue.load();
+        QueueState {
+            busy: holders > 0 || waiters > 0,
+            has_tokens,
+            holders,
+            waiters,
+            steering: self.idle || holders > 0,
+        }
     }
 
     fn close(&self) {

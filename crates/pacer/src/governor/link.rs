@@ -51,6 +51,17 @@ pub(crate) trait ClassQueue: Send + Sync {
     fn steering(&self) -> bool;
     /// Whether work holds or waits for a grant now.
     fn busy(&self) -> bool;
+    /// What the governor reads of the queue at a tick, at once (one look at the queue where
+    /// the queue can give it so).
+    fn state(&self) -> QueueState {
+        QueueState {
+            busy: self.busy(),
+            has_tokens: self.has_tokens(),
+            holders: self.holders(),
+            waiters: self.waiters(),
+            steering: self.steering(),
+        }
+    }
     /// Running time charged to the class so far.
     fn charged(&self) -> Duration;
     /// What the governor decided for the class this tick (a gate keeps it for its snapshot).
@@ -67,6 +78,16 @@ pub(crate) trait ClassQueue: Send + Sync {
     }
 }
 
+/// What the governor reads of a class's queue at a tick.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct QueueState {
+    pub(crate) busy: bool,
+    pub(crate) has_tokens: bool,
+    pub(crate) holders: usize,
+    pub(crate) waiters: usize,
+    pub(crate) steering: bool,
+}
+
 /// One class's queue, held weakly: the class lives while any handle, adapter or permit holds
 /// its queue. Dropping the link (the governor is gone) closes the queue.
 pub(crate) struct Link {
@@ -80,6 +101,8 @@ pub(crate) struct Link {
     waits: VecDeque<Duration>,
     /// Whether its time came mostly in long polls (for classes that count them).
     long_watch: LongPollWatch,
+    /// Work waiting for a grant at the last reading.
+    waiters: usize,
     /// The share last reported to `tracing`.
     pub(crate) reported: f64,
 }
@@ -94,6 +117,7 @@ impl Link {
             charged: base,
             waits: VecDeque::new(),
             long_watch: LongPollWatch::new(),
+            waiters: 0,
             reported: share,
         }
     }
@@ -125,13 +149,15 @@ impl Link {
         if let Some(polls) = polls {
             self.long_watch.tick(polls, ran, intervals);
         }
+        let state = queue.state();
+        self.waiters = state.waiters;
         ClassReading {
             charged: now.saturating_sub(self.base),
             waited,
-            busy: queue.busy(),
-            has_tokens: queue.has_tokens(),
-            holders: queue.holders(),
-            steering: queue.steering(),
+            busy: state.busy,
+            has_tokens: state.has_tokens,
+            holders: state.holders,
+            steering: state.steering,
             long_polls: polls.is_some_and(LongPolls::mostly),
         }
     }
@@ -187,7 +213,7 @@ impl Link {
                 cap: p.cap,
                 floor: p.floor,
                 charged: self.charged,
-                waiters: queue.as_ref().map_or(0, |q| q.waiters()),
+                waiters: self.waiters,
             }),
         };
         if let Some(queue) = queue {
