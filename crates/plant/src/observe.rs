@@ -112,7 +112,7 @@ pub struct ClassObservation {
     pub holders: usize,
     /// The bucket's balance is above zero.
     pub has_tokens: bool,
-    /// Most of its CPU time since the last tick came in long polls (at least
+    /// Most of its CPU time over the probe's window came in long polls (at least
     /// [`LONG_POLL`]).
     pub long_polls: bool,
     /// The bucket's token rate now (CPU nanoseconds per second).
@@ -143,7 +143,9 @@ pub struct Observation<'a> {
     pub arrivals_per_sec: f64,
     /// The foreground's scheduling-latency p99 over the probe's window (`None`: no poll).
     pub sched_p99: Option<Duration>,
-    /// The mean OS run-queue delay per time a runtime worker got a CPU, over the window.
+    /// The mean OS run-queue delay per time a runtime worker got a CPU, over the window, as
+    /// schedstat's `run_delay / pcount` (time throttled included). `None`: no worker got a
+    /// CPU in the window (none woke, or they ran throughout).
     pub run_queue_delay: Option<Duration>,
     /// The same for bystander threads (the neighbour's), when there are any.
     pub bystander_delay: Option<Duration>,

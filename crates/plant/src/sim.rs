@@ -129,6 +129,8 @@ struct Class {
     cpu: u64,
     tick_cpu: u64,
     tick_long_cpu: u64,
+    /// The last ticks' (CPU, CPU in long polls), over the probe's window.
+    recent: VecDeque<(u64, u64)>,
     phase_cpu: u64,
     held: bool,
 }
@@ -250,6 +252,7 @@ impl Plant {
                 cpu: 0,
                 tick_cpu: 0,
                 tick_long_cpu: 0,
+                recent: VecDeque::with_capacity(cfg.probe_window),
                 phase_cpu: 0,
                 held: false,
             })
@@ -615,6 +618,11 @@ impl Plant {
                 }
             }
             while let Some(i) = self.first_eligible(false) {
+                if self.cpus.contains(&None) {
+                    // A worker just parked: fill its CPU before preempting anyone.
+                    parked = true;
+                    break;
+                }
                 let Some(c) = (0..self.cpus.len())
                     .find(|&c| self.cpus[c].is_some_and(|t| self.threads[t].kind.idle()))
                 else {
@@ -1060,12 +1068,13 @@ impl Plant {
     fn apply(&mut self, commands: &[ClassCommand]) {
         for (class, cmd) in commands.iter().enumerate().take(self.classes.len()) {
             let cl = &mut self.classes[class];
+            // The cap first: the grants a new rate hands out respect it.
+            cl.queue.set_max_holders(cmd.max_holders);
             if cmd.retune {
                 cl.queue.retune(cmd.rate);
             } else {
                 cl.queue.set_rate(cmd.rate);
             }
-            cl.queue.set_max_holders(cmd.max_holders);
             if cmd.held != cl.held {
                 cl.held = cmd.held;
                 if cmd.held {
@@ -1083,7 +1092,12 @@ impl Plant {
         for class in 0..self.classes.len() {
             let waited = self.classes[class].queue.tick();
             self.collect(class);
-            let cl = &self.classes[class];
+            let cl = &mut self.classes[class];
+            if cl.recent.len() == self.cfg.probe_window {
+                cl.recent.pop_front();
+            }
+            cl.recent.push_back((cl.tick_cpu, cl.tick_long_cpu));
+            let (cpu, long) = cl.recent.iter().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             let snap = cl.queue.snapshot();
             classes.push(ClassObservation {
                 cpu: Duration::from_nanos(cl.cpu),
@@ -1091,7 +1105,7 @@ impl Plant {
                 waiters: snap.waiters,
                 holders: snap.holders,
                 has_tokens: snap.balance_nanos > 0,
-                long_polls: cl.tick_long_cpu * 2 > cl.tick_cpu,
+                long_polls: long * 2 > cpu,
                 rate: snap.rate_nanos_per_sec,
             });
         }

@@ -16,7 +16,7 @@ fn plant(
     quota: Option<f64>,
     neighbour: Option<f64>,
 ) -> (PlantConfig, StaticShare) {
-    let service = if seed % 2 == 0 {
+    let service = if seed.is_multiple_of(2) {
         Service::Fixed(Duration::from_micros(100))
     } else {
         Service::Exponential(Duration::from_micros(100))
