@@ -26,6 +26,8 @@ pub(crate) fn p99(h: &Histogram<u64>) -> Option<Duration> {
 pub(crate) struct TickReadings {
     /// Foreground scheduling latencies (ns) of polls that started in the tick.
     pub(crate) sched: Histogram<u64>,
+    /// The same for every poll on the runtime, elastic ones too (as the probe's hooks see).
+    pub(crate) all: Histogram<u64>,
     /// Run-queue delay of the runtime's workers: total ns, and times they got a CPU.
     pub(crate) workers: (u64, u64),
     /// The same for bystander (neighbour) threads.
@@ -36,6 +38,7 @@ impl TickReadings {
     pub(crate) fn new() -> Self {
         Self {
             sched: histogram(),
+            all: histogram(),
             workers: (0, 0),
             bystanders: (0, 0),
         }
@@ -43,6 +46,7 @@ impl TickReadings {
 
     pub(crate) fn reset(&mut self) {
         self.sched.reset();
+        self.all.reset();
         self.workers = (0, 0);
         self.bystanders = (0, 0);
     }
@@ -68,8 +72,10 @@ impl History {
         if self.ticks.len() == self.cap {
             if let Some(mut old) = self.ticks.pop_front() {
                 old.sched.reset();
+                old.all.reset();
                 // Same bounds: adding cannot fail.
                 let _ = old.sched.add(&t.sched);
+                let _ = old.all.add(&t.all);
                 old.workers = t.workers;
                 old.bystanders = t.bystanders;
                 self.ticks.push_back(old);
@@ -83,10 +89,28 @@ impl History {
         self.ticks.iter().skip(self.ticks.len().saturating_sub(n))
     }
 
-    fn sched_p99(&self, n: usize) -> Option<Duration> {
+    fn p99(&self, n: usize, pick: fn(&TickReadings) -> &Histogram<u64>) -> Option<Duration> {
         let mut all = histogram();
         for t in self.last(n) {
-            let _ = all.add(&t.sched);
+            let _ = all.add(pick(t));
+        }
+        p99(&all)
+    }
+
+    /// All polls' p99 over the last `n` ticks without the tick whose own p99 was highest, from
+    /// [`TRIM_FROM`] ticks with polls (else untrimmed).
+    fn trimmed_p99(&self, n: usize) -> Option<Duration> {
+        let ticks: Vec<&TickReadings> = self.last(n).collect();
+        if ticks.iter().filter(|t| !t.all.is_empty()).count() < TRIM_FROM {
+            return self.p99(n, |t| &t.all);
+        }
+        let own = |t: &&TickReadings| (!t.all.is_empty()).then(|| t.all.value_at_quantile(0.99));
+        let worst = (0..ticks.len()).max_by_key(|&i| own(&ticks[i]));
+        let mut all = histogram();
+        for (i, t) in ticks.iter().enumerate() {
+            if Some(i) != worst {
+                let _ = all.add(&t.all);
+            }
         }
         p99(&all)
     }
@@ -118,6 +142,9 @@ pub struct ClassObservation {
     /// The bucket's token rate now (CPU nanoseconds per second).
     pub rate: u64,
 }
+
+/// The fewest ticks with polls a p99 is trimmed from (as the probe's window).
+const TRIM_FROM: usize = 3;
 
 /// A poll this long or longer is a long poll: 4 × a 500 µs quantum.
 pub const LONG_POLL: Duration = Duration::from_millis(2);
@@ -157,7 +184,20 @@ pub struct Observation<'a> {
 impl Observation<'_> {
     /// The foreground's scheduling-latency p99 over the last `n` ticks (as many as are kept).
     pub fn sched_p99_over(&self, n: usize) -> Option<Duration> {
-        self.history.sched_p99(n)
+        self.history.p99(n, |t| &t.sched)
+    }
+
+    /// The scheduling-latency p99 of every poll on the runtime (elastic polls' waits too, as
+    /// the probe's hooks record them; the pool's are not) over the last `n` ticks.
+    pub fn all_polls_p99_over(&self, n: usize) -> Option<Duration> {
+        self.history.p99(n, |t| &t.all)
+    }
+
+    /// [`all_polls_p99_over`](Self::all_polls_p99_over) without the tick whose own p99 was
+    /// highest, from 3 ticks with polls (else untrimmed): the probe's `queue_p99_trimmed`,
+    /// which a one-tick wait (a host pause) moves little.
+    pub fn trimmed_p99_over(&self, n: usize) -> Option<Duration> {
+        self.history.trimmed_p99(n)
     }
 
     /// The workers' mean run-queue delay per time on a CPU over the last `n` ticks.

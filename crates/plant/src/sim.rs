@@ -66,8 +66,12 @@ enum State {
 enum Task {
     /// A foreground request: one poll of `service`, runnable since `arrived`.
     Foreground { arrived: u64, service: u64 },
-    /// One poll of task `task` of class `class`.
-    Elastic { class: usize, task: usize },
+    /// One poll of task `task` of class `class`, runnable since `since`.
+    Elastic {
+        class: usize,
+        task: usize,
+        since: u64,
+    },
     /// A neighbour's burst.
     Burst,
 }
@@ -659,12 +663,18 @@ impl Plant {
         let Some(task) = task else { return false };
         let len = match task {
             Task::Foreground { arrived, service } => {
-                let wait = self.now - arrived;
-                let _ = self.readings.sched.record(wait.max(1));
-                let _ = self.phase.sched.record(wait.max(1));
+                let wait = (self.now - arrived).max(1);
+                let _ = self.readings.sched.record(wait);
+                let _ = self.readings.all.record(wait);
+                let _ = self.phase.sched.record(wait);
                 service
             }
-            Task::Elastic { class, .. } => nanos(self.classes[class].cfg.poll).max(1),
+            Task::Elastic { class, since, .. } => {
+                if self.threads[t].kind == Kind::Worker {
+                    let _ = self.readings.all.record((self.now - since).max(1));
+                }
+                nanos(self.classes[class].cfg.poll).max(1)
+            }
             Task::Burst => 1,
         };
         self.threads[t].job = Some(Job {
@@ -968,7 +978,7 @@ impl Plant {
             Task::Foreground { arrived, .. } => {
                 let _ = self.phase.response.record((self.now - arrived).max(1));
             }
-            Task::Elastic { class, task } => self.poll_done(class, task, job.len, t),
+            Task::Elastic { class, task, .. } => self.poll_done(class, task, job.len, t),
             Task::Burst => {
                 let duty = self
                     .neighbour
@@ -1024,7 +1034,8 @@ impl Plant {
     /// Queue the next poll of task `task` of `class` (on worker `local`'s queue if given).
     fn push_poll(&mut self, class: usize, task: usize, local: Option<usize>) {
         let placement = self.classes[class].cfg.placement;
-        self.push(Task::Elastic { class, task }, placement, local);
+        let since = self.now;
+        self.push(Task::Elastic { class, task, since }, placement, local);
     }
 
     /// Collect the grants the queue of `class` handed to waiting tasks.

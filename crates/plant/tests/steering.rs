@@ -175,3 +175,36 @@ fn retune_moves_no_balance_and_set_rate_does() {
         run(true)
     );
 }
+
+#[test]
+fn the_trimmed_p99_leaves_out_a_pause_in_one_tick() {
+    /// At 1.5 s: (foreground p99, all polls' p99, trimmed) over the last 10 ticks.
+    #[derive(Default)]
+    struct At15(Option<[Option<Duration>; 3]>);
+    impl Steering for At15 {
+        fn tick(&mut self, obs: &Observation<'_>) -> Vec<ClassCommand> {
+            if obs.now == ms(1500) {
+                self.0 = Some([
+                    obs.sched_p99_over(10),
+                    obs.all_polls_p99_over(10),
+                    obs.trimmed_p99_over(10),
+                ]);
+            }
+            vec![ClassCommand::rate(500_000_000)]
+        }
+    }
+    let mut plant = Plant::new(config(vec![ClassConfig::new(
+        "batch",
+        2,
+        Duration::from_micros(70),
+    )]))
+    .unwrap();
+    plant.pause_at(ms(1210), ms(60));
+    let mut at = At15::default();
+    plant.run_for(Duration::from_secs(2), &mut at);
+    let [foreground, all, trimmed] = at.0.unwrap().map(Option::unwrap);
+    // The pause, in one tick of ten, holds more than 1 % of the polls past 20 ms.
+    assert!(foreground > ms(20), "{foreground:?}");
+    assert!(all > ms(20), "{all:?}");
+    assert!(trimmed < ms(2), "{trimmed:?}");
+}
