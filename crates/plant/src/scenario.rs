@@ -88,6 +88,29 @@ impl Scenario {
         self
     }
 
+    /// Every class's bucket starting at `share` of the CPUs (0.05, the floor, in the named
+    /// scenarios): a start from the ceiling, for a settle time from above. A share that is not
+    /// finite or below zero is 0.
+    ///
+    /// ```
+    /// use elastic_cpu_plant::scenarios;
+    ///
+    /// let from_above = scenarios::bare_host().classes_start_at(0.75);
+    /// assert_eq!(from_above.config.classes[0].initial_rate, 1_500_000_000); // of 2 CPUs
+    /// ```
+    pub fn classes_start_at(mut self, share: f64) -> Self {
+        let cpus = share * self.config.cpus as f64;
+        let rate = if cpus.is_finite() {
+            cpus.max(0.0) * 1e9
+        } else {
+            0.0
+        };
+        for class in &mut self.config.classes {
+            class.initial_rate = rate as u64;
+        }
+        self
+    }
+
     /// The total length of the phases.
     pub fn length(&self) -> Duration {
         self.phases.iter().map(|p| p.length).sum()

@@ -1,6 +1,6 @@
 //! The named scenarios a controller is tested on. Each runs "steady" (20 s), then "step" (10 s,
-//! the foreground × 1.5), unless said otherwise; its classes start at 0.05 CPU (the floor):
-//! set `config.classes[i].initial_rate` for a start from the ceiling.
+//! the foreground × 1.5), unless said otherwise; its classes start at a share of 0.05 of the
+//! CPUs (the floor): [`Scenario::classes_start_at`] starts them elsewhere (the ceiling).
 
 use std::time::Duration;
 
@@ -11,6 +11,9 @@ use crate::scenario::{Phase, Scenario};
 pub const SHORT_POLL: Duration = Duration::from_micros(70);
 /// 5 ms: a long elastic poll.
 pub const LONG_POLL_LEN: Duration = Duration::from_millis(5);
+
+/// The share the classes start at.
+const FLOOR: f64 = 0.05;
 
 fn base(seed: u64, cpus: usize, workers: usize, foreground_cpus: f64) -> PlantConfig {
     PlantConfig {
@@ -28,6 +31,7 @@ fn base(seed: u64, cpus: usize, workers: usize, foreground_cpus: f64) -> PlantCo
 
 fn steady_then_step(config: PlantConfig) -> Scenario {
     Scenario::new(config)
+        .classes_start_at(FLOOR)
         .phase(Phase::new("steady", Duration::from_secs(20)))
         .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
 }
@@ -57,6 +61,7 @@ pub fn eight_workers() -> Scenario {
 pub fn neighbour() -> Scenario {
     let n = Neighbour::new(0.7);
     Scenario::new(base(14, 2, 2, 0.6))
+        .classes_start_at(FLOOR)
         .phase(Phase::new("quiet", Duration::from_secs(10)))
         .phase(Phase::new("neighbour", Duration::from_secs(10)).neighbour(n))
         .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
