@@ -1,0 +1,53 @@
+//! The plant: a deterministic simulation, on the manual clock, of what the elastic CPU governor
+//! steers, so a decision step can be tested against it in seconds.
+//!
+//! It models a host's CPUs shared by the OS among threads (a timeslice when more want them
+//! than there are), a runtime's workers polling tasks from one run queue, foreground requests
+//! arriving open-loop, elastic classes whose tasks loop on grants of a real
+//! [`WorkQueue`](elastic_cpu_core::WorkQueue), an idle-priority pool that normal threads
+//! preempt, a CFS quota with its periods and throttling, host pauses and a noisy neighbour.
+//! Everything is discrete events: no thread, no wall clock; the same seed gives the same run.
+//!
+//! At every tick the plant hands a [`Steering`] an [`Observation`] (what the probe and the
+//! governor would read) and applies the [`ClassCommand`]s it returns; between ticks
+//! [`Steering::between`] gets a [`FastObservation`] for brakes. [`StaticShare`] is a fixed
+//! share; a decision step plugs in through one adapter implementing [`Steering`].
+//!
+//! ```
+//! use elastic_cpu_plant::{ClassConfig, Phase, PlantConfig, Scenario, StaticShare};
+//! use std::time::Duration;
+//!
+//! // 2 CPUs, the foreground at 0.5 CPU, one class of short polls held at 0.5 CPU.
+//! let config = PlantConfig {
+//!     classes: vec![ClassConfig::new("batch", 4, Duration::from_micros(70))],
+//!     ..Default::default()
+//! };
+//! let run = Scenario::new(config)
+//!     // The bucket starts full: a second's worth of tokens is spent here.
+//!     .phase(Phase::new("warm", Duration::from_secs(2)))
+//!     .phase(Phase::new("steady", Duration::from_secs(3)))
+//!     .phase(Phase::new("step", Duration::from_secs(1)).load(1.5))
+//!     .run(&mut StaticShare::of_cpus(&[0.25], 2.0))
+//!     .unwrap();
+//! let steady = run.phase("steady").unwrap();
+//! assert!((steady.foreground_cpu - 0.5).abs() < 0.05);
+//! assert!((steady.elastic_cpu - 0.5).abs() < 0.05);
+//! assert!(run.phase("step").unwrap().sched_p99 > steady.sched_p99);
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod observe;
+mod report;
+mod scenario;
+pub mod scenarios;
+mod sim;
+
+pub use config::{ClassConfig, Foreground, Neighbour, Placement, PlantConfig, Quota, Service};
+pub use observe::{
+    ClassCommand, ClassObservation, FastObservation, Observation, StaticShare, Steering, LONG_POLL,
+};
+pub use report::{PhaseSummary, TickRecord};
+pub use scenario::{Phase, Run, Scenario};
+pub use sim::Plant;

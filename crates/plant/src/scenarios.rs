@@ -1,0 +1,104 @@
+//! The named scenarios a controller is tested on. Each runs "steady" (20 s), then "step" (10 s,
+//! the foreground × 1.5), unless said otherwise; its classes start at a share of 0.05 of the
+//! CPUs (the floor): [`Scenario::classes_start_at`] starts them elsewhere (the ceiling).
+
+use std::time::Duration;
+
+use crate::config::{ClassConfig, Foreground, Neighbour, PlantConfig, Quota, Service};
+use crate::scenario::{Phase, Scenario};
+
+/// ~70 µs: a short elastic poll.
+pub const SHORT_POLL: Duration = Duration::from_micros(70);
+/// 5 ms: a long elastic poll.
+pub const LONG_POLL_LEN: Duration = Duration::from_millis(5);
+
+/// The share the classes start at.
+const FLOOR: f64 = 0.05;
+
+fn base(seed: u64, cpus: usize, workers: usize, foreground_cpus: f64) -> PlantConfig {
+    PlantConfig {
+        seed,
+        cpus,
+        workers,
+        foreground: Foreground::load(
+            foreground_cpus,
+            Service::Exponential(Duration::from_micros(100)),
+        ),
+        classes: vec![ClassConfig::new("batch", 4, SHORT_POLL)],
+        ..PlantConfig::default()
+    }
+}
+
+fn steady_then_step(config: PlantConfig) -> Scenario {
+    Scenario::new(config)
+        .classes_start_at(FLOOR)
+        .phase(Phase::new("steady", Duration::from_secs(20)))
+        .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
+}
+
+/// 2 CPUs, 2 workers, no quota; the foreground at 0.6 CPU in ~100 µs requests; one class of
+/// 4 tasks of short polls on the runtime.
+pub fn bare_host() -> Scenario {
+    steady_then_step(base(11, 2, 2, 0.6))
+}
+
+/// As [`bare_host`] inside a quota of 1.5 CPUs (100 ms periods), the foreground at 0.5 CPU.
+pub fn quota_1_5() -> Scenario {
+    let mut config = base(12, 2, 2, 0.5);
+    config.quota = Some(Quota::new(1.5));
+    steady_then_step(config)
+}
+
+/// 8 workers on 2 CPUs: the OS picks which worker runs; the class has 8 tasks.
+pub fn eight_workers() -> Scenario {
+    let mut config = base(13, 2, 8, 0.6);
+    config.classes[0].tasks = 8;
+    steady_then_step(config)
+}
+
+/// [`bare_host`] with a neighbour of 0.7 CPU: "quiet" (10 s), "neighbour" (10 s, on),
+/// "step" (10 s, on, the foreground × 1.5).
+pub fn neighbour() -> Scenario {
+    let n = Neighbour::new(0.7);
+    Scenario::new(base(14, 2, 2, 0.6))
+        .classes_start_at(FLOOR)
+        .phase(Phase::new("quiet", Duration::from_secs(10)))
+        .phase(Phase::new("neighbour", Duration::from_secs(10)).neighbour(n))
+        .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
+}
+
+/// Long polls (5 ms) on the idle pool (2 threads), as `spawn` places them, on a bare host.
+pub fn long_polls() -> Scenario {
+    let mut config = base(15, 2, 2, 0.6);
+    config.pool_threads = 2;
+    config.classes = vec![ClassConfig::new("long", 2, LONG_POLL_LEN).on_pool()];
+    steady_then_step(config)
+}
+
+/// Three classes: short polls on the runtime, 500 µs polls on the runtime, long polls on the
+/// pool (2 threads).
+pub fn three_classes() -> Scenario {
+    let mut config = base(16, 2, 2, 0.5);
+    config.pool_threads = 2;
+    config.classes = vec![
+        ClassConfig::new("short", 4, SHORT_POLL),
+        ClassConfig::new("medium", 2, Duration::from_micros(500)),
+        ClassConfig::new("long", 2, LONG_POLL_LEN).on_pool(),
+    ];
+    steady_then_step(config)
+}
+
+/// Three heterogeneous nodes, each its own plant: 2 CPUs bare; 4 CPUs, 4 workers in a quota
+/// of 2.5; 1 CPU, 2 workers beside a neighbour of 0.3 CPU.
+pub fn three_nodes() -> Vec<Scenario> {
+    let small = base(17, 2, 2, 0.6);
+    let mut big = base(18, 4, 4, 1.2);
+    big.quota = Some(Quota::new(2.5));
+    let mut crowded = base(19, 1, 2, 0.3);
+    crowded.neighbour = Some(Neighbour::new(0.3));
+    vec![
+        steady_then_step(small),
+        steady_then_step(big),
+        steady_then_step(crowded),
+    ]
+}
