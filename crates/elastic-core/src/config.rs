@@ -50,6 +50,24 @@ impl Default for ControllerConfig {
 }
 
 impl ControllerConfig {
+    /// The library's defaults (the pacer's `Profile::Default`): CockroachDB's target and
+    /// bounds, with steps of 0.05 a second over a 1 s window, boosted up to 8 × while the
+    /// signal stays far under its target: minutes to cover the range become seconds.
+    ///
+    /// ```
+    /// use elastic_cpu_core::ControllerConfig;
+    /// assert_eq!(ControllerConfig::library().delta_per_sec, 0.05);
+    /// assert!(ControllerConfig::library().validate().is_ok());
+    /// ```
+    pub fn library() -> Self {
+        Self {
+            delta_per_sec: 0.05,
+            window: Duration::from_secs(1),
+            max_boost: 8,
+            ..Self::cockroach()
+        }
+    }
+
     /// CockroachDB's defaults: 1 ms target, share 0.05 ..= 0.75, inactive point 0.10, delta
     /// 0.001/s, decrease factor 2, inactive factor 0.25, 100 ms ticks, 2.5 s window, fixed steps
     /// (`max_boost` 1).

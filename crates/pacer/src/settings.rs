@@ -40,12 +40,7 @@ impl Profile {
     pub fn steps(self) -> Steps {
         match self {
             Profile::Cockroach => Steps::from_config(&ControllerConfig::cockroach()),
-            Profile::Default => Steps {
-                delta_per_sec: 0.05,
-                window: Duration::from_secs(1),
-                max_boost: 8,
-                ..Steps::from_config(&ControllerConfig::cockroach())
-            },
+            Profile::Default => Steps::from_config(&ControllerConfig::library()),
             Profile::Custom(steps) => steps,
         }
     }

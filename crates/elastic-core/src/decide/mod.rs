@@ -97,6 +97,13 @@ pub struct DeciderSettings {
 }
 
 impl DeciderSettings {
+    /// The library's defaults ([`ControllerConfig::library`], the target measured, a 50 µs
+    /// poll quantum, every modifier on) on `cpus`: what an `Elastic` built with defaults
+    /// decides with.
+    pub fn library(cpus: f64) -> DeciderSettings {
+        DeciderSettings::new(ControllerConfig::library(), cpus)
+    }
+
     /// Settings with `controller`'s target measured from quiet readings, on `cpus`.
     pub fn new(controller: ControllerConfig, cpus: f64) -> DeciderSettings {
         DeciderSettings {
@@ -106,7 +113,7 @@ impl DeciderSettings {
             cpus,
             measured_target: true,
             default_target: Duration::from_millis(1),
-            quantum: Duration::from_micros(500),
+            quantum: Duration::from_micros(50),
             intervals: 10,
             quota_headroom: true,
             cap_holders: true,
