@@ -226,7 +226,9 @@ impl Elastic {
     /// thread limit in a container: `EAGAIN`, [`io::ErrorKind::WouldBlock`]); without it the
     /// governor would steer on no latency at all.
     ///
-    /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
+    /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way, measured
+    /// by the sampler even with `tokio_unstable` (it has no task hooks);
+    /// [`ElasticBuilder::run`] builds one with them in place of `#[tokio::main]`:
     ///
     /// ```
     /// #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
