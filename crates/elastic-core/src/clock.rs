@@ -133,18 +133,13 @@ pub struct ThreadCpuClock;
 impl Clock for ThreadCpuClock {
     #[inline]
     fn now(&self) -> Duration {
-        thread_cpu_time()
+        cpu_clocks::thread()
     }
-}
-
-#[cfg(unix)]
-fn thread_cpu_time() -> Duration {
-    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CPU time consumed by the *whole process*, user + sys, every thread
 /// (`CLOCK_PROCESS_CPUTIME_ID`): what a process pays for its work, scheduler work included.
-/// `None` where there is no such clock (non-unix targets).
+/// `None` where there is no such clock (targets other than the unix ones with one).
 ///
 /// ```
 /// use elastic_cpu_core::ProcessCpuClock;
@@ -160,38 +155,75 @@ pub struct ProcessCpuClock;
 impl ProcessCpuClock {
     /// The process's CPU time so far (`None`: no process CPU clock on this target).
     pub fn now() -> Option<Duration> {
-        #[cfg(unix)]
-        return Some(cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID));
-        #[cfg(not(unix))]
-        return None;
+        cpu_clocks::process()
     }
 }
 
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn cpu_clock(id: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec owned by this frame, and `id` is one of the
-    // CPU-time clock ids every supported unix provides.
-    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
-    if rc != 0 {
-        // Cannot happen with a valid clock id; report zero rather than panic in a poll path
-        // (users clamp a clock that goes backwards).
-        return Duration::ZERO;
+/// The OS's CPU-time clocks, read through rustix (no unsafe code of ours): every unix target
+/// rustix offers them on.
+#[cfg(all(
+    unix,
+    not(any(
+        target_os = "solaris",
+        target_os = "illumos",
+        target_os = "netbsd",
+        target_os = "redox",
+        target_os = "horizon",
+        target_os = "vita"
+    ))
+))]
+mod cpu_clocks {
+    use std::time::Duration;
+
+    use rustix::time::{clock_gettime_dynamic, ClockId, DynamicClockId};
+
+    #[inline]
+    pub(super) fn thread() -> Duration {
+        read(ClockId::ThreadCPUTime)
     }
-    Duration::new(
-        ts.tv_sec.max(0) as u64,
-        ts.tv_nsec.clamp(0, 999_999_999) as u32,
-    )
+
+    pub(super) fn process() -> Option<Duration> {
+        Some(read(ClockId::ProcessCPUTime))
+    }
+
+    /// The checked read: a kernel refusing the clock reads zero rather than panic in a poll
+    /// path (users clamp a clock that goes backwards).
+    #[inline]
+    fn read(id: ClockId) -> Duration {
+        match clock_gettime_dynamic(DynamicClockId::Known(id)) {
+            Ok(ts) => Duration::new(
+                ts.tv_sec.max(0) as u64,
+                ts.tv_nsec.clamp(0, 999_999_999) as u32,
+            ),
+            Err(_) => Duration::ZERO,
+        }
+    }
 }
 
-#[cfg(not(unix))]
-fn thread_cpu_time() -> Duration {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed()
+/// No CPU-time clock: the thread's falls back to a monotonic wall clock, the process's is
+/// unknown.
+#[cfg(not(all(
+    unix,
+    not(any(
+        target_os = "solaris",
+        target_os = "illumos",
+        target_os = "netbsd",
+        target_os = "redox",
+        target_os = "horizon",
+        target_os = "vita"
+    ))
+)))]
+mod cpu_clocks {
+    use std::time::{Duration, Instant};
+
+    pub(super) fn thread() -> Duration {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed()
+    }
+
+    pub(super) fn process() -> Option<Duration> {
+        None
+    }
 }
 
 /// Nanoseconds in `d`, saturating at `u64::MAX` (584 years).

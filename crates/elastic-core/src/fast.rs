@@ -13,6 +13,8 @@
 //! tokens in CPU nanoseconds: up to ~1,100 CPU-seconds, so rates up to ~1,100 CPUs; above that
 //! the word stays closed and every admission takes the lock).
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicU64, Ordering};
 use crate::tally::{Counts, Tally};
 
@@ -41,7 +43,7 @@ fn holders(w: u64) -> u64 {
 /// The fast path's word (a cache line of its own: the one line an admission or a settle moves
 /// between cores) and the counters both paths keep (per thread, see `tally.rs`).
 pub(crate) struct FastPath {
-    word: Line<AtomicU64>,
+    word: CachePadded<AtomicU64>,
     /// The burst of the current opening: the most `avail` may hold.
     cap: AtomicU64,
     /// The holder cap, at most [`HOLDERS_MAX`].
@@ -49,21 +51,11 @@ pub(crate) struct FastPath {
     tally: Tally,
 }
 
-#[repr(align(64))]
-struct Line<T>(T);
-
-impl<T> std::ops::Deref for Line<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 impl FastPath {
     /// Closed, nothing lent, no holders, no cap.
     pub(crate) fn new() -> Self {
         Self {
-            word: Line(AtomicU64::new(SLOW)),
+            word: CachePadded::new(AtomicU64::new(SLOW)),
             cap: AtomicU64::new(0),
             max_holders: AtomicU64::new(HOLDERS_MAX),
             tally: Tally::new(),

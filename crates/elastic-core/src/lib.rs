@@ -39,7 +39,7 @@
 //! queue.done(grant, Duration::from_millis(40));
 //! assert!(share > 0.05);
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 

@@ -10,6 +10,8 @@ use std::cell::{Cell as StdCell, RefCell};
 use std::sync::atomic::AtomicU64 as StdAtomicU64;
 use std::sync::{Arc, Weak};
 
+use crossbeam_utils::CachePadded;
+
 use crate::sync::{AtomicU64, Ordering};
 
 /// Owned cells per queue; a thread that finds none free counts in the shared cell.
@@ -27,8 +29,7 @@ pub(crate) struct Counts {
     pub(crate) used: u64,
 }
 
-/// One cell of counts, on a cache line of its own.
-#[repr(align(64))]
+/// One cell of counts, kept in a `CachePadded`: on cache lines of its own.
 struct Cell {
     /// Token of the owning thread, 0 when free (unused by the shared cell).
     owner: AtomicU64,
@@ -82,8 +83,8 @@ impl Cell {
 }
 
 struct Cells {
-    owned: Box<[Cell]>,
-    shared: Cell,
+    owned: Box<[CachePadded<Cell>]>,
+    shared: CachePadded<Cell>,
 }
 
 /// The cells a thread owns, released when it ends.
@@ -138,8 +139,8 @@ impl Tally {
         Self {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             cells: Arc::new(Cells {
-                owned: (0..CELLS).map(|_| Cell::new()).collect(),
-                shared: Cell::new(),
+                owned: (0..CELLS).map(|_| CachePadded::new(Cell::new())).collect(),
+                shared: CachePadded::new(Cell::new()),
             }),
         }
     }
@@ -206,7 +207,7 @@ impl Tally {
         self.cells
             .owned
             .iter()
-            .map(Cell::read)
+            .map(|cell| cell.read())
             .fold(self.cells.shared.read(), |a, b| Counts {
                 grants: a.grants.wrapping_add(b.grants),
                 acquired: a.acquired.wrapping_add(b.acquired),

@@ -50,6 +50,9 @@ pub enum BuildError {
     /// The OS refused to start an idle pool's threads
     /// ([`Elastic::idle_runtime`](crate::Elastic::idle_runtime)).
     PoolThreads(std::io::Error),
+    /// Tokio or the OS refused the runtime [`ElasticBuilder::run`] builds (its threads, its
+    /// I/O driver, or the sampling probe's thread).
+    Runtime(std::io::Error),
 }
 
 impl fmt::Display for BuildError {
@@ -58,6 +61,7 @@ impl fmt::Display for BuildError {
             BuildError::Setting(e) => e.fmt(f),
             BuildError::GovernorThread(e) => write!(f, "cannot start the governor thread: {e}"),
             BuildError::PoolThreads(e) => write!(f, "cannot start the idle pool's threads: {e}"),
+            BuildError::Runtime(e) => write!(f, "cannot build the tokio runtime: {e}"),
         }
     }
 }
@@ -66,7 +70,9 @@ impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BuildError::Setting(e) => Some(e),
-            BuildError::GovernorThread(e) | BuildError::PoolThreads(e) => Some(e),
+            BuildError::GovernorThread(e) | BuildError::PoolThreads(e) | BuildError::Runtime(e) => {
+                Some(e)
+            }
         }
     }
 }

@@ -111,6 +111,49 @@ impl ElasticBuilder {
             placer,
         })
     }
+
+    /// Run `main` on a multi-thread tokio runtime governed by the [`Elastic`] built from these
+    /// settings, and return its output: what `#[tokio::main]` does, with full resolution. The
+    /// runtime (every driver on, one worker per CPU) is built through [`Elastic::runtime`], so
+    /// it has the probe's task hooks where the library is built with `--cfg tokio_unstable`
+    /// ([`ProbeSource::TaskHooks`](crate::snapshot::ProbeSource::TaskHooks); the sampling
+    /// probe otherwise), the run-queue thread hooks and the I/O wake-up probe. A runtime built
+    /// elsewhere and given to [`Elastic::attach`] has no hooks: it is always sampled.
+    ///
+    /// `main` gets the `Elastic`; inside it, [`Elastic::spawn`] puts work on this runtime. Once
+    /// it returns, the `Elastic` is [shut down](Elastic::shutdown) (paced work left runs
+    /// unpaced, the idle pool's tasks are cancelled) and the runtime dropped, which cancels its
+    /// tasks as `#[tokio::main]` does. Fails with the first bad setting, or with
+    /// [`BuildError::Runtime`] where tokio or the OS refuses the runtime.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::{snapshot::ProbeSource, Elastic};
+    /// let source = Elastic::builder().run(|elastic| async move {
+    ///     let sum = elastic.spawn(async { (0..1_000u64).sum::<u64>() }).unwrap();
+    ///     assert_eq!(sum.await.unwrap(), 499_500);
+    ///     elastic.snapshot().probe_source
+    /// })?;
+    /// // `TaskHooks` where the library was built with `--cfg tokio_unstable`, else `Sampler`.
+    /// assert_ne!(source, ProbeSource::None);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    pub fn run<F, Fut>(self, main: F) -> Result<Fut::Output, BuildError>
+    where
+        F: FnOnce(Elastic) -> Fut,
+        Fut: Future,
+    {
+        let elastic = self.build()?;
+        let mut builder = Builder::new_multi_thread();
+        builder.enable_all();
+        let rt = elastic
+            .runtime(builder)
+            .build()
+            .map_err(BuildError::Runtime)?;
+        let output = rt.block_on(main(elastic.clone()));
+        elastic.shutdown();
+        drop(rt);
+        Ok(output)
+    }
 }
 
 impl Elastic {
@@ -183,7 +226,9 @@ impl Elastic {
     /// thread limit in a container: `EAGAIN`, [`io::ErrorKind::WouldBlock`]); without it the
     /// governor would steer on no latency at all.
     ///
-    /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way:
+    /// A runtime built elsewhere (`#[tokio::main]`, a framework's) is governed this way, measured
+    /// by the sampler even with `tokio_unstable` (it has no task hooks);
+    /// [`ElasticBuilder::run`] builds one with them in place of `#[tokio::main]`:
     ///
     /// ```
     /// #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -26,6 +26,21 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "The share: part of the CPUs elastic work may use now, as the controller decided it",
     ),
     (
+        "elastic_cpu_min_share_ratio",
+        "ratio",
+        "The share's lower bound in force: the builder's `share(min, _)` or the last `set_share`",
+    ),
+    (
+        "elastic_cpu_max_share_ratio",
+        "ratio",
+        "The share's upper bound in force: the builder's `share(_, max)` or the last `set_share`",
+    ),
+    (
+        "elastic_cpu_paused",
+        "count",
+        "1 while elastic work is paused (`Elastic::pause`: no new grants), else 0",
+    ),
+    (
         "elastic_cpu_target_seconds",
         "seconds",
         "What the controller compares the signal with: the builder's target, or the latency elastic work may add over the quiet baseline",
@@ -279,6 +294,9 @@ pub(crate) fn governor_down() {
 pub(crate) fn emit(s: &Snapshot) {
     describe();
     gauge!("elastic_cpu_share_ratio").set(s.share);
+    gauge!("elastic_cpu_min_share_ratio").set(s.min_share);
+    gauge!("elastic_cpu_max_share_ratio").set(s.max_share);
+    gauge!("elastic_cpu_paused").set(if s.paused { 1.0 } else { 0.0 });
     gauge!("elastic_cpu_target_seconds").set(s.target.as_secs_f64());
     gauge!("elastic_cpu_cpus").set(s.cpus);
     if let Some(p99) = s.sched_p99 {

@@ -46,35 +46,37 @@ struct OsMover;
 #[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
 impl Mover for OsMover {
     fn here(&self) -> Option<u32> {
-        nix::sched::sched_getcpu()
-            .ok()
-            .and_then(|c| u32::try_from(c).ok())
+        u32::try_from(rustix::thread::sched_getcpu()).ok()
     }
 
     /// Pins the thread to `cpu` for a moment (the kernel moves it there before the call
     /// returns), then puts its own mask back, which leaves it where it is. Nothing if `cpu` is
     /// not in its mask.
     fn move_to(&self, tid: u32, cpu: u32) -> bool {
-        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
-        use nix::unistd::Pid;
-        let (Ok(pid), Ok(cpu)) = (i32::try_from(tid), usize::try_from(cpu)) else {
+        use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet, Pid};
+        let pid = i32::try_from(tid).ok().and_then(Pid::from_raw);
+        let (Some(pid), Ok(cpu)) = (pid, usize::try_from(cpu)) else {
             return false;
         };
-        let pid = Pid::from_raw(pid);
-        let Ok(own) = sched_getaffinity(pid) else {
+        // A CPU past the set's size is in no mask (and the set's accessors take none).
+        if cpu >= CpuSet::MAX_CPU {
+            return false;
+        }
+        let Ok(own) = sched_getaffinity(Some(pid)) else {
             return false;
         };
-        if !own.is_set(cpu).unwrap_or(false) {
+        if !own.is_set(cpu) {
             return false;
         }
         let mut only = CpuSet::new();
-        if only.set(cpu).is_err() || sched_setaffinity(pid, &only).is_err() {
+        only.set(cpu);
+        if sched_setaffinity(Some(pid), &only).is_err() {
             return false;
         }
         // Its own mask back at once; a second try if the first fails (the mask it had was
         // valid a moment ago).
-        if sched_setaffinity(pid, &own).is_err() {
-            let _ = sched_setaffinity(pid, &own);
+        if sched_setaffinity(Some(pid), &own).is_err() {
+            let _ = sched_setaffinity(Some(pid), &own);
         }
         true
     }
@@ -414,14 +416,11 @@ mod tests {
     #[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
     #[test]
     fn the_os_mover_moves_a_thread_and_puts_its_mask_back() {
-        use nix::sched::{sched_getaffinity, sched_getcpu, CpuSet};
-        use nix::unistd::Pid;
+        use rustix::thread::{gettid, sched_getaffinity, sched_getcpu, CpuSet, Pid};
         use std::sync::atomic::{AtomicBool, AtomicI64};
 
-        let mine = sched_getaffinity(Pid::from_raw(0)).unwrap();
-        let allowed: Vec<usize> = (0..CpuSet::count())
-            .filter(|&c| mine.is_set(c).unwrap())
-            .collect();
+        let mine = sched_getaffinity(None).unwrap();
+        let allowed: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| mine.is_set(c)).collect();
         if allowed.len() < 2 {
             return; // one CPU: nowhere to move to
         }
@@ -442,9 +441,9 @@ mod tests {
                 seen.clone(),
             );
             std::thread::spawn(move || {
-                tid.store(i64::from(nix::unistd::gettid().as_raw()), Ordering::SeqCst);
+                tid.store(i64::from(gettid().as_raw_pid()), Ordering::SeqCst);
                 while !stop.load(Ordering::Relaxed) {
-                    let cpu = sched_getcpu().map_or(-1, |c| c as i64);
+                    let cpu = sched_getcpu() as i64;
                     on.store(cpu, Ordering::Relaxed);
                     if cpu == want.load(Ordering::Relaxed) {
                         seen.store(true, Ordering::Relaxed);
@@ -479,7 +478,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         // A CPU outside the thread's mask: no move.
-        assert!(!OsMover.move_to(tid, CpuSet::count() as u32 + 1));
+        assert!(!OsMover.move_to(tid, CpuSet::MAX_CPU as u32 + 1));
         stop.store(true, Ordering::Relaxed);
         spinner.join().unwrap();
     }

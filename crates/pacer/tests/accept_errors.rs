@@ -6,14 +6,12 @@
 
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::cpu_clock;
+use elastic_cpu_core::ProcessCpuClock;
 use elastic_cpu_pacer::gate::{GateSettings, GatedListener};
 use elastic_cpu_pacer::Elastic;
 
@@ -158,12 +156,10 @@ fn child() {
 
 /// The share of a CPU the process used over the next `window`.
 async fn cpu_over(window: Duration) -> f64 {
-    let (cpu0, wall0) = (
-        cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID),
-        std::time::Instant::now(),
-    );
+    let cpu = || ProcessCpuClock::now().expect("a process CPU clock on Linux");
+    let (cpu0, wall0) = (cpu(), std::time::Instant::now());
     tokio::time::sleep(window).await;
-    (cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID) - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64()
+    (cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64()
 }
 
 static FREE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

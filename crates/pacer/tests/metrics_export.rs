@@ -86,6 +86,49 @@ fn a_tick_emits_every_documented_metric_with_a_description() {
     }
 }
 
+/// The gauges of one tick's export, by name (labels left out).
+fn gauges(recorder: &DebuggingRecorder, elastic: &Elastic) -> Vec<(String, f64)> {
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(recorder, || elastic.tick());
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Gauge(v) => Some((key.key().name().to_string(), v.into_inner())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_share_bounds_and_the_pause_are_gauges_that_follow_the_handle() {
+    let recorder = DebuggingRecorder::new();
+    let elastic = Elastic::builder()
+        .manual(ManualClock::new())
+        .share(0.1, 0.6)
+        .build()
+        .unwrap();
+    let read = |gauges: &[(String, f64)], name: &str| {
+        gauges
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{name} not emitted: {gauges:?}"))
+    };
+    let before = gauges(&recorder, &elastic);
+    assert_eq!(read(&before, "elastic_cpu_min_share_ratio"), 0.1);
+    assert_eq!(read(&before, "elastic_cpu_max_share_ratio"), 0.6);
+    assert_eq!(read(&before, "elastic_cpu_paused"), 0.0);
+
+    elastic.set_share(0.2, 0.5).unwrap();
+    elastic.pause();
+    let after = gauges(&recorder, &elastic);
+    assert_eq!(read(&after, "elastic_cpu_min_share_ratio"), 0.2);
+    assert_eq!(read(&after, "elastic_cpu_max_share_ratio"), 0.5);
+    assert_eq!(read(&after, "elastic_cpu_paused"), 1.0);
+}
+
 /// The signal's I/O and run-queue components: measured on a real runtime only.
 const MEASURED_FOR_REAL: [&str; 3] = [
     "elastic_cpu_io_latency_p99_seconds",

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use elastic_cpu_core::SettingError;
 use hdrhistogram::Histogram;
 use tokio::runtime::Handle;
@@ -348,7 +349,7 @@ struct IoShared {
     max_backlog: u64,
     layout: Layout,
     /// One slot, in shared mode: written by the reader task wherever it runs (`fetch_add`).
-    slot: Slot,
+    slot: CachePadded<Slot>,
     window: Mutex<WindowState>,
 }
 
@@ -394,7 +395,7 @@ impl IoProbe {
             .saturating_mul(config.probe.intervals() as u32);
         let max_backlog = (window.as_nanos() / config.period.as_nanos().max(1)).max(1);
         let shared = Arc::new(IoShared {
-            slot: Slot::new(&layout, true),
+            slot: CachePadded::new(Slot::new(&layout, true)),
             window: Mutex::new(WindowState::new(&template, config.probe.intervals())),
             layout,
             max_backlog: u64::try_from(max_backlog).unwrap_or(u64::MAX),

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::config::ProbeConfig;
 use crate::outliers::{Record, TrapWindow};
 use crate::slot::{Layout, Slot};
@@ -27,7 +29,8 @@ pub(crate) struct Shared {
     /// Bucket layout of the histograms (shared by slots and intervals).
     pub(crate) layout: Layout,
     /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
-    pub(crate) slots: Box<[OnceLock<Box<Slot>>]>,
+    /// Each on cache lines of its own: a slot's owner writes its header on every poll.
+    pub(crate) slots: Box<[OnceLock<Box<CachePadded<Slot>>>]>,
     pub(crate) window: Mutex<WindowState>,
     /// The quiet window: copies of the intervals marked quiet, as many as `window` holds.
     pub(crate) quiet: Mutex<WindowState>,
@@ -123,7 +126,8 @@ impl Shared {
     /// Slot `index`, allocated on first use.
     #[inline]
     fn slot(&self, index: usize) -> &Slot {
-        self.slots[index].get_or_init(|| Box::new(Slot::new(&self.layout, index == OVERFLOW)))
+        self.slots[index]
+            .get_or_init(|| Box::new(CachePadded::new(Slot::new(&self.layout, index == OVERFLOW))))
     }
 
     /// Raises the alarm if this is a foreground poll that waited past `alarm_at`.

@@ -87,8 +87,8 @@ impl Layout {
     }
 }
 
-/// One recording slot. Aligned so that two slots' headers never share a cache line.
-#[repr(align(128))]
+/// One recording slot. Kept in a `CachePadded` (see `shared`) so that two slots' headers never
+/// share a cache line.
 pub(crate) struct Slot {
     /// Token of the owning thread, 0 when free. Unused by the shared (overflow) slot. Claimed and
     /// released by the recording threads (see `shared`).

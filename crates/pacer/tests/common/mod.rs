@@ -160,25 +160,12 @@ pub fn spin(d: Duration) {
     }
 }
 
-/// The time of a CPU clock: `libc::CLOCK_THREAD_CPUTIME_ID` (the calling thread's) or
-/// `libc::CLOCK_PROCESS_CPUTIME_ID` (the process's; no descriptor needed to read it).
-#[cfg(target_os = "linux")]
-pub fn cpu_clock(clock: libc::clockid_t) -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write to.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    assert_eq!(rc, 0);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Burn `d` of the calling thread's CPU time: a poll as long as the OS lets the thread run.
 #[cfg(target_os = "linux")]
 pub fn spin_cpu(d: Duration) {
-    let start = cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID);
-    while cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID) - start < d {
+    use elastic_cpu_core::{Clock, ThreadCpuClock};
+    let start = ThreadCpuClock.now();
+    while ThreadCpuClock.now() - start < d {
         std::hint::spin_loop();
     }
 }
