@@ -38,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod decision;
 mod observe;
 mod report;
 mod scenario;
@@ -45,6 +46,7 @@ pub mod scenarios;
 mod sim;
 
 pub use config::{ClassConfig, Foreground, Neighbour, Placement, PlantConfig, Quota, Service};
+pub use decision::DecisionStep;
 pub use observe::{
     ClassCommand, ClassObservation, FastObservation, Observation, StaticShare, Steering, LONG_POLL,
 };

@@ -214,6 +214,16 @@ impl Observation<'_> {
     pub fn history_len(&self) -> usize {
         self.history.ticks.len()
     }
+
+    /// The last tick's run-queue waits, as schedstat sums them: (the runtime workers' wait,
+    /// their timeslices) and the same for the bystander threads.
+    pub fn run_queue_waits(&self) -> ((Duration, u64), (Duration, u64)) {
+        let Some(t) = self.history.ticks.back() else {
+            return ((Duration::ZERO, 0), (Duration::ZERO, 0));
+        };
+        let pair = |(sum, count): (u64, u64)| (Duration::from_nanos(sum), count);
+        (pair(t.workers), pair(t.bystanders))
+    }
 }
 
 /// What the plant measured between ticks, for a brake.
@@ -234,8 +244,11 @@ pub struct ClassCommand {
     pub rate: u64,
     /// At most this many grants at once (`None`: no cap).
     pub max_holders: Option<usize>,
-    /// Hold back new grants (the queue's pause); grants out stay out.
+    /// Hold back new grants (the queue's pause); grants out stay out, unless `braking`.
     pub held: bool,
+    /// With `held`: every holder gives its grant back at the end of its poll (the pacer's
+    /// brakes and quiet readings; a pause by hand lets holders run their slices out).
+    pub braking: bool,
     /// Set the rate without moving the balance (the queue's `retune`), rather than `set_rate`.
     pub retune: bool,
 }
@@ -247,6 +260,7 @@ impl ClassCommand {
             rate,
             max_holders: None,
             held: false,
+            braking: false,
             retune: false,
         }
     }

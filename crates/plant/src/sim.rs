@@ -6,7 +6,11 @@
 //! one inject queue. A request woken by the I/O driver lands in the local queue of a worker on
 //! a CPU (the one that polled the driver), or in the inject queue when none is; an elastic
 //! task's next poll goes back to its worker's local queue; a new grant goes to the inject
-//! queue. A worker takes from its local queue, every 61st poll from the inject queue first,
+//! queue. A request lands in its worker's LIFO slot, as a task woken on a worker does in tokio
+//! (the one it displaces goes to the back of the local queue), so it runs after the poll on
+//! the worker ends; a yielded elastic poll never does. A worker takes its LIFO slot first
+//! (at most 3 times in a row, as tokio), then its local queue, every 61st poll from the inject
+//! queue first,
 //! then the inject queue, then steals half of another worker's local queue, else parks. A
 //! parked worker is woken when work is queued and no awake worker is looking for work. So a
 //! worker the OS preempts strands its local queue until it runs again or another worker runs
@@ -19,6 +23,9 @@
 use std::collections::VecDeque;
 use std::task::{Poll, Waker};
 use std::time::Duration;
+
+/// Polls a worker takes from its LIFO slot in a row before it looks at its queues (tokio's).
+const MAX_LIFO_POLLS: u8 = 3;
 
 use elastic_cpu_core::{Admit, Grant, ManualClock, SettingError, Ticket, WorkQueue};
 use hdrhistogram::Histogram;
@@ -137,6 +144,8 @@ struct Class {
     recent: VecDeque<(u64, u64)>,
     phase_cpu: u64,
     held: bool,
+    /// Holders give their grants back at the end of each poll.
+    braking: bool,
 }
 
 #[derive(Debug)]
@@ -204,6 +213,8 @@ pub struct Plant {
     inject: VecDeque<Task>,
     /// Each worker's local queue (workers are threads `0..workers`).
     locals: Vec<VecDeque<Task>>,
+    /// Each worker's LIFO slot, and the polls taken from it in a row.
+    lifo: Vec<(Option<Task>, u8)>,
     /// Each worker's polls so far (every 61st looks at the inject queue first).
     polls: Vec<u64>,
     pool_queue: VecDeque<Task>,
@@ -259,6 +270,7 @@ impl Plant {
                 recent: VecDeque::with_capacity(cfg.probe_window),
                 phase_cpu: 0,
                 held: false,
+                braking: false,
             })
             .collect();
         let quota = cfg.quota.map(|q| QuotaState {
@@ -278,6 +290,7 @@ impl Plant {
             ready_idle: VecDeque::new(),
             inject: VecDeque::new(),
             locals: vec![VecDeque::new(); cfg.workers],
+            lifo: vec![(None, 0); cfg.workers],
             polls: vec![0; cfg.workers],
             pool_queue: VecDeque::new(),
             classes,
@@ -691,6 +704,11 @@ impl Plant {
         let kind = match placement {
             Placement::Runtime => {
                 match local {
+                    Some(w) if w < self.locals.len() && matches!(task, Task::Foreground { .. }) => {
+                        if let Some(before) = self.lifo[w].0.replace(task) {
+                            self.locals[w].push_back(before);
+                        }
+                    }
                     Some(w) if w < self.locals.len() => self.locals[w].push_back(task),
                     _ => self.inject.push_back(task),
                 }
@@ -719,6 +737,18 @@ impl Plant {
     /// The next task for worker `w`: as a tokio worker looks for one.
     fn next_task(&mut self, w: usize) -> Option<Task> {
         self.polls[w] += 1;
+        let (slot, in_a_row) = &mut self.lifo[w];
+        if *in_a_row < MAX_LIFO_POLLS {
+            if let Some(task) = slot.take() {
+                *in_a_row += 1;
+                return Some(task);
+            }
+        }
+        *in_a_row = 0;
+        if let Some(task) = slot.take() {
+            // Over its run: the slot's task waits its turn in the local queue.
+            self.locals[w].push_back(task);
+        }
         if self.polls[w].is_multiple_of(61) {
             if let Some(task) = self.inject.pop_front() {
                 return Some(task);
@@ -1007,6 +1037,7 @@ impl Plant {
         self.inject
             .iter()
             .chain(self.locals.iter().flatten())
+            .chain(self.lifo.iter().filter_map(|(t, _)| t.as_ref()))
             .filter_map(|task| match *task {
                 Task::Foreground { arrived, .. } => Some(self.now - arrived),
                 _ => None,
@@ -1063,7 +1094,7 @@ impl Plant {
             return;
         };
         *used += len;
-        if *used < grant.allotted_nanos() {
+        if *used < grant.allotted_nanos() && !cl.braking {
             self.push_poll(class, task, Some(t));
             return;
         }
@@ -1086,6 +1117,7 @@ impl Plant {
             } else {
                 cl.queue.set_rate(cmd.rate);
             }
+            cl.braking = cmd.held && cmd.braking;
             if cmd.held != cl.held {
                 cl.held = cmd.held;
                 if cmd.held {

@@ -64,7 +64,9 @@ fn p99_is_small_at_low_load_and_grows_at_high_load() {
     };
     let low = p99(0.2);
     let high = p99(1.8);
-    assert!(low < Duration::from_micros(150), "{low:?}");
+    // At low load a request waits at most behind the poll its worker runs (its LIFO slot is
+    // not stolen): a few service times at the p99.
+    assert!(low < Duration::from_micros(400), "{low:?}");
     assert!(high > low * 5, "{low:?} → {high:?}");
     assert!(high > Duration::from_micros(500), "{high:?}");
 }

@@ -1,0 +1,210 @@
+//! The real decision step ([`Decider`]) steering the plant: each tick's [`Observation`] as the
+//! governor would read it, each class's [`ClassDecision`](elastic_cpu_core::decide::ClassDecision)
+//! as the governor would apply it.
+//!
+//! The plant's classes map to the decision's as an `Elastic` places them: the first class on
+//! the runtime is the `Elastic`'s own, the others on the runtime members of its group (weight 1,
+//! unless set with [`DecisionStep::weights`]), a class on the pool the idle class (one at most).
+//! The brakes are not driven (they run between ticks in the pacer, not in the step).
+
+use std::time::Duration;
+
+use elastic_cpu_core::decide::{
+    ClassKind, ClassReading, Decider, DeciderSettings, Limit, Part, QuietWindow, QuotaLimit,
+    RunQueueWaits, SignalReading, SignalSource, TickReadings, IDLE_TARGET_FACTOR,
+};
+use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
+
+use crate::config::{Placement, PlantConfig};
+use crate::observe::{ClassCommand, Observation, Steering};
+
+/// The largest share the idle class may take: every CPU (the kernel keeps its threads off a
+/// core the foreground wants).
+const IDLE_MAX_SHARE: f64 = 1.0;
+
+/// The real decision step as a [`Steering`] of the plant.
+#[derive(Debug)]
+pub struct DecisionStep {
+    decider: Decider,
+    /// For each plant class, its place in the decision's order.
+    places: Vec<usize>,
+    /// Each decision class's hold (held, braking), as the last changes left it.
+    held: Vec<(bool, bool)>,
+    /// The host was handed to the decision (at the first tick).
+    host_set: bool,
+    /// The probe's window in ticks.
+    window: usize,
+    /// Each decision class's reading (kept to reuse its memory).
+    readings: Vec<ClassReading>,
+}
+
+impl DecisionStep {
+    /// The step with the library's defaults for `config`'s plant, its classes starting at
+    /// `share` of the CPUs.
+    ///
+    /// # Errors
+    ///
+    /// A `share` outside the default bounds.
+    pub fn new(config: &PlantConfig, share: f64) -> Result<DecisionStep, SettingError> {
+        Self::with_settings(config, DeciderSettings::library(config.cpus as f64), share)
+    }
+
+    /// The step with `settings` (their `cpus` are replaced by the plant's) for `config`'s
+    /// plant, its classes starting at `share`.
+    ///
+    /// # Errors
+    ///
+    /// A `share` outside the controller's bounds, or a bad controller setting.
+    pub fn with_settings(
+        config: &PlantConfig,
+        mut settings: DeciderSettings,
+        share: f64,
+    ) -> Result<DecisionStep, SettingError> {
+        settings.cpus = config.cpus as f64;
+        settings.initial_share = share;
+        settings.intervals = config.probe_window;
+        let controller = settings.controller.clone();
+        let mut decider = Decider::new(settings)?;
+        let mut places = Vec::with_capacity(config.classes.len());
+        let mut own_taken = false;
+        let mut pool = Vec::new();
+        for (i, class) in config.classes.iter().enumerate() {
+            match class.placement {
+                Placement::Runtime if !own_taken => {
+                    own_taken = true;
+                    places.push(0);
+                }
+                Placement::Runtime => {
+                    let at = decider
+                        .add_member(ClassKind::Member(i), Part::new(&class.name, 1.0, None, 0.0));
+                    places.push(at);
+                }
+                Placement::Pool => {
+                    pool.push(i);
+                    places.push(usize::MAX);
+                }
+            }
+        }
+        if !pool.is_empty() {
+            let idle = ControllerConfig {
+                target_p99: controller.target_p99.saturating_mul(IDLE_TARGET_FACTOR),
+                max_share: IDLE_MAX_SHARE,
+                inactive_point: 1.0,
+                ..controller.clone()
+            };
+            let limit = Limit::Controller(Box::new(StepController::with_initial_share(
+                idle,
+                share.max(controller.min_share),
+            )?));
+            let at = decider.add_solo(ClassKind::Idle, limit, controller.min_share, true);
+            for i in pool {
+                places[i] = at;
+            }
+        }
+        let classes = decider.kinds().len();
+        Ok(DecisionStep {
+            decider,
+            places,
+            held: vec![(false, false); classes],
+            host_set: false,
+            window: config.probe_window,
+            readings: Vec::with_capacity(classes),
+        })
+    }
+
+    /// The decision step as it stands.
+    pub fn decider(&self) -> &Decider {
+        &self.decider
+    }
+}
+
+/// The plant's quiet window: its trimmed p99 over the last ticks, as the probe's.
+struct PlantQuiet<'a, 'b>(&'a Observation<'b>);
+
+impl QuietWindow for PlantQuiet<'_, '_> {
+    fn quiet_p99(&mut self, ticks: usize) -> Option<Duration> {
+        self.0.trimmed_p99_over(ticks)
+    }
+}
+
+impl Steering for DecisionStep {
+    fn tick(&mut self, obs: &Observation<'_>) -> Vec<ClassCommand> {
+        if !self.host_set {
+            let quota = obs.quota.map(|q| QuotaLimit {
+                cpus: q.cpus,
+                period: q.period,
+            });
+            self.decider.set_host(obs.cpus, quota, quota.is_some());
+            self.host_set = true;
+        }
+        // Each decision class's reading: the sum of the plant classes placed in it.
+        self.readings.clear();
+        self.readings
+            .resize(self.decider.kinds().len(), ClassReading::default());
+        for (class, &at) in obs.classes.iter().zip(&self.places) {
+            let Some(r) = self.readings.get_mut(at) else {
+                continue;
+            };
+            r.charged += class.cpu;
+            r.waited |= class.waited;
+            r.busy |= class.waiters > 0 || class.holders > 0;
+            r.has_tokens |= class.has_tokens;
+            r.holders += class.holders;
+            r.steering |= class.holders > 0 || class.waited;
+            r.long_polls |= class.long_polls;
+        }
+        let sched = obs.trimmed_p99_over(self.window);
+        let (value, source) = if obs.throttled {
+            (Some(Duration::MAX), SignalSource::Throttled)
+        } else {
+            match (sched, obs.run_queue_delay) {
+                (Some(s), Some(rq)) if rq > s => (Some(rq), SignalSource::RunQueue),
+                (Some(s), _) => (Some(s), SignalSource::Sched),
+                (None, Some(rq)) => (Some(rq), SignalSource::RunQueue),
+                (None, None) => (None, SignalSource::None),
+            }
+        };
+        let (runtime, bystanders) = obs.run_queue_waits();
+        let readings = TickReadings {
+            period: obs.period,
+            intervals: self.window,
+            signal: SignalReading {
+                value,
+                source,
+                sched_p99: sched,
+                run_queue_delay: obs.run_queue_delay,
+                bystander_delay: obs.bystander_delay,
+                throttled: obs.throttled,
+            },
+            run_queue: Some(RunQueueWaits {
+                runtime,
+                bystanders,
+            }),
+            process_cpu: Some(obs.process_cpu),
+            foreground_per_sec: obs.arrivals_per_sec,
+            classes: &self.readings,
+        };
+        self.decider.step(&readings, &mut PlantQuiet(obs));
+        let held = &mut self.held;
+        self.decider.hold_changes(|c| {
+            if let Some(h) = held.get_mut(c.class) {
+                *h = (c.held, c.braking);
+            }
+        });
+        let decisions = self.decider.decisions();
+        self.places
+            .iter()
+            .map(|&at| {
+                let d = decisions.get(at).copied().unwrap_or_default();
+                let (held, braking) = self.held.get(at).copied().unwrap_or_default();
+                ClassCommand {
+                    rate: d.rate,
+                    max_holders: d.holder_cap,
+                    held,
+                    braking,
+                    retune: d.retune,
+                }
+            })
+            .collect()
+    }
+}

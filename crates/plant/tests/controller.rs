@@ -1,0 +1,149 @@
+//! The real decision step (library defaults) steering the named scenarios: steady-state share
+//! and harvest of the spare against a baseline without elastic work, settle time from the floor
+//! and from the ceiling, and the reaction to a foreground load step. The plant is deterministic,
+//! so each figure is the same every run; the bounds leave room for a controller change that
+//! keeps the behaviour, and fail one that loses it. Try a controller change here first.
+
+use std::time::Duration;
+
+use elastic_cpu_plant::{
+    scenarios, ClassCommand, DecisionStep, PhaseSummary, Run, Scenario, StaticShare,
+};
+
+const STEADY_END: Duration = Duration::from_secs(20);
+
+struct Outcome {
+    run: Run,
+    base: Run,
+}
+
+impl Outcome {
+    fn of(scenario: Scenario, start: f64) -> Outcome {
+        let scenario = scenario.classes_start_at(start);
+        let cfg = scenario.config.clone();
+        let zero = vec![ClassCommand::rate(0); cfg.classes.len()];
+        let base = scenario
+            .clone()
+            .run(&mut StaticShare::new(zero))
+            .expect("baseline");
+        let mut step = DecisionStep::new(&cfg, start).expect("valid start");
+        let run = scenario.run(&mut step).expect("run");
+        Outcome { run, base }
+    }
+
+    fn phase(&self, name: &str) -> (&PhaseSummary, &PhaseSummary) {
+        (
+            self.run.phase(name).expect("phase"),
+            self.base.phase(name).expect("baseline phase"),
+        )
+    }
+
+    /// The phase's scheduling p99 over its baseline's.
+    fn p99_ratio(&self, name: &str) -> f64 {
+        let (p, b) = self.phase(name);
+        let (p, b) = (p.sched_p99.expect("p99"), b.sched_p99.expect("p99"));
+        p.as_secs_f64() / b.as_secs_f64()
+    }
+
+    /// The CPUs the classes' rates paid for at a tick.
+    fn rate_cpus(t: &elastic_cpu_plant::TickRecord) -> f64 {
+        t.class_rate.iter().sum::<u64>() as f64 / 1e9
+    }
+
+    /// The mean of the rates over the last half of the steady phase.
+    fn steady_rate(&self) -> f64 {
+        let ticks = self.run.ticks_between(STEADY_END / 2, STEADY_END);
+        ticks.iter().map(Self::rate_cpus).sum::<f64>() / ticks.len().max(1) as f64
+    }
+
+    /// When the rate first came within `low ..= high` of the steady rate and stayed there
+    /// through the steady phase.
+    fn settle(&self, low: f64, high: f64) -> Option<Duration> {
+        let steady = self.steady_rate();
+        self.run.settle_time(Duration::ZERO, STEADY_END, |t| {
+            let r = Self::rate_cpus(t);
+            r >= low * steady && r <= high * steady
+        })
+    }
+
+    /// How long after the load step the rate first fell to `share` of the steady rate.
+    fn reaction(&self, share: f64) -> Option<Duration> {
+        let steady = self.steady_rate();
+        let after = self.run.ticks_between(STEADY_END, STEADY_END * 2);
+        after
+            .iter()
+            .find(|t| Self::rate_cpus(t) <= share * steady)
+            .map(|t| t.now.saturating_sub(STEADY_END))
+    }
+
+    fn report(&self, name: &str) {
+        for p in &self.run.phases {
+            println!(
+                "{name} {}: p99 {:.2}× baseline, harvest {:.2} of the spare, throttled {}",
+                p.name,
+                self.p99_ratio(&p.name),
+                p.harvest,
+                p.throttled_periods
+            );
+        }
+        println!(
+            "{name}: steady rate {:.2} CPU, settled {:?}, step reaction {:?}",
+            self.steady_rate(),
+            self.settle(0.8, 1.25),
+            self.reaction(0.9)
+        );
+    }
+}
+
+const FLOOR: f64 = 0.05;
+const CEILING: f64 = 0.75;
+
+#[test]
+fn bare_host() {
+    let o = Outcome::of(scenarios::bare_host(), FLOOR);
+    o.report("bare host");
+}
+
+#[test]
+fn quota_1_5() {
+    let o = Outcome::of(scenarios::quota_1_5(), FLOOR);
+    o.report("quota 1.5");
+}
+
+#[test]
+fn eight_workers() {
+    let o = Outcome::of(scenarios::eight_workers(), FLOOR);
+    o.report("8 workers");
+}
+
+#[test]
+fn neighbour() {
+    let o = Outcome::of(scenarios::neighbour(), FLOOR);
+    o.report("neighbour");
+}
+
+#[test]
+fn long_polls() {
+    let o = Outcome::of(scenarios::long_polls(), FLOOR);
+    o.report("long polls");
+}
+
+#[test]
+fn three_classes() {
+    let o = Outcome::of(scenarios::three_classes(), FLOOR);
+    o.report("three classes");
+}
+
+#[test]
+fn from_the_ceiling() {
+    let o = Outcome::of(scenarios::bare_host(), CEILING);
+    o.report("bare host from the ceiling");
+}
+
+#[test]
+fn three_nodes() {
+    for (i, node) in scenarios::three_nodes().into_iter().enumerate() {
+        let o = Outcome::of(node, FLOOR);
+        o.report(&format!("node {i}"));
+    }
+}
