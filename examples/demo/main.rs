@@ -279,7 +279,7 @@ fn main() {
     print!("{}", rep.summary_text());
     ctx.args
         .reports
-        .write(&report::default_dir(), &rep.to_json(), &rep.to_html());
+        .write("demo", &rep.to_json(), &rep.to_html());
     for n in &rep.notes {
         println!("{n}");
     }

@@ -3,12 +3,13 @@
 //!
 //! ```text
 //! cargo run --release --example fleet                  # three nodes: quotas 0.5, 0.6, 0.8 CPUs
+//! cargo run --release --example fleet -- --quick       # the same, short (about 40 s)
 //! cargo run --release --example fleet -- --help        # flags
 //! cargo run --release --example fleet -- --quotas 0.4,1 --fg-shares 0.5,0.3
 //! ```
 //!
 //! Run time: about 2.5 minutes (calibration 5 s, baseline 20 s, paced 70 s, the step and back
-//! 25 s each, and each node's start).
+//! 25 s each, and each node's start); `--quick` about 40 s.
 //!
 //! Privileges: every node runs in a child cgroup of the `cpu` controller with its own quota
 //! (root, or a delegated cgroup v2 subtree); without that right there is nothing to run: the
@@ -363,8 +364,7 @@ fn main() {
     };
     println!();
     print!("{}", run.summary_text());
-    args.reports
-        .write(&report::default_dir(), &run.to_json(), &run.to_html());
+    args.reports.write("fleet", &run.to_json(), &run.to_html());
     for n in &run.notes {
         println!("{n}");
     }

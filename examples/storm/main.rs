@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! cargo run --release --example storm                     # the default run (~4 minutes)
+//! cargo run --release --example storm -- --quick          # a short run (~40 s)
 //! cargo run --release --example storm -- --help           # flags
 //! cargo run --release --example storm -- --json out.json  # the JSON report elsewhere
 //! ```
 //!
-//! Run time: about 4 minutes (five phases, two rounds). Privileges: none; it makes no cgroup.
+//! Run time: about 4 minutes (five phases, two rounds); `--quick` about 40 s. Privileges: none; it makes no cgroup.
 //! The load generator and the pause watchdog ask for real-time priority (root, `CAP_SYS_NICE`
 //! or an `RLIMIT_RTPRIO`) and run at normal priority without it; the idle pool's `SCHED_IDLE`
 //! needs no right.
@@ -136,7 +137,7 @@ fn main() {
     print!("{}", rep.summary_text());
     ctx.args
         .reports
-        .write(&report::default_dir(), &rep.to_json(), &rep.to_html());
+        .write("storm", &rep.to_json(), &rep.to_html());
     if rep.interrupted {
         println!("(partial report: the run was interrupted)");
     }

@@ -5,7 +5,7 @@ use super::Report;
 use crate::args::{Env, Kind};
 use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
 use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine};
 use std::fmt::Write as _;
 
 impl Report {

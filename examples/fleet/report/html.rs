@@ -5,16 +5,8 @@ use super::text::row;
 use super::{bars, f2, Point, Run};
 use crate::plan::Kind;
 use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine, Sample, Span, Style, Timeline};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine, Sample, Span, Timeline};
 use std::fmt::Write as _;
-
-const STYLE: Style = Style {
-    height: 210.0,
-    step_stroke: "#555",
-    legend_slot: 80.0,
-    log_thirds: true,
-    short_run_tick_secs: 10.0,
-};
 
 /// A colour per node (the charts draw at most this many).
 const NODE_COLORS: [&str; crate::args::MAX_NODES] = [
@@ -95,7 +87,7 @@ impl Run {
                 p.kind.name(),
             )
         });
-        let tl = Timeline::new(&STYLE, spans, &samples);
+        let tl = Timeline::new(spans, &samples);
         let lines: Vec<Line<Multi>> = self
             .nodes
             .iter()

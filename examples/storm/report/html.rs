@@ -1,10 +1,11 @@
 //! The HTML report: the run's settings, the bars, the summary per phase and per round, and the
-//! plots over time.
+//! plots over time (the phases shaded in their colours).
 
 use super::{Point, Report};
+use crate::args::Kind;
 use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
 use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine, Span, Timeline};
 use std::fmt::Write as _;
 
 impl Report {
@@ -174,5 +175,31 @@ impl Report {
         h.push_str("</table>");
         h.push_str(&html::foot(&m.command));
         h
+    }
+}
+
+/// The shading of a phase of this kind.
+fn fill(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Calm => "#e8eef7",
+        Kind::Capacity => "#eceff1",
+        Kind::Open => "#fbe9e7",
+        Kind::Static => "#fff4d6",
+        Kind::Gated => "#eef6e8",
+    }
+}
+
+impl Report {
+    /// The timeline to chart, every phase that ran shaded.
+    fn timeline(&self) -> Timeline<'_, Point> {
+        let spans = (self.segments.iter().filter(|p| p.skipped.is_none())).map(|p| {
+            Span::new(
+                p.start_ms..p.end_ms,
+                &p.step_ms,
+                fill(p.kind),
+                p.kind.name(),
+            )
+        });
+        Timeline::new(spans, &self.timeline)
     }
 }
