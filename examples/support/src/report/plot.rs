@@ -13,6 +13,8 @@ const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 200;
 /// The charts' font; plotters' sizes are some 1.24 times the SVG's.
 const FONT: &str = "sans-serif";
+/// Room right of a timeline for its legend, px.
+const LEGEND: u32 = 190;
 /// Grid lines, and the legend's frame.
 const GRID: RGBColor = RGBColor(0xcc, 0xcc, 0xdd);
 /// Phase labels and the dotted lines at a phase's steps.
@@ -258,6 +260,7 @@ impl<'a, P: Sample> Timeline<'a, P> {
         let mut chart = ChartBuilder::on(root)
             .caption(title, (FONT, 16).into_font().style(FontStyle::Bold))
             .margin(6)
+            .margin_right(LEGEND)
             .x_label_area_size(18)
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..t_max, y.clone())?;
@@ -304,11 +307,12 @@ impl<'a, P: Sample> Timeline<'a, P> {
                 4,
                 color.stroke_width(1),
             ))?;
-            // Labels alternate above and below their lines, so that close ones stay apart.
+            // Labels alternate below and above their lines, so that close ones stay apart (a
+            // line and a multiple of it: the lower one's label below, the higher one's above).
             let (dy, vpos) = if i % 2 == 0 {
-                (-2, VPos::Bottom)
-            } else {
                 (2, VPos::Top)
+            } else {
+                (-2, VPos::Bottom)
             };
             let style = (FONT, 12)
                 .into_font()
@@ -326,22 +330,21 @@ impl<'a, P: Sample> Timeline<'a, P> {
                     _ => chart.draw_series(LineSeries::new(run, color.stroke_width(2)))?,
                 };
             }
-            // The legend's entry: a series of no points, named.
-            chart
-                .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
-                .label(line.label)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 1), (x + 14, y + 2)], color.filled())
-                });
         }
-        if !lines.is_empty() {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(GRID)
-                .label_font((FONT, 14))
-                .draw()?;
+        // The legend, right of the plot (clear of the lines and the reference lines' labels):
+        // a swatch and the label per series.
+        let x = (WIDTH - LEGEND + 16) as i32;
+        for (i, line) in lines.iter().enumerate() {
+            let y = 34 + 18 * i as i32;
+            root.draw(&Rectangle::new(
+                [(x, y - 1), (x + 14, y + 2)],
+                rgb(line.color).filled(),
+            ))?;
+            let style = (FONT, 14)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center));
+            root.draw(&Text::new(line.label, (x + 20, y), style))?;
         }
         Ok(())
     }
@@ -398,29 +401,33 @@ pub struct BarPanel {
 /// `panels` side by side (each with its rows' labels), as one SVG.
 pub fn bar_panels(panels: &[BarPanel]) -> String {
     let rows = panels.iter().map(|p| p.rows.len()).max().unwrap_or(0);
-    let height = 60 + 22 * rows as u32 + 30;
+    let height = 90 + 22 * rows as u32 + 30;
     let title = panels.first().map_or("", |p| &p.title);
+    // Room above the rows for the most reference lines' labels any panel has.
+    let labels = panels.iter().map(|p| p.refs.len()).max().unwrap_or(0) as u32;
     svg(title, (WIDTH, height), |root| {
-        for (panel, area) in panels
-            .iter()
-            .zip(root.split_evenly((1, panels.len().max(1))))
-        {
-            bar_panel(&area, panel)?;
+        let areas = root.split_evenly((1, panels.len().max(1)));
+        for (panel, area) in panels.iter().zip(areas) {
+            let title = (FONT, 15).into_font().style(FontStyle::Bold);
+            bar_panel(&area.titled(&panel.title, title)?, panel, labels)?;
         }
         Ok(())
     })
 }
 
 /// One panel of [`bar_panels`] into `area`.
-fn bar_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &BarPanel) -> Result<(), DrawError> {
+fn bar_panel(
+    area: &DrawingArea<SVGBackend, Shift>,
+    panel: &BarPanel,
+    labels: u32,
+) -> Result<(), DrawError> {
     let n = panel.rows.len() as i32;
     let x = panel.axis.range();
     // Rows from the top: the first row is drawn at the highest segment.
     let row_at = |i: usize| n - 1 - i as i32;
     let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, (FONT, 15).into_font().style(FontStyle::Bold))
         .margin(6)
-        .margin_top(4 + 10 * panel.refs.len() as u32)
+        .margin_top(4 + 12 * labels)
         // Room for the text at the end of a bar as long as the axis.
         .margin_right(120)
         .x_label_area_size(18)
@@ -480,7 +487,7 @@ fn bar_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &BarPanel) -> Result<
             .color(&color)
             .pos(Pos::new(HPos::Center, VPos::Bottom));
         chart.draw_series([EmptyElement::at((v, SegmentValue::Last))
-            + Text::new(r.label.clone(), (0, -2 - 10 * k as i32), style)])?;
+            + Text::new(r.label.clone(), (0, -2 - 12 * k as i32), style)])?;
     }
     Ok(())
 }
