@@ -4,7 +4,7 @@
 use super::text::row;
 use super::{bars, f2, Point, Run};
 use crate::plan::Kind;
-use elastic_cpu_examples::report::html::{self, esc};
+use elastic_cpu_examples::report::html::{self, esc, Table};
 use elastic_cpu_examples::report::plot::{Axis, Line, RefLine, Sample, Span, Timeline};
 use std::fmt::Write as _;
 
@@ -133,8 +133,8 @@ impl Run {
                 "in the figures (no real-time watchdog)"
             },
         );
-        h.push_str("<h2>Per node</h2><table><tr>");
-        for c in [
+        h.push_str("<h2>Per node</h2>");
+        let mut t = Table::new(&[
             "node",
             "quota",
             "fg CPU",
@@ -151,20 +151,14 @@ impl Run {
             "/ spare",
             "step: limit before &gt; during &gt; after",
             "moved within",
-        ] {
-            let _ = write!(h, "<th>{c}</th>");
-        }
-        h.push_str("</tr>");
+        ]);
         for f in &figs {
-            h.push_str("<tr>");
-            for cell in row(f) {
-                let _ = write!(h, "<td>{}</td>", esc(&cell));
-            }
-            h.push_str("</tr>");
+            t.row(row(f).iter().map(|cell| esc(cell)));
         }
+        h.push_str(&t.finish());
         let _ = write!(
             h,
-            "</table><div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
+            "<div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
              paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the node's CPUs at rest over \
              its baseline; rows: the scan's rows over the rows a CPU-second encodes (measured by the node alone, at its best, \
              before its quota bound: a lower bound); ledger: the elastic CPU the library's ledger charged; throttled %: of the CFS periods while \
