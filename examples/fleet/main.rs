@@ -36,6 +36,7 @@ use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, q_us, Latency};
 use elastic_cpu_examples::pauses::Pauses;
+use elastic_cpu_examples::report::Outputs;
 use node::{NodeSpec, NODE_FLAG};
 use plan::{Kind, Lengths, Plan, CALIBRATE_SECS};
 use report::{HostPoint, Machine, NodeRun, Point, Run};
@@ -362,12 +363,13 @@ fn main() {
         interrupted,
         notes,
     };
-    println!();
-    print!("{}", run.summary_text());
-    args.reports.write("fleet", &run.to_json(), &run.to_html());
-    for n in &run.notes {
-        println!("{n}");
-    }
+    let out = Outputs {
+        summary: run.summary_text(),
+        json: run.to_json(),
+        html: run.to_html(),
+    };
+    // An interruption is among the notes (the JSON report lists them too).
+    (args.reports).finish("fleet", &out, &run.notes, false);
 }
 
 /// The previous sample of a node and of the host, to take differences from.

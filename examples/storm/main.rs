@@ -29,6 +29,7 @@ mod setup;
 use args::{Args, Kind};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
 use elastic_cpu_examples::pauses::Pauses;
+use elastic_cpu_examples::report::Outputs;
 use elastic_cpu_examples::stats::mean;
 use elastic_cpu_examples::{fg, spin};
 use report::Report;
@@ -133,12 +134,10 @@ fn main() {
     }
     rep.finish(&ctx);
 
-    println!();
-    print!("{}", rep.summary_text());
-    ctx.args
-        .reports
-        .write("storm", &rep.to_json(), &rep.to_html());
-    if rep.interrupted {
-        println!("(partial report: the run was interrupted)");
-    }
+    let out = Outputs {
+        summary: rep.summary_text(),
+        json: rep.to_json(),
+        html: rep.to_html(),
+    };
+    (ctx.args.reports).finish("storm", &out, &[], rep.interrupted);
 }

@@ -42,6 +42,33 @@ impl ReportArgs {
     }
 }
 
+/// A run's report in its three forms.
+pub struct Outputs {
+    /// The terminal summary.
+    pub summary: String,
+    /// The JSON report.
+    pub json: String,
+    /// The HTML page.
+    pub html: String,
+}
+
+impl ReportArgs {
+    /// The end of `example`'s run: a blank line and the summary, both reports written (see
+    /// [`write`](Self::write)), then `notes`, one a line, and a line that says the report is
+    /// partial when the run was `interrupted`.
+    pub fn finish(&self, example: &str, out: &Outputs, notes: &[String], interrupted: bool) {
+        println!();
+        print!("{}", out.summary);
+        self.write(example, &out.json, &out.html);
+        for n in notes {
+            println!("{n}");
+        }
+        if interrupted {
+            println!("(partial report: the run was interrupted)");
+        }
+    }
+}
+
 /// Where `example`'s reports go without `--json` / `--html`: `<target>/<example>/`, the target
 /// folder being `CARGO_TARGET_DIR` where it is set, else the repository's `target`.
 pub fn default_dir(example: &str) -> PathBuf {
