@@ -106,8 +106,6 @@ impl Run {
             "elastic-cpu: nodes that differ find their own elastic CPU levels",
             self.interrupted,
         );
-        // The charts shrink to the window (they keep their aspect through their viewBox).
-        h.push_str("<style>svg{max-width:100%;height:auto}</style>");
         let _ = write!(
             h,
             "<div class=\"note\">{} node processes on one machine of {} CPUs, each in a cgroup of its own with a CPU quota \

@@ -13,7 +13,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// The page's style sheet: tables, the verdicts (`pass`, `fail`, `na`), cells better (`good`)
-/// or worse (`bad`) than their bar, notes.
+/// or worse (`bad`) than their bar, notes; charts shrink to the window (keeping their aspect).
 const STYLE: &str = "\
     body{font-family:sans-serif;margin:24px;color:#222;max-width:1320px}\
     table{border-collapse:collapse;margin:10px 0 18px 0;font-size:13px}\
@@ -22,7 +22,8 @@ const STYLE: &str = "\
     .pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}.na{color:#888}\
     .good{background:#e6f4ea}.bad{background:#fdecea}\
     .note{color:#555;font-size:12px;max-width:1200px}\
-    h1{font-size:22px;margin-bottom:4px}h2{font-size:16px;margin:22px 0 6px 0}";
+    h1{font-size:22px;margin-bottom:4px}h2{font-size:16px;margin:22px 0 6px 0}\
+    svg{max-width:100%;height:auto}";
 
 /// The page up to and with its `<h1>`: `heading`, marked partial when the run was interrupted.
 pub fn head(title: &str, heading: &str, interrupted: bool) -> String {
