@@ -89,26 +89,13 @@ impl Report {
                 "<h2>Summary per phase: {}</h2>",
                 esc(&self.env_title(env))
             );
-            let mut t = Table::new(&[
-                "phase",
-                "requests",
-                "fg p50",
-                "fg p99",
-                "fg p99 / baseline",
-                "fg p99 of each round (median)",
-                "fg p99.9",
-                "fg max",
-                "sched p99",
-                "elastic rows/s",
-                "rows/s / unthrottled",
-                "elastic CPU share",
-                "limit mean [min, max]",
-                "process CPU",
-                "process CPUs",
-                "throttled periods",
-                "throttled time",
-                "unanswered",
-            ]);
+            let mut t = Table::new(
+                "phase|requests|fg p50|fg p99|fg p99 / baseline|fg p99 of each round (median)|\
+                 fg p99.9|fg max|sched p99|elastic rows/s|rows/s / unthrottled|\
+                 elastic CPU share|limit mean [min, max]|process CPU|process CPUs|\
+                 throttled periods|throttled time|unanswered"
+                    .split('|'),
+            );
             let unth = self.find(env, "unthrottled").map(|u| u.rows_per_sec);
             for p in self.phases.iter().filter(|p| p.env == env) {
                 if let Some(why) = &p.skipped {
@@ -235,18 +222,12 @@ impl Report {
         let settles = self.settles();
         if !settles.is_empty() {
             h.push_str("<h2>Controller speed</h2>");
-            let mut t = Table::new(&[
-                "phase",
-                "start",
-                "end",
-                "other side ended at",
-                "settle",
-                "tail peak-to-peak",
-                "reversals",
-                "step: before / stepped / after",
-                "step: moves after up / down",
-                "fg p99 max, 5 s after step up",
-            ]);
+            let mut t = Table::new(
+                "phase|start|end|other side ended at|settle|tail peak-to-peak|reversals|\
+                 step: before / stepped / after|step: moves after up / down|\
+                 fg p99 max, 5 s after step up"
+                    .split('|'),
+            );
             let f = |x: Option<f64>| x.map(|x| format!("{x:.3}")).unwrap_or("-".into());
             for st in &settles {
                 let settle = st
@@ -308,16 +289,9 @@ impl Report {
     /// The outlier trap's sites per phase (the three that held their workers longest), as the
     /// text report lists them; the planted offender's row is marked.
     fn outliers_html(&self) -> String {
-        let mut t = Table::new(&[
-            "phase",
-            "threshold",
-            "spawned at",
-            "kind",
-            "polls/s",
-            "worst",
-            "held ms/s",
-            "fg waits held up",
-        ]);
+        let mut t = Table::new(
+            "phase|threshold|spawned at|kind|polls/s|worst|held ms/s|fg waits held up".split('|'),
+        );
         for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
             let secs = p.outlier_secs.max(1e-9);
             let threshold = fmt_us(p.outlier_threshold_us);
@@ -364,17 +338,11 @@ impl Report {
                 continue;
             };
             let _ = write!(h, "<h2>Classes of elastic work ({})</h2>", esc(&p.label()));
-            let mut t = Table::new(&[
-                "class",
-                "weight",
-                "cap",
-                "entitled, all busy",
-                "charged, all busy",
-                "library's part, all busy",
-                "entitled after backup",
-                "charged after backup",
-                "longest wait",
-            ]);
+            let mut t = Table::new(
+                "class|weight|cap|entitled, all busy|charged, all busy|library's part, all busy|\
+                 entitled after backup|charged after backup|longest wait"
+                    .split('|'),
+            );
             for (i, b) in c.busy.iter().enumerate() {
                 let after = c.after_first.as_ref().and_then(|a| a.get(i));
                 let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));

@@ -132,24 +132,12 @@ impl Run {
             },
         );
         h.push_str("<h2>Per node</h2>");
-        let mut t = Table::new(&[
-            "node",
-            "quota",
-            "fg CPU",
-            "spare",
-            "baseline p99",
-            "paced p99",
-            "ratio",
-            "throttled %",
-            "quota brake %",
-            "limit at rest",
-            "elastic CPUs at rest",
-            "rows",
-            "ledger",
-            "/ spare",
-            "step: limit before &gt; during &gt; after",
-            "moved within",
-        ]);
+        let mut t = Table::new(
+            "node|quota|fg CPU|spare|baseline p99|paced p99|ratio|throttled %|quota brake %|\
+             limit at rest|elastic CPUs at rest|rows|ledger|/ spare|\
+             step: limit before &gt; during &gt; after|moved within"
+                .split('|'),
+        );
         for f in &figs {
             t.row(row(f).iter().map(|cell| esc(cell)));
         }

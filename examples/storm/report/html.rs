@@ -40,22 +40,11 @@ impl Report {
             "<h2>Summary per phase (rounds merged)</h2><div class=\"note\">capacity: {} setups/s beside the calm foreground.</div>",
             self.capacity.map_or("-".into(), |c| format!("{c:.0}"))
         );
-        let mut t = Table::new(&[
-            "phase",
-            "requests",
-            "est. p50",
-            "est. p99",
-            "p99 / calm",
-            "p99 per round",
-            "setups/s",
-            "/ capacity",
-            "rejected/s",
-            "expired/s",
-            "wasted setup CPU",
-            "client timeouts/s",
-            "static rate",
-            "gate share",
-        ]);
+        let mut t = Table::new(
+            "phase|requests|est. p50|est. p99|p99 / calm|p99 per round|setups/s|/ capacity|\
+             rejected/s|expired/s|wasted setup CPU|client timeouts/s|static rate|gate share"
+                .split('|'),
+        );
         let calm = self.find("calm").and_then(|p| p.fg.p99_us);
         for p in &self.phases {
             t.row([
@@ -155,17 +144,11 @@ impl Report {
             the middle; back down; in calm, its foreground steps only). Each point is one second.</div>");
 
         h.push_str("<h2>Rounds</h2>");
-        let mut t = Table::new(&[
-            "phase",
-            "round",
-            "est. p99",
-            "setups/s",
-            "rejected/s",
-            "expired/s",
-            "wasted",
-            "gate share",
-            "pauses (requests left out)",
-        ]);
+        let mut t = Table::new(
+            "phase|round|est. p99|setups/s|rejected/s|expired/s|wasted|gate share|\
+             pauses (requests left out)"
+                .split('|'),
+        );
         for s in &self.segments {
             let (phase, round) = (
                 Cell::new(s.kind.name()),

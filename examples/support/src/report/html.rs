@@ -89,11 +89,12 @@ impl From<&str> for Cell {
 pub struct Table(String);
 
 impl Table {
-    /// A table with a header row of `columns` (HTML each).
-    pub fn new(columns: &[&str]) -> Table {
+    /// A table with a header row of `columns` (HTML each; `"a|b|c".split('|')` reads as the
+    /// header row it makes).
+    pub fn new<S: AsRef<str>>(columns: impl IntoIterator<Item = S>) -> Table {
         let mut h = String::from("<table><tr>");
         for c in columns {
-            let _ = write!(h, "<th>{c}</th>");
+            let _ = write!(h, "<th>{}</th>", c.as_ref());
         }
         h.push_str("</tr>");
         Table(h)
@@ -129,7 +130,7 @@ pub fn bars_table(judgements: &[(String, Vec<Bar>)]) -> String {
     for (label, _) in judgements {
         columns.extend([esc(label), "result".into()]);
     }
-    let mut t = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut t = Table::new(columns);
     let first = judgements.first().map_or(&[][..], |(_, bars)| bars);
     for (k, bar) in first.iter().enumerate() {
         let mut cells = vec![Cell::new(esc(&bar.what))];
@@ -152,7 +153,7 @@ mod tests {
 
     #[test]
     fn tables_write_their_cells_classes_and_spans() {
-        let mut t = Table::new(&["phase", "p99"]);
+        let mut t = Table::new("phase|p99".split('|'));
         t.row(["calm", "<b>1.0ms</b>"]);
         t.row([Cell::new("open"), Cell::new("9.0x").class("bad")]);
         t.row([Cell::new("gated"), Cell::new("skipped").class("na").span(2)]);
