@@ -108,7 +108,7 @@ pub struct ClassSample {
     pub cpus_used: [Option<f64>; N],
 }
 
-impl elastic_cpu_examples::report::svg::Sample for ClassSample {
+impl elastic_cpu_examples::report::plot::Sample for ClassSample {
     fn t_ms(&self) -> u64 {
         self.t_ms
     }

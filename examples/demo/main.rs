@@ -41,6 +41,7 @@ use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
 use elastic_cpu_examples::latency::fmt_us;
 use elastic_cpu_examples::pauses::Pauses;
 use elastic_cpu_examples::quota::{self, QuotaCgroup};
+use elastic_cpu_examples::report::Outputs;
 use elastic_cpu_examples::stats::{mean, median};
 use elastic_cpu_examples::{fg, spin};
 use phase::{rest_key, run_phase};
@@ -275,17 +276,12 @@ fn main() {
     report::attribute_cpu(&mut rep.phases, &mut rep.segments);
     rep.interrupted = stopped();
 
-    println!();
-    print!("{}", rep.summary_text());
-    ctx.args
-        .reports
-        .write(&report::default_dir(), &rep.to_json(), &rep.to_html());
-    for n in &rep.notes {
-        println!("{n}");
-    }
-    if rep.interrupted {
-        println!("(partial report: the run was interrupted)");
-    }
+    let out = Outputs {
+        summary: rep.summary_text(),
+        json: rep.to_json(),
+        html: rep.to_html(),
+    };
+    (ctx.args.reports).finish("demo", &out, &rep.notes, rep.interrupted);
 }
 
 /// The quota of the default run's quota environment, in CPUs.

@@ -3,12 +3,13 @@
 //!
 //! ```text
 //! cargo run --release --example fleet                  # three nodes: quotas 0.5, 0.6, 0.8 CPUs
+//! cargo run --release --example fleet -- --quick       # the same, short (about 40 s)
 //! cargo run --release --example fleet -- --help        # flags
 //! cargo run --release --example fleet -- --quotas 0.4,1 --fg-shares 0.5,0.3
 //! ```
 //!
 //! Run time: about 2.5 minutes (calibration 5 s, baseline 20 s, paced 70 s, the step and back
-//! 25 s each, and each node's start).
+//! 25 s each, and each node's start); `--quick` about 40 s.
 //!
 //! Privileges: every node runs in a child cgroup of the `cpu` controller with its own quota
 //! (root, or a delegated cgroup v2 subtree); without that right there is nothing to run: the
@@ -35,6 +36,7 @@ use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, q_us, Latency};
 use elastic_cpu_examples::pauses::Pauses;
+use elastic_cpu_examples::report::Outputs;
 use node::{NodeSpec, NODE_FLAG};
 use plan::{Kind, Lengths, Plan, CALIBRATE_SECS};
 use report::{HostPoint, Machine, NodeRun, Point, Run};
@@ -361,13 +363,13 @@ fn main() {
         interrupted,
         notes,
     };
-    println!();
-    print!("{}", run.summary_text());
-    args.reports
-        .write(&report::default_dir(), &run.to_json(), &run.to_html());
-    for n in &run.notes {
-        println!("{n}");
-    }
+    let out = Outputs {
+        summary: run.summary_text(),
+        json: run.to_json(),
+        html: run.to_html(),
+    };
+    // An interruption is among the notes (the JSON report lists them too).
+    (args.reports).finish("fleet", &out, &run.notes, false);
 }
 
 /// The previous sample of a node and of the host, to take differences from.

@@ -81,8 +81,13 @@ pub struct Args {
     /// comma-separated phases
     #[arg(long, value_name = "LIST", default_value = "calm,capacity,open,static,gated", value_parser = phase_list)]
     pub phases: std::vec::Vec<Kind>,
+    /// a short run, about 40 s, to see the report (its figures noisier than the default's):
+    /// one round, capacity 4 s, storm phases 8 s, warm-up 1 s; flags given beside it override
+    /// these
+    #[arg(long)]
+    pub quick: bool,
     /// run the phase list N times, interleaved, and merge each phase's rounds
-    #[arg(long, value_name = "N", default_value = "2", value_parser = at_least_1)]
+    #[arg(long, value_name = "N", default_value = "2", default_value_if("quick", "true", Some("1")), value_parser = at_least_1)]
     pub rounds: usize,
     /// length of the calm phase, warm-up included [default: the warm-up and as long as the
     /// storm phases' measurement window, so both p99s are taken over the same span, with the
@@ -90,13 +95,13 @@ pub struct Args {
     #[arg(long, value_name = "N", value_parser = positive)]
     pub calm_secs: Option<f64>,
     /// length of the capacity phase, warm-up included
-    #[arg(long, value_name = "N", default_value = "8", value_parser = positive)]
+    #[arg(long, value_name = "N", default_value = "8", default_value_if("quick", "true", Some("4")), value_parser = positive)]
     pub capacity_secs: f64,
     /// length of each storm phase (open, static, gated)
-    #[arg(long, value_name = "N", default_value = "24", value_parser = positive)]
+    #[arg(long, value_name = "N", default_value = "24", default_value_if("quick", "true", Some("8")), value_parser = positive)]
     pub storm_secs: f64,
     /// start of the calm and capacity phases left out of their summary
-    #[arg(long, value_name = "N", default_value = "2", value_parser = non_negative)]
+    #[arg(long, value_name = "N", default_value = "2", default_value_if("quick", "true", Some("1")), value_parser = non_negative)]
     pub warmup_secs: f64,
     #[command(flatten)]
     pub fg: ForegroundArgs,
@@ -222,5 +227,29 @@ impl Args {
             ));
         }
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &str) -> Result<Args, String> {
+        let argv = std::iter::once("storm").chain(flags.split_whitespace());
+        elastic_cpu_examples::cli::parse_from::<Args, _, _>(argv)
+            .and_then(Args::finish)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn quick_shortens_the_run_and_flags_beside_it_win() {
+        let a = parse("").unwrap();
+        let lengths = |a: &Args| (a.rounds, a.capacity_secs, a.storm_secs, a.warmup_secs);
+        assert_eq!(lengths(&a), (2, 8.0, 24.0, 2.0));
+        let q = parse("--quick").unwrap();
+        assert_eq!(lengths(&q), (1, 4.0, 8.0, 1.0));
+        assert!((q.calm_secs() - 7.4).abs() < 1e-9, "{}", q.calm_secs());
+        let q = parse("--storm-secs 12 --quick").unwrap();
+        assert_eq!(lengths(&q), (1, 4.0, 12.0, 1.0));
     }
 }

@@ -3,11 +3,12 @@
 //!
 //! ```text
 //! cargo run --release --example storm                     # the default run (~4 minutes)
+//! cargo run --release --example storm -- --quick          # a short run (~40 s)
 //! cargo run --release --example storm -- --help           # flags
 //! cargo run --release --example storm -- --json out.json  # the JSON report elsewhere
 //! ```
 //!
-//! Run time: about 4 minutes (five phases, two rounds). Privileges: none; it makes no cgroup.
+//! Run time: about 4 minutes (five phases, two rounds); `--quick` about 40 s. Privileges: none; it makes no cgroup.
 //! The load generator and the pause watchdog ask for real-time priority (root, `CAP_SYS_NICE`
 //! or an `RLIMIT_RTPRIO`) and run at normal priority without it; the idle pool's `SCHED_IDLE`
 //! needs no right.
@@ -28,6 +29,7 @@ mod setup;
 use args::{Args, Kind};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, stopped};
 use elastic_cpu_examples::pauses::Pauses;
+use elastic_cpu_examples::report::Outputs;
 use elastic_cpu_examples::stats::mean;
 use elastic_cpu_examples::{fg, spin};
 use report::Report;
@@ -132,12 +134,10 @@ fn main() {
     }
     rep.finish(&ctx);
 
-    println!();
-    print!("{}", rep.summary_text());
-    ctx.args
-        .reports
-        .write(&report::default_dir(), &rep.to_json(), &rep.to_html());
-    if rep.interrupted {
-        println!("(partial report: the run was interrupted)");
-    }
+    let out = Outputs {
+        summary: rep.summary_text(),
+        json: rep.to_json(),
+        html: rep.to_html(),
+    };
+    (ctx.args.reports).finish("storm", &out, &[], rep.interrupted);
 }

@@ -4,8 +4,8 @@
 use super::Report;
 use crate::args::{Env, Kind};
 use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
-use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
+use elastic_cpu_examples::report::html::{self, esc, Cell, Table};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine};
 use std::fmt::Write as _;
 
 impl Report {
@@ -89,17 +89,18 @@ impl Report {
                 "<h2>Summary per phase: {}</h2>",
                 esc(&self.env_title(env))
             );
-            h.push_str("<table><tr><th>phase</th><th>requests</th><th>fg p50</th><th>fg p99</th><th>fg p99 / baseline</th><th>fg p99 of each round (median)</th><th>fg p99.9</th><th>fg max</th>\
-            <th>sched p99</th><th>elastic rows/s</th><th>rows/s / unthrottled</th><th>elastic CPU share</th><th>limit mean [min, max]</th><th>process CPU</th><th>process CPUs</th><th>throttled periods</th><th>throttled time</th><th>unanswered</th></tr>");
+            let mut t = Table::new(
+                "phase|requests|fg p50|fg p99|fg p99 / baseline|fg p99 of each round (median)|\
+                 fg p99.9|fg max|sched p99|elastic rows/s|rows/s / unthrottled|\
+                 elastic CPU share|limit mean [min, max]|process CPU|process CPUs|\
+                 throttled periods|throttled time|unanswered"
+                    .split('|'),
+            );
             let unth = self.find(env, "unthrottled").map(|u| u.rows_per_sec);
             for p in self.phases.iter().filter(|p| p.env == env) {
                 if let Some(why) = &p.skipped {
-                    let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td colspan=\"17\" style=\"text-align:left\" class=\"na\">skipped: {}</td></tr>",
-                    esc(&p.name),
-                    esc(why)
-                );
+                    let skipped = Cell::new(format!("skipped: {}", esc(why)));
+                    t.row([Cell::new(esc(&p.name)), skipped.class("na").span(17)]);
                     continue;
                 }
                 let rel = match (p.fg.p99_us, b99) {
@@ -112,17 +113,16 @@ impl Report {
                         } else {
                             ""
                         };
-                        format!("<td class=\"{cls}\">{r:.2}x</td>")
+                        Cell::new(format!("{r:.2}x")).class(cls)
                     }
-                    _ => "<td>-</td>".into(),
+                    _ => Cell::new("-"),
                 };
                 let relr = match unth {
                     Some(u) if u > 0.0 && p.kind != Kind::Baseline => {
                         let r = p.rows_per_sec / u;
-                        let cls = if r >= 0.6 { "good" } else { "" };
-                        format!("<td class=\"{cls}\">{r:.2}x</td>")
+                        Cell::new(format!("{r:.2}x")).class(if r >= 0.6 { "good" } else { "" })
                     }
-                    _ => "<td>-</td>".into(),
+                    _ => Cell::new("-"),
                 };
                 let lim = match (p.limit_mean, p.limit_min, p.limit_max) {
                     (Some(a), Some(b), Some(c)) => format!("{a:.3} [{b:.2}, {c:.2}]"),
@@ -137,37 +137,37 @@ impl Report {
                 } else {
                     "-".into()
                 };
-                let _ = write!(
-                h,
-                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td><b>{}</b></td>{rel}<td>{per_round}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}M</td>{relr}<td>{:.0}%</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&p.name),
-                if p.interrupted { " (interrupted)" } else { "" },
-                p.fg.requests,
-                fmt_us(p.fg.p50_us),
-                fmt_us(p.fg.p99_us),
-                fmt_us(p.fg.p999_us),
-                fmt_us(p.fg.max_us),
-                fmt_us(p.sched_p99_us),
-                p.rows_per_sec / 1e6,
-                p.cpu_share * 100.0,
-                lim,
-                p.process_cpu_share
-                    .map(|c| format!("{:.0}%", c * 100.0))
-                    .unwrap_or("-".into()),
-                p.process_cpus
-                    .map(|c| format!("{c:.2}"))
-                    .unwrap_or("-".into()),
-                match (p.throttled_periods, p.periods) {
-                    (Some(t), Some(n)) => format!("{t} of {n}"),
-                    _ => "-".into(),
-                },
-                p.throttled_ms
-                    .map(|m| format!("{m:.0} ms"))
-                    .unwrap_or("-".into()),
-                p.unanswered
-            );
+                t.row([
+                    Cell::new(format!(
+                        "{}{}",
+                        esc(&p.name),
+                        if p.interrupted { " (interrupted)" } else { "" }
+                    )),
+                    Cell::new(p.fg.requests.to_string()),
+                    Cell::new(fmt_us(p.fg.p50_us)),
+                    Cell::new(format!("<b>{}</b>", fmt_us(p.fg.p99_us))),
+                    rel,
+                    Cell::new(per_round),
+                    Cell::new(fmt_us(p.fg.p999_us)),
+                    Cell::new(fmt_us(p.fg.max_us)),
+                    Cell::new(fmt_us(p.sched_p99_us)),
+                    Cell::new(format!("{:.2}M", p.rows_per_sec / 1e6)),
+                    relr,
+                    Cell::new(format!("{:.0}%", p.cpu_share * 100.0)),
+                    Cell::new(lim),
+                    Cell::new(
+                        (p.process_cpu_share).map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+                    ),
+                    Cell::new(p.process_cpus.map_or("-".into(), |c| format!("{c:.2}"))),
+                    Cell::new(match (p.throttled_periods, p.periods) {
+                        (Some(t), Some(n)) => format!("{t} of {n}"),
+                        _ => "-".into(),
+                    }),
+                    Cell::new(p.throttled_ms.map_or("-".into(), |m| format!("{m:.0} ms"))),
+                    Cell::new(p.unanswered.to_string()),
+                ]);
             }
-            h.push_str("</table>");
+            h.push_str(&t.finish());
         }
         h.push_str("<div class=\"note\">fg: request latency from the intended send time (open loop). sched p99: mean of the library's \
             window p99 of scheduling latency (all tasks) sampled through the phase. process CPU: this process's CPU time (server, load generator, scan) over the \
@@ -221,7 +221,13 @@ impl Report {
         // Controller speed.
         let settles = self.settles();
         if !settles.is_empty() {
-            h.push_str("<h2>Controller speed</h2><table><tr><th>phase</th><th>start</th><th>end</th><th>other side ended at</th><th>settle</th><th>tail peak-to-peak</th><th>reversals</th><th>step: before / stepped / after</th><th>step: moves after up / down</th><th>fg p99 max, 5 s after step up</th></tr>");
+            h.push_str("<h2>Controller speed</h2>");
+            let mut t = Table::new(
+                "phase|start|end|other side ended at|settle|tail peak-to-peak|reversals|\
+                 step: before / stepped / after|step: moves after up / down|\
+                 fg p99 max, 5 s after step up"
+                    .split('|'),
+            );
             let f = |x: Option<f64>| x.map(|x| format!("{x:.3}")).unwrap_or("-".into());
             for st in &settles {
                 let settle = st
@@ -251,22 +257,21 @@ impl Report {
                         .collect::<Vec<_>>()
                         .join(" / ")
                 };
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                t.row([
                     esc(&st.phase),
                     f(st.start_limit),
                     f(st.end_limit),
                     f(st.sibling_end),
                     settle,
-                    st.tail_p2p,
-                    st.reversals,
+                    format!("{:.3}", st.tail_p2p),
+                    st.reversals.to_string(),
                     steps,
                     moves,
-                    fmt_us(st.fg_p99_after_step_us)
-                );
+                    fmt_us(st.fg_p99_after_step_us),
+                ]);
             }
-            h.push_str("</table><div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
+            h.push_str(&t.finish());
+            h.push_str("<div class=\"note\">low / high: the limit starts at the controller's floor / ceiling. step: starts from \
                 the level the paced phase ended at (the floor when none ran); foreground load x1.5 in the middle third; settle times after the step up / down; moves after: time until the limit first moved 0.02 toward the level its segment ends at \
                 (- when it was within the band of that level already). \
                 settle = time until the limit first comes within max(0.05, 20%) of its resting level: for low/high the level both sides \
@@ -284,47 +289,44 @@ impl Report {
     /// The outlier trap's sites per phase (the three that held their workers longest), as the
     /// text report lists them; the planted offender's row is marked.
     fn outliers_html(&self) -> String {
-        let mut h = String::from(
-            "<h2>Outliers: polls over the trap's threshold, by spawn site</h2><table><tr><th>phase</th>\
-             <th>threshold</th><th>spawned at</th><th>kind</th><th>polls/s</th><th>worst</th>\
-             <th>held ms/s</th><th>fg waits held up</th></tr>",
+        let mut t = Table::new(
+            "phase|threshold|spawned at|kind|polls/s|worst|held ms/s|fg waits held up".split('|'),
         );
         for p in self.phases.iter().filter(|p| p.skipped.is_none()) {
             let secs = p.outlier_secs.max(1e-9);
             let threshold = fmt_us(p.outlier_threshold_us);
             if p.outliers.is_empty() {
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{threshold}</td><td colspan=\"6\" class=\"na\">none</td></tr>",
-                    esc(&p.label())
-                );
+                t.row([
+                    Cell::new(esc(&p.label())),
+                    Cell::new(threshold.clone()),
+                    Cell::new("none").class("na").span(6),
+                ]);
             }
             for o in p.outliers.iter().take(3) {
                 let planted = p.planted_at.as_deref() == Some(o.spawned_at.as_str());
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{threshold}</td><td{}>{}{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
-                    esc(&p.label()),
-                    if planted { " class=\"bad\"" } else { "" },
-                    esc(&o.spawned_at),
-                    if planted {
-                        format!(
-                            " (planted; its own clock: longest hold {})",
-                            fmt_us(p.planted_longest_us)
-                        )
-                    } else {
-                        String::new()
-                    },
-                    if o.elastic { "elastic" } else { "foreground" },
-                    o.count as f64 / secs,
-                    fmt_us(Some(o.worst_poll_us)),
-                    o.held_ms / secs,
-                    o.waits_held
-                );
+                let site = if planted {
+                    let note = format!(
+                        " (planted; its own clock: longest hold {})",
+                        fmt_us(p.planted_longest_us)
+                    );
+                    Cell::new(esc(&o.spawned_at) + &note).class("bad")
+                } else {
+                    Cell::new(esc(&o.spawned_at))
+                };
+                t.row([
+                    Cell::new(esc(&p.label())),
+                    Cell::new(threshold.clone()),
+                    site,
+                    Cell::new(if o.elastic { "elastic" } else { "foreground" }),
+                    Cell::new(format!("{:.1}", o.count as f64 / secs)),
+                    Cell::new(fmt_us(Some(o.worst_poll_us))),
+                    Cell::new(format!("{:.1}", o.held_ms / secs)),
+                    Cell::new(o.waits_held.to_string()),
+                ]);
             }
         }
-        h.push_str("</table>");
-        h
+        "<h2>Outliers: polls over the trap's threshold, by spawn site</h2>".to_string()
+            + &t.finish()
     }
 
     /// The `classes` phase: entitled against charged share per class, and each class's CPUs
@@ -335,33 +337,31 @@ impl Report {
             let Some(c) = &p.classes else {
                 continue;
             };
-            let _ = write!(
-                h,
-                "<h2>Classes of elastic work ({})</h2><table><tr><th>class</th><th>weight</th>\
-                 <th>cap</th><th>entitled, all busy</th><th>charged, all busy</th>\
-                 <th>library's part, all busy</th><th>entitled after backup</th><th>charged after backup</th><th>longest wait</th></tr>",
-                esc(&p.label())
+            let _ = write!(h, "<h2>Classes of elastic work ({})</h2>", esc(&p.label()));
+            let mut t = Table::new(
+                "class|weight|cap|entitled, all busy|charged, all busy|library's part, all busy|\
+                 entitled after backup|charged after backup|longest wait"
+                    .split('|'),
             );
             for (i, b) in c.busy.iter().enumerate() {
                 let after = c.after_first.as_ref().and_then(|a| a.get(i));
                 let share = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} ms</td></tr>",
+                t.row([
                     esc(b.name),
-                    b.weight,
+                    b.weight.to_string(),
                     share(b.cap),
                     share(Some(b.entitled_share)),
                     share(Some(b.cpu_share)),
                     share(Some(b.part_share)),
                     share(after.map(|a| a.entitled_share)),
                     share(after.map(|a| a.cpu_share)),
-                    b.longest_wait_ms
-                );
+                    format!("{:.0} ms", b.longest_wait_ms),
+                ]);
             }
+            h.push_str(&t.finish());
             let _ = write!(
                 h,
-                "</table><div class=\"note\">Shares of the CPUs. Entitled: what the classes ran \
+                "<div class=\"note\">Shares of the CPUs. Entitled: what the classes ran \
                  together, split by weight among those with work, a capped class held at its cap \
                  (computed by the demo, per sample, not read from the library). Charged: CPU time \
                  charged to the class over wall time × CPUs. The library's part: the share its \

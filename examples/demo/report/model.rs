@@ -3,11 +3,10 @@
 
 use crate::args::{Env, Kind};
 use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, Latency};
-use elastic_cpu_examples::report::svg::Sample;
+use elastic_cpu_examples::report::plot::Sample;
 use elastic_cpu_examples::report::Bar;
 use elastic_cpu_examples::stats::{mean, median};
 use hdrhistogram::Histogram;
-use std::path::PathBuf;
 
 /// Start of the limit in `low` phases (the controller's floor).
 pub const LOW_START: f64 = 0.05;
@@ -15,13 +14,6 @@ pub const LOW_START: f64 = 0.05;
 pub const HIGH_START: f64 = 0.75;
 /// Foreground rate multiplier in the middle third of a `step` phase.
 pub const STEP_FACTOR: f64 = 1.5;
-
-/// Where the reports go by default: `target/demo/` of the repository.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join("demo")
-}
 
 /// One timeline sample.
 #[derive(Clone, Debug)]

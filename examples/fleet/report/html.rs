@@ -4,17 +4,9 @@
 use super::text::row;
 use super::{bars, f2, Point, Run};
 use crate::plan::Kind;
-use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine, Sample, Span, Style, Timeline};
+use elastic_cpu_examples::report::html::{self, esc, Table};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine, Sample, Span, Timeline};
 use std::fmt::Write as _;
-
-const STYLE: Style = Style {
-    height: 210.0,
-    step_stroke: "#555",
-    legend_slot: 80.0,
-    log_thirds: true,
-    short_run_tick_secs: 10.0,
-};
 
 /// A colour per node (the charts draw at most this many).
 const NODE_COLORS: [&str; crate::args::MAX_NODES] = [
@@ -95,7 +87,7 @@ impl Run {
                 p.kind.name(),
             )
         });
-        let tl = Timeline::new(&STYLE, spans, &samples);
+        let tl = Timeline::new(spans, &samples);
         let lines: Vec<Line<Multi>> = self
             .nodes
             .iter()
@@ -114,8 +106,6 @@ impl Run {
             "elastic-cpu: nodes that differ find their own elastic CPU levels",
             self.interrupted,
         );
-        // The charts shrink to the window (they keep their aspect through their viewBox).
-        h.push_str("<style>svg{max-width:100%;height:auto}</style>");
         let _ = write!(
             h,
             "<div class=\"note\">{} node processes on one machine of {} CPUs, each in a cgroup of its own with a CPU quota \
@@ -141,38 +131,20 @@ impl Run {
                 "in the figures (no real-time watchdog)"
             },
         );
-        h.push_str("<h2>Per node</h2><table><tr>");
-        for c in [
-            "node",
-            "quota",
-            "fg CPU",
-            "spare",
-            "baseline p99",
-            "paced p99",
-            "ratio",
-            "throttled %",
-            "quota brake %",
-            "limit at rest",
-            "elastic CPUs at rest",
-            "rows",
-            "ledger",
-            "/ spare",
-            "step: limit before &gt; during &gt; after",
-            "moved within",
-        ] {
-            let _ = write!(h, "<th>{c}</th>");
-        }
-        h.push_str("</tr>");
+        h.push_str("<h2>Per node</h2>");
+        let mut t = Table::new(
+            "node|quota|fg CPU|spare|baseline p99|paced p99|ratio|throttled %|quota brake %|\
+             limit at rest|elastic CPUs at rest|rows|ledger|/ spare|\
+             step: limit before &gt; during &gt; after|moved within"
+                .split('|'),
+        );
         for f in &figs {
-            h.push_str("<tr>");
-            for cell in row(f) {
-                let _ = write!(h, "<td>{}</td>", esc(&cell));
-            }
-            h.push_str("</tr>");
+            t.row(row(f).iter().map(|cell| esc(cell)));
         }
+        h.push_str(&t.finish());
         let _ = write!(
             h,
-            "</table><div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
+            "<div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
              paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the node's CPUs at rest over \
              its baseline; rows: the scan's rows over the rows a CPU-second encodes (measured by the node alone, at its best, \
              before its quota bound: a lower bound); ledger: the elastic CPU the library's ledger charged; throttled %: of the CFS periods while \

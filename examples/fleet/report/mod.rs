@@ -9,7 +9,6 @@ use crate::plan::{Kind, Plan, Window};
 use elastic_cpu_examples::latency::Latency;
 use elastic_cpu_examples::report::Bar;
 use elastic_cpu_examples::stats::mean;
-use std::path::PathBuf;
 
 /// Largest ratio of a node's paced p99 to its baseline p99.
 pub const P99_RATIO_BAR: f64 = 1.5;
@@ -474,11 +473,6 @@ pub fn bars(figs: &[NodeFigures]) -> Vec<Bar> {
         },
     ));
     out
-}
-
-/// Where the reports go without `--json` / `--html`.
-pub fn default_dir() -> PathBuf {
-    PathBuf::from("target/fleet")
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! The HTML report: the run's settings, the bars, the summary per phase and per round, and the
-//! plots over time.
+//! plots over time (the phases shaded in their colours).
 
 use super::{Point, Report};
+use crate::args::Kind;
 use elastic_cpu_examples::latency::{fmt_us, fmt_us_list};
-use elastic_cpu_examples::report::html::{self, esc};
-use elastic_cpu_examples::report::svg::{Axis, Line, RefLine};
+use elastic_cpu_examples::report::html::{self, esc, Cell, Table};
+use elastic_cpu_examples::report::plot::{Axis, Line, RefLine, Span, Timeline};
 use std::fmt::Write as _;
 
 impl Report {
@@ -36,38 +37,39 @@ impl Report {
 
         let _ = write!(
             h,
-            "<h2>Summary per phase (rounds merged)</h2><div class=\"note\">capacity: {} setups/s beside the calm foreground.</div>\
-             <table><tr><th>phase</th><th>requests</th><th>est. p50</th><th>est. p99</th><th>p99 / calm</th><th>p99 per round</th><th>setups/s</th><th>/ capacity</th>\
-             <th>rejected/s</th><th>expired/s</th><th>wasted setup CPU</th><th>client timeouts/s</th><th>static rate</th><th>gate share</th></tr>",
+            "<h2>Summary per phase (rounds merged)</h2><div class=\"note\">capacity: {} setups/s beside the calm foreground.</div>",
             self.capacity.map_or("-".into(), |c| format!("{c:.0}"))
+        );
+        let mut t = Table::new(
+            "phase|requests|est. p50|est. p99|p99 / calm|p99 per round|setups/s|/ capacity|\
+             rejected/s|expired/s|wasted setup CPU|client timeouts/s|static rate|gate share"
+                .split('|'),
         );
         let calm = self.find("calm").and_then(|p| p.fg.p99_us);
         for p in &self.phases {
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td><b>{}</b></td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td></tr>",
+            t.row([
                 esc(&p.name),
-                p.fg.requests,
+                p.fg.requests.to_string(),
                 fmt_us(p.fg.p50_us),
-                fmt_us(p.fg.p99_us),
+                format!("<b>{}</b>", fmt_us(p.fg.p99_us)),
                 match (p.fg.p99_us, calm) {
                     (Some(x), Some(c)) => format!("{:.2}x", x / c),
                     _ => "-".into(),
                 },
                 fmt_us_list(&p.p99_rounds, ", "),
-                p.completed_per_sec(),
-                self.capacity
+                format!("{:.0}", p.completed_per_sec()),
+                (self.capacity)
                     .map_or("-".into(), |c| format!("{:.2}x", p.completed_per_sec() / c)),
-                p.rejected_per_sec(),
-                p.expired_per_sec(),
-                p.wasted_cpu_share()
-                    .map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
-                p.per_sec(p.clients[1]),
+                format!("{:.0}", p.rejected_per_sec()),
+                format!("{:.0}", p.expired_per_sec()),
+                (p.wasted_cpu_share()).map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
+                format!("{:.0}", p.per_sec(p.clients[1])),
                 p.static_rate.map_or("-".into(), |r| format!("{r:.0}/s")),
-                p.share_mean.map_or("-".into(), |s| format!("{s:.2}"))
-            );
+                p.share_mean.map_or("-".into(), |s| format!("{s:.2}")),
+            ]);
         }
-        h.push_str("</table><div class=\"note\">est.: established connections' request latency from the intended send time. setups/s: setups finished while \
+        h.push_str(&t.finish());
+        h.push_str("<div class=\"note\">est.: established connections' request latency from the intended send time. setups/s: setups finished while \
             their client still waited. wasted setup CPU: the share of setup CPU spent on setups that finished after their client had given up. \
             rejected: turned away at once with a retry-after hint (static: over the rate; gated: queue full or could not start within the deadline); \
             expired: waited in the gate past its deadline and dropped before any setup CPU.</div>");
@@ -141,38 +143,65 @@ impl Report {
         h.push_str("<div class=\"note\">Shading: phases; dotted lines: the storm's steps (connection demand 0.3x, 1x the peak; the foreground 1.5x from \
             the middle; back down; in calm, its foreground steps only). Each point is one second.</div>");
 
-        h.push_str("<h2>Rounds</h2><table><tr><th>phase</th><th>round</th><th>est. p99</th><th>setups/s</th><th>rejected/s</th><th>expired/s</th><th>wasted</th><th>gate share</th><th>pauses (requests left out)</th></tr>");
+        h.push_str("<h2>Rounds</h2>");
+        let mut t = Table::new(
+            "phase|round|est. p99|setups/s|rejected/s|expired/s|wasted|gate share|\
+             pauses (requests left out)"
+                .split('|'),
+        );
         for s in &self.segments {
+            let (phase, round) = (
+                Cell::new(s.kind.name()),
+                Cell::new(format!("{}", s.round + 1)),
+            );
             if let Some(why) = &s.skipped {
-                let _ = write!(
-                    h,
-                    "<tr><td>{}</td><td>{}</td><td colspan=\"7\" class=\"na\">skipped: {}</td></tr>",
-                    s.kind.name(),
-                    s.round + 1,
-                    esc(why)
-                );
+                let skipped = Cell::new(format!("skipped: {}", esc(why)));
+                t.row([phase, round, skipped.class("na").span(7)]);
                 continue;
             }
             let secs = s.measured_secs.max(1e-9);
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
-                s.kind.name(),
-                s.round + 1,
-                fmt_us(s.p99_us()),
-                s.completed_per_sec(),
-                s.setups.rejected as f64 / secs,
-                s.setups.expired as f64 / secs,
-                s.setups
-                    .wasted_share()
-                    .map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
-                s.share_mean.map_or("-".into(), |x| format!("{x:.2}")),
-                s.pauses,
-                s.left_out
-            );
+            t.row([
+                phase,
+                round,
+                Cell::new(fmt_us(s.p99_us())),
+                Cell::new(format!("{:.0}", s.completed_per_sec())),
+                Cell::new(format!("{:.0}", s.setups.rejected as f64 / secs)),
+                Cell::new(format!("{:.0}", s.setups.expired as f64 / secs)),
+                Cell::new(
+                    (s.setups.wasted_share()).map_or("-".into(), |w| format!("{:.1}%", w * 100.0)),
+                ),
+                Cell::new(s.share_mean.map_or("-".into(), |x| format!("{x:.2}"))),
+                Cell::new(format!("{} ({})", s.pauses, s.left_out)),
+            ]);
         }
-        h.push_str("</table>");
+        h.push_str(&t.finish());
         h.push_str(&html::foot(&m.command));
         h
+    }
+}
+
+/// The shading of a phase of this kind.
+fn fill(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Calm => "#e8eef7",
+        Kind::Capacity => "#eceff1",
+        Kind::Open => "#fbe9e7",
+        Kind::Static => "#fff4d6",
+        Kind::Gated => "#eef6e8",
+    }
+}
+
+impl Report {
+    /// The timeline to chart, every phase that ran shaded.
+    fn timeline(&self) -> Timeline<'_, Point> {
+        let spans = (self.segments.iter().filter(|p| p.skipped.is_none())).map(|p| {
+            Span::new(
+                p.start_ms..p.end_ms,
+                &p.step_ms,
+                fill(p.kind),
+                p.kind.name(),
+            )
+        });
+        Timeline::new(spans, &self.timeline)
     }
 }

@@ -1,11 +1,9 @@
 //! The report: the model (what was measured, each phase's rounds merged, the bars), and one
-//! module per output: the terminal summary (`text`), `json`, and `html` with its charts' look
-//! (`svg`).
+//! module per output: the terminal summary (`text`), `json`, and `html` with its charts.
 
 mod html;
 mod json;
 mod model;
-mod svg;
 mod text;
 
 pub use model::*;

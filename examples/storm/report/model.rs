@@ -6,19 +6,10 @@ use crate::setup::{Setup, Totals};
 use crate::Ctx;
 use elastic_cpu_examples::interrupt::stopped;
 use elastic_cpu_examples::latency::{fmt_us, new_hist, q_us, Latency};
-use elastic_cpu_examples::report::svg::Sample;
+use elastic_cpu_examples::report::plot::Sample;
 use elastic_cpu_examples::report::Bar;
 use elastic_cpu_examples::stats::mean;
 use hdrhistogram::Histogram;
-use std::path::PathBuf;
-
-/// Where the reports go by default: `target/storm/` (next to the build).
-pub fn default_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"));
-    target.join("storm")
-}
 
 /// One round of one phase.
 pub struct Segment {
