@@ -2,7 +2,7 @@
 //! of each crate form a graph without cycles, so each can be read (and tested) from the bottom
 //! up. A module "imports" another when its source names `crate::other` (in a `use`, a path, or a
 //! grouped `use crate::{other, ..}`); the crate root's re-exports are not edges. A module with a
-//! folder (`gate/`, `io_probe/`) is one node with the source of every file in it, and the files
+//! folder (the pacer's `grant/`, `signal/`, `gate/`; the probe's `io_probe/`) is one node with the source of every file in it, and the files
 //! of a folder form a graph of their own, by `super::sibling`.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -13,13 +13,13 @@ use elastic_cpu_core::{
 use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 
 use crate::governor::{self, Control, Governor, Plan};
-use crate::readings::Sources;
-use crate::running::RunningTime;
+use crate::grant::running::RunningTime;
+use crate::grant::shared::{QueueClock, Shared};
 use crate::settings::{
     Brake, Enforcement, Inputs, OutlierThreshold, Placement, Profile, Timing, DEFAULT_QUOTA_REREAD,
     DEFAULT_TARGET,
 };
-use crate::shared::{QueueClock, Shared};
+use crate::signal::readings::Sources;
 
 /// The shortest and longest governor tick ([`Steps::tick`](crate::settings::Steps::tick)).
 const MIN_TICK: Duration = Duration::from_millis(1);

@@ -15,18 +15,18 @@ use crate::builder::{BuildError, ElasticBuilder};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::Control;
+use crate::grant::paced::Paced;
+use crate::grant::pacer::Pacer;
+use crate::grant::shared::Shared;
 #[cfg(feature = "idle-pool")]
 use crate::idle::IdleRuntime;
-use crate::paced::Paced;
-use crate::pacer::Pacer;
 #[cfg(feature = "idle-pool")]
-use crate::placed::{OwnAbort, Placed};
+use crate::placement::placed::{OwnAbort, Placed};
 use crate::placement::Placer;
 #[cfg(feature = "idle-pool")]
 use crate::placement::{Environment, Route, Work};
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
-use crate::shared::Shared;
 use crate::snapshot::Snapshot;
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller

@@ -8,8 +8,8 @@ use elastic_cpu_core::decide::Hold;
 use elastic_cpu_core::Clock;
 
 use super::Governor;
-use crate::brake::{Brake, Change, BRAKE_POLL};
-use crate::quota_brake::{QuotaBrake, QuotaChange};
+use crate::quota::{QuotaBrake, QuotaChange};
+use crate::signal::brake::{Brake, Change, BRAKE_POLL};
 use crate::trace;
 
 /// Both brakes and their counts.

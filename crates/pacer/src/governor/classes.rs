@@ -7,10 +7,11 @@ use std::time::Duration;
 use elastic_cpu_core::decide::{ClassKind, ClassReading, Decider, Part};
 use elastic_cpu_core::SettingError;
 
-use super::link::{ClassQueue, Link};
+use super::link::Link;
 use super::Governor;
+use crate::grant::class_queue::ClassQueue;
+use crate::grant::shared::Shared;
 use crate::record::ClassRecord;
-use crate::shared::Shared;
 use crate::trace;
 
 /// A link to each class's queue, in the decision step's class order.

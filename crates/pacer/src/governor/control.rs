@@ -16,8 +16,8 @@ use tokio::runtime::Handle;
 use super::Governor;
 #[cfg(feature = "test-util")]
 use super::GovernorEnd;
+use crate::grant::shared::Shared;
 use crate::record::TickRecord;
-use crate::shared::Shared;
 use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 
 /// The governor as its thread and the `Elastic` handles share it: behind a lock, with the
@@ -217,7 +217,7 @@ impl Control {
 
     /// Whether the I/O wake-up input is on.
     pub(crate) fn io_input(&self) -> bool {
-        self.lock().sources.io.availability() != crate::readings::Availability::Off
+        self.lock().sources.io.availability() != crate::signal::readings::Availability::Off
     }
 
     /// Treat the cgroup in `dir` as the process's, with a quota of `cpus`.

@@ -27,10 +27,10 @@ use self::classes::Links;
 pub(crate) use self::control::Control;
 use self::host::HostState;
 pub(crate) use self::thread::spawn;
-use crate::readings::{Availability, Sources};
+use crate::grant::shared::{QueueClock, Shared};
 use crate::record::TickRecord;
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
-use crate::shared::{QueueClock, Shared};
+use crate::signal::readings::{Availability, Sources};
 use crate::signal::{Signal, SignalStage};
 #[cfg(feature = "tracing")]
 use crate::trace;

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Control;
-use crate::shared::Shared;
+use crate::grant::shared::Shared;
 use crate::snapshot::GovernorState;
 
 /// The thread's name.

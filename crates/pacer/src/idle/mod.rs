@@ -23,7 +23,7 @@ use std::time::Duration;
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 
 pub use self::pool::{IdlePriority, IdleRuntime};
-use crate::shared::{Queue, Shared};
+use crate::grant::shared::{Queue, Shared};
 use elastic_cpu_core::decide::Limit;
 
 /// The idle class's target, as a multiple of the elastic target: the level at which the

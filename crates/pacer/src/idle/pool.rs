@@ -14,9 +14,9 @@ use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
 use super::watch::{PoolWatch, PULSE};
-use crate::paced::Paced;
-use crate::shared::Shared;
-use crate::thread_class;
+use crate::grant::paced::Paced;
+use crate::grant::shared::Shared;
+use crate::grant::thread_class;
 
 /// How long [`Elastic::idle_runtime`] waits for its worker threads to start and report the
 /// priority they got (they start at once; this only bounds a stuck OS).

@@ -18,6 +18,8 @@
 //! [`ARMED_FOR`] after the cgroup was throttled (always, when throttling is not watched);
 //! disarmed, the governor's ticks keep the window.
 
+pub(crate) mod cpus;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 

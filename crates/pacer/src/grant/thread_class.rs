@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::Weak;
 
-use crate::shared::Shared;
+use super::shared::Shared;
 
 /// The idle class of the `Elastic` whose pool this thread belongs to.
 #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
@@ -56,7 +56,7 @@ pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
 }
 
 /// On an idle pool's thread: its class's look at the runtime's workers, if one is due
-/// ([`Unstack`](crate::unstack::Unstack)), for work that reaches no class quantum there (a
+/// ([`Unstack`](super::unstack::Unstack)), for work that reaches no class quantum there (a
 /// connection gate's setups). Elsewhere nothing.
 #[cfg_attr(not(feature = "gate"), allow(dead_code))]
 pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {

@@ -14,14 +14,17 @@
 //! total. A runtime with more workers than CPUs sends it to the pool from the start: there the
 //! OS picks which worker runs, and only idle priority makes it pick the foreground's.
 
+#[cfg(feature = "idle-pool")]
+pub(crate) mod placed;
+
 use std::fmt;
 use std::sync::Arc;
 #[cfg(feature = "idle-pool")]
 use std::sync::{Mutex, MutexGuard};
 
+use crate::grant::long_polls::LongPolls;
 #[cfg(feature = "idle-pool")]
 use crate::idle::{IdlePriority, IdleRuntime};
-use crate::long_polls::LongPolls;
 use crate::settings::Placement;
 
 /// Why elastic work goes where it goes.

@@ -22,6 +22,19 @@
 //!
 //! [`WorkQueue::done`]: elastic_cpu_core::WorkQueue::done
 
+mod charged;
+pub(crate) mod class_queue;
+pub(crate) mod long_polls;
+mod nesting;
+pub(crate) mod paced;
+pub(crate) mod pacer;
+pub(crate) mod quantum;
+pub(crate) mod running;
+pub(crate) mod shared;
+mod slots;
+pub(crate) mod thread_class;
+mod unstack;
+
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -30,11 +43,10 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
-use crate::nesting;
-use crate::quantum::{may_run_on, CoreYield};
-use crate::running::{RunningClock, RunningTime, LONG_RUN};
-use crate::shared::{QueueClock, Shared};
-use crate::slots::Slot;
+use self::quantum::{may_run_on, CoreYield};
+use self::running::{RunningClock, RunningTime, LONG_RUN};
+use self::shared::{QueueClock, Shared};
+use self::slots::Slot;
 
 /// The grant an adapter holds, and the running time charged to it.
 pub(crate) struct GrantState {
@@ -122,7 +134,7 @@ impl GrantState {
                     // `Elastic::spawn` moves to the pool carries the adapters it drives.
                     #[cfg(feature = "idle-pool")]
                     if !self.shared.is_idle() {
-                        if let Some(idle) = crate::thread_class::class_for(&self.shared) {
+                        if let Some(idle) = self::thread_class::class_for(&self.shared) {
                             self.shared = idle;
                         }
                     }

@@ -3,11 +3,13 @@
 //! steer it ([`Inputs`]), how grants are held and timed ([`Enforcement`], [`Timing`]) and the
 //! backlog brake ([`Brake`]). Each group has one setter; its `Default` is the library's default.
 
+mod class;
+
 use std::time::Duration;
 
 use elastic_cpu_core::ControllerConfig;
 
-pub use crate::class_settings::{ClassSettings, DEFAULT_CLASS};
+pub use self::class::{ClassSettings, DEFAULT_CLASS};
 
 /// How fast the share moves: a named set of [`Steps`], or steps of your own.
 ///

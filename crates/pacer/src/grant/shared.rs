@@ -11,14 +11,14 @@ use elastic_cpu_core::ManualClock;
 use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue, MIN_SLICE};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
-use crate::charged::Charged;
-use crate::governor::link::ClassQueue;
-use crate::long_polls::LongPolls;
-use crate::quantum::CoreYield;
-use crate::running::RunningTime;
+use super::charged::Charged;
+use super::class_queue::ClassQueue;
+use super::long_polls::LongPolls;
+use super::quantum::CoreYield;
+use super::running::RunningTime;
+use super::slots::Slots;
+use super::unstack::Unstack;
 use crate::settings::Enforcement;
-use crate::slots::Slots;
-use crate::unstack::Unstack;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -118,7 +118,7 @@ impl Shared {
     }
 
     /// What a quantum's yield does with the thread's CPU
-    /// ([`yield_to_scheduler`](crate::quantum::yield_to_scheduler)).
+    /// ([`yield_to_scheduler`](super::quantum::yield_to_scheduler)).
     #[inline]
     pub(crate) fn core_yield(&self) -> CoreYield<'_> {
         match (&self.unstack, self.os_yield) {

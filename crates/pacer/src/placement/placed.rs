@@ -14,11 +14,11 @@ use elastic_cpu_core::{Clock, ThreadCpuClock};
 
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::grant::paced::Paced;
+use crate::grant::shared::Shared;
 use crate::idle::watch::{PoolWatch, Recall};
 use crate::idle::IdleRuntime;
-use crate::paced::Paced;
 use crate::placement::Placer;
-use crate::shared::Shared;
 
 /// The spawned task's own abort handle, set right after the spawn: a moved task whose pool task
 /// was cancelled (the pool shut down) ends cancelled too.

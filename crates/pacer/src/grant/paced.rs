@@ -9,11 +9,11 @@ use std::time::Duration;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::nesting;
+use super::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
+use super::running::{Mark, RunningTime, LONG_RUN};
+use super::shared::Shared;
 use crate::grant::GrantState;
-use crate::nesting;
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
-use crate::running::{Mark, RunningTime, LONG_RUN};
-use crate::shared::Shared;
 use elastic_cpu_core::{Clock, ThreadCpuClock};
 
 /// A stream's run of items between two yields, on an idle pool's thread: the thread's CPU
@@ -190,7 +190,7 @@ impl Slot {
         }
         let shared = self.grant.shared();
         self.stretch = if matches!(shared.running, RunningTime::Adaptive)
-            && crate::thread_class::on_idle_pool()
+            && super::thread_class::on_idle_pool()
         {
             ItemStretch::On {
                 cpu: ThreadCpuClock.now(),

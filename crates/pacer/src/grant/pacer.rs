@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
+use super::quantum::{requeue_behind_woken, yield_to_scheduler};
+use super::shared::Shared;
 use crate::grant::{GrantState, Phase, Step};
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler};
-use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
 ///
