@@ -18,16 +18,16 @@ use crate::governor::Control;
 use crate::grant::paced::Paced;
 use crate::grant::pacer::Pacer;
 use crate::grant::shared::Shared;
-#[cfg(feature = "idle-pool")]
-use crate::idle::IdleRuntime;
-#[cfg(feature = "idle-pool")]
-use crate::placement::placed::{OwnAbort, Placed};
 use crate::placement::Placer;
-#[cfg(feature = "idle-pool")]
-use crate::placement::{Environment, Route, Work};
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
 use crate::snapshot::Snapshot;
+
+cfg_idle_pool! {
+    use crate::idle::IdleRuntime;
+    use crate::placement::placed::{OwnAbort, Placed};
+    use crate::placement::{Environment, Route, Work};
+}
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
 /// that decides the share (the part of the CPUs elastic work may use), and the token bucket

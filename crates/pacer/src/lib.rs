@@ -40,6 +40,9 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[macro_use]
+mod macros;
+
 mod builder;
 mod elastic;
 mod ext;
@@ -48,9 +51,10 @@ mod ext;
 pub mod gate;
 mod governor;
 mod grant;
-#[cfg(feature = "idle-pool")]
-#[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
-pub mod idle;
+cfg_idle_pool! {
+    #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
+    pub mod idle;
+}
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;

@@ -19,9 +19,6 @@ pub(super) struct Links {
     links: Vec<Link>,
     /// The last tick's readings (kept to reuse their memory).
     scratch: Vec<ClassReading>,
-    /// The idle class's pacing state, while it lives.
-    #[cfg(feature = "idle-pool")]
-    idle: Weak<Shared>,
     /// Member classes and gates made so far (their numbers).
     members_made: usize,
     #[cfg(feature = "gate")]
@@ -35,8 +32,6 @@ impl Links {
         Links {
             links: vec![Link::new(ClassKind::Elastic, queue, decider.group_share())],
             scratch: Vec::new(),
-            #[cfg(feature = "idle-pool")]
-            idle: Weak::new(),
             members_made: 0,
             #[cfg(feature = "gate")]
             gates_made: 0,
@@ -169,32 +164,34 @@ impl Governor {
         Ok(shared)
     }
 
-    /// The idle class of `parent`: the one made before while it lives, else a new one.
-    #[cfg(feature = "idle-pool")]
-    pub(super) fn idle_class(&mut self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
-        if let Some(shared) = self.classes.idle.upgrade() {
-            return Ok(shared);
+    cfg_idle_pool! {
+        /// A new idle class of `parent` (the `Control` hands out the one made before while it
+        /// lives).
+        pub(super) fn idle_class(
+            &mut self,
+            parent: &Arc<Shared>,
+        ) -> Result<Arc<Shared>, SettingError> {
+            let start = crate::idle::IdleStart {
+                elastic_share: self.decider.group_share(),
+                fixed: self.decider.fixed(),
+                quota: self.decider.in_quota(),
+            };
+            let rate = self.decider.elastic_rate(start.initial_share());
+            let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), rate);
+            let controller = self.decider.controller();
+            let (shared, limit) = crate::idle::create(parent, queue, controller, start)?;
+            let queue: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
+            let share = limit.share();
+            let floor = self.decider.controller().min_share;
+            let cap_holders = self.decider.cap_holders();
+            let at = self
+                .decider
+                .add_solo(ClassKind::Idle, limit, floor, cap_holders);
+            self.classes
+                .insert(at, Link::new(ClassKind::Idle, queue, share), self.closed);
+            self.apply();
+            Ok(shared)
         }
-        let start = crate::idle::IdleStart {
-            elastic_share: self.decider.group_share(),
-            fixed: self.decider.fixed(),
-            quota: self.decider.in_quota(),
-        };
-        let rate = self.decider.elastic_rate(start.initial_share());
-        let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), rate);
-        let (shared, limit) = crate::idle::create(parent, queue, self.decider.controller(), start)?;
-        self.classes.idle = Arc::downgrade(&shared);
-        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
-        let share = limit.share();
-        let floor = self.decider.controller().min_share;
-        let cap_holders = self.decider.cap_holders();
-        let at = self
-            .decider
-            .add_solo(ClassKind::Idle, limit, floor, cap_holders);
-        self.classes
-            .insert(at, Link::new(ClassKind::Idle, queue, share), self.closed);
-        self.apply();
-        Ok(shared)
     }
 
     /// A new connection gate, steered from now on with the other classes.

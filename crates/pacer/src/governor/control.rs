@@ -3,9 +3,7 @@
 #[cfg(feature = "test-util")]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-#[cfg(feature = "idle-pool")]
-use std::sync::Weak;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -25,8 +23,8 @@ use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 pub(crate) struct Control {
     governor: Mutex<Governor>,
     record: Mutex<Arc<TickRecord>>,
-    /// The idle class, for snapshots (read without the governor's lock).
-    #[cfg(feature = "idle-pool")]
+    /// The idle class while it lives: the one `idle_class` hands out again, and what snapshots
+    /// read (without the governor's lock). Always empty without the idle pool.
     idle: Mutex<Weak<Shared>>,
     /// The governor thread, until it is joined.
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
@@ -66,7 +64,6 @@ impl Control {
         Control {
             governor: Mutex::new(governor),
             record: Mutex::new(record),
-            #[cfg(feature = "idle-pool")]
             idle: Mutex::new(Weak::new()),
             thread: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -245,14 +242,23 @@ impl Control {
         })
     }
 
-    /// [`Governor::idle_class`].
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn idle_class(&self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
-        self.change(|g| {
-            let class = g.idle_class(parent)?;
-            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
-            Ok(class)
-        })
+    cfg_idle_pool! {
+        /// The idle class of `parent`: the one made before while it lives, else a new one
+        /// ([`Governor::idle_class`]).
+        pub(crate) fn idle_class(
+            &self,
+            parent: &Arc<Shared>,
+        ) -> Result<Arc<Shared>, SettingError> {
+            self.change(|g| {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(class) = idle.upgrade() {
+                    return Ok(class);
+                }
+                let class = g.idle_class(parent)?;
+                *idle = Arc::downgrade(&class);
+                Ok(class)
+            })
+        }
     }
 
     /// [`Governor::add_gate`].
@@ -286,15 +292,11 @@ impl Control {
 
     /// Everything at once: the record, the probe `window`, the queue ledgers.
     pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
-        #[cfg(feature = "idle-pool")]
         let idle = (self.idle.lock().unwrap_or_else(|p| p.into_inner())).upgrade();
-        #[cfg(feature = "idle-pool")]
         let (idle_queue, idle_unstacked) = idle.map_or((None, 0), |class| {
             let moved = class.unstack.as_ref().map_or(0, |u| u.moved());
             (Some(class.queue.snapshot()), moved)
         });
-        #[cfg(not(feature = "idle-pool"))]
-        let (idle_queue, idle_unstacked) = (None, 0);
         let mut s = Snapshot::new(
             &self.record(),
             window,

@@ -80,7 +80,6 @@ impl LongPolls {
     }
 
     /// Whether elastic work's time came mostly in long polls (then it stays so).
-    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     #[inline]
     pub(crate) fn mostly(&self) -> bool {
         self.mostly.load(Ordering::Relaxed)

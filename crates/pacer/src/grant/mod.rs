@@ -32,8 +32,17 @@ pub(crate) mod quantum;
 pub(crate) mod running;
 pub(crate) mod shared;
 mod slots;
-pub(crate) mod thread_class;
-mod unstack;
+
+cfg_idle_pool! {
+    pub(crate) mod thread_class;
+    mod unstack;
+    pub(crate) use self::unstack::Unstack;
+}
+cfg_not_idle_pool! {
+    pub(crate) mod no_idle_pool;
+    pub(crate) use self::no_idle_pool as thread_class;
+    pub(crate) use self::no_idle_pool::Unstack;
+}
 
 use std::mem;
 use std::sync::Arc;
@@ -132,7 +141,6 @@ impl GrantState {
                     // On an idle pool's thread, work paced by its `Elastic` is idle work, for good
                     // (module `thread_class`). Checked at each admission until then: a future
                     // `Elastic::spawn` moves to the pool carries the adapters it drives.
-                    #[cfg(feature = "idle-pool")]
                     if !self.shared.is_idle() {
                         if let Some(idle) = self::thread_class::class_for(&self.shared) {
                             self.shared = idle;

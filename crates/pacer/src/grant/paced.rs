@@ -264,10 +264,11 @@ impl<F> Paced<F> {
         }
     }
 
-    /// The future, unpaced: the grant it held is settled.
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn into_inner(self) -> F {
-        self.inner
+    cfg_idle_pool! {
+        /// The future, unpaced: the grant it held is settled.
+        pub(crate) fn into_inner(self) -> F {
+            self.inner
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use super::long_polls::LongPolls;
 use super::quantum::CoreYield;
 use super::running::RunningTime;
 use super::slots::Slots;
-use super::unstack::Unstack;
+use super::Unstack;
 use crate::settings::Enforcement;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
@@ -159,34 +159,35 @@ impl Shared {
         }
     }
 
-    /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
-    /// the rest as `parent`'s.
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn idle_class(parent: &Arc<Shared>, queue: Queue, quantum: Duration) -> Shared {
-        Shared {
-            queue,
-            slice: parent.slice,
-            asks: AtomicU64::new(nanos(parent.slice)),
-            quantum,
-            // At idle priority the kernel hands the core to any thread placed on it at once;
-            // what it does not always do is place a waiting worker on it (see `Unstack`).
-            os_yield: false,
-            os_yields: AtomicU64::new(0),
-            unstack_on: parent.unstack_on,
-            unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
-            long_polls: Arc::default(),
-            running: parent.running.clone(),
-            probe: parent.probe.clone(),
-            charged: Charged::default(),
-            // The idle pool's threads are not the foreground's: the run-queue signal reads the
-            // parent's registry only.
-            threads: ThreadRegistry::new(),
-            braked: AtomicBool::new(false),
-            governor_thread: OnceLock::new(),
-            samplers: Mutex::new(Vec::new()),
-            parent: Some(parent.clone()),
-            idle: true,
-            slots: None,
+    cfg_idle_pool! {
+        /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
+        /// the rest as `parent`'s.
+        pub(crate) fn idle_class(parent: &Arc<Shared>, queue: Queue, quantum: Duration) -> Shared {
+            Shared {
+                queue,
+                slice: parent.slice,
+                asks: AtomicU64::new(nanos(parent.slice)),
+                quantum,
+                // At idle priority the kernel hands the core to any thread placed on it at once;
+                // what it does not always do is place a waiting worker on it (see `Unstack`).
+                os_yield: false,
+                os_yields: AtomicU64::new(0),
+                unstack_on: parent.unstack_on,
+                unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
+                long_polls: Arc::default(),
+                running: parent.running.clone(),
+                probe: parent.probe.clone(),
+                charged: Charged::default(),
+                // The idle pool's threads are not the foreground's: the run-queue signal reads the
+                // parent's registry only.
+                threads: ThreadRegistry::new(),
+                braked: AtomicBool::new(false),
+                governor_thread: OnceLock::new(),
+                samplers: Mutex::new(Vec::new()),
+                parent: Some(parent.clone()),
+                idle: true,
+                slots: None,
+            }
         }
     }
 
@@ -223,7 +224,6 @@ impl Shared {
     }
 
     /// Whether this is an idle pool's class.
-    #[cfg(feature = "idle-pool")]
     #[inline]
     pub(crate) fn is_idle(&self) -> bool {
         self.idle

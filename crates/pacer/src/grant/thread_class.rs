@@ -1,17 +1,15 @@
 //! Which idle class, if any, the current thread belongs to: an idle pool's threads note their
 //! `Elastic`'s idle class as they start, and paced work admitted there moves to that class for
 //! good (work moves from the runtime to the pool, never back). Without the feature `idle-pool`
-//! no thread is one.
+//! no thread is one (`no_idle_pool.rs` stands in).
 
 use std::cell::RefCell;
-#[cfg(feature = "idle-pool")]
 use std::sync::Arc;
 use std::sync::Weak;
 
 use super::shared::Shared;
 
 /// The idle class of the `Elastic` whose pool this thread belongs to.
-#[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
 struct IdleThread {
     /// The `Elastic`'s own class, by address (compared, never dereferenced).
     parent: *const Shared,
@@ -24,7 +22,6 @@ thread_local! {
 }
 
 /// Mark the calling thread as one of `parent`'s idle pool, whose class is `idle`.
-#[cfg(feature = "idle-pool")]
 pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
     IDLE.with(|t| {
         *t.borrow_mut() = Some(IdleThread {
@@ -42,7 +39,6 @@ pub(crate) fn on_idle_pool() -> bool {
 
 /// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
 /// `shared`'s idle pool, else `None` (work stays in its class).
-#[cfg(feature = "idle-pool")]
 pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
     IDLE.with(|t| {
         let t = t.borrow();
@@ -60,13 +56,8 @@ pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
 /// connection gate's setups). Elsewhere nothing.
 #[cfg_attr(not(feature = "gate"), allow(dead_code))]
 pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {
-    #[cfg(feature = "idle-pool")]
-    {
-        let idle = IDLE.with(|t| t.borrow().as_ref().and_then(|t| t.idle.upgrade()));
-        if let Some(unstack) = idle.as_ref().and_then(|class| class.unstack.as_ref()) {
-            unstack.at_quantum(quantum);
-        }
+    let idle = IDLE.with(|t| t.borrow().as_ref().and_then(|t| t.idle.upgrade()));
+    if let Some(unstack) = idle.as_ref().and_then(|class| class.unstack.as_ref()) {
+        unstack.at_quantum(quantum);
     }
-    #[cfg(not(feature = "idle-pool"))]
-    let _ = quantum;
 }
