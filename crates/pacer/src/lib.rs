@@ -46,9 +46,10 @@ mod macros;
 mod builder;
 mod elastic;
 mod ext;
-#[cfg(feature = "gate")]
-#[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
-pub mod gate;
+cfg_gate! {
+    #[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
+    pub mod gate;
+}
 mod governor;
 mod grant;
 cfg_idle_pool! {

@@ -21,3 +21,13 @@ macro_rules! cfg_not_idle_pool {
         )*
     };
 }
+
+/// Items that exist only with the connection gate (feature `gate`).
+macro_rules! cfg_gate {
+    ($($item:item)*) => {
+        $(
+            #[cfg(feature = "gate")]
+            $item
+        )*
+    };
+}

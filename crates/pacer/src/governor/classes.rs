@@ -194,34 +194,35 @@ impl Governor {
         }
     }
 
-    /// A new connection gate, steered from now on with the other classes.
-    #[cfg(feature = "gate")]
-    pub(super) fn add_gate(
-        &mut self,
-        shared: &Shared,
-        settings: &crate::gate::GateSettings,
-    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
-        let id = self.classes.gates_made;
-        let (gate, limit, floor, cap_holders) = crate::gate::class::create(
-            settings,
-            crate::gate::class::GateParts {
-                controller: self.decider.controller(),
-                clock: self.clock.clone(),
-                running: shared.running.clone(),
-                quantum: shared.quantum,
-                os_yield: shared.os_yield,
-                cpus: self.decider.cpus(),
-                id,
-            },
-        )?;
-        self.classes.gates_made += 1;
-        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&gate) as Weak<dyn ClassQueue>;
-        let kind = ClassKind::Gate(id);
-        let share = limit.share();
-        let at = self.decider.add_solo(kind, limit, floor, cap_holders);
-        self.classes
-            .insert(at, Link::new(kind, queue, share), self.closed);
-        self.apply();
-        Ok(gate)
+    cfg_gate! {
+        /// A new connection gate, steered from now on with the other classes.
+        pub(super) fn add_gate(
+            &mut self,
+            shared: &Shared,
+            settings: &crate::gate::GateSettings,
+        ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+            let id = self.classes.gates_made;
+            let (gate, limit, floor, cap_holders) = crate::gate::class::create(
+                settings,
+                crate::gate::class::GateParts {
+                    controller: self.decider.controller(),
+                    clock: self.clock.clone(),
+                    running: shared.running.clone(),
+                    quantum: shared.quantum,
+                    os_yield: shared.os_yield,
+                    cpus: self.decider.cpus(),
+                    id,
+                },
+            )?;
+            self.classes.gates_made += 1;
+            let queue: Weak<dyn ClassQueue> = Arc::downgrade(&gate) as Weak<dyn ClassQueue>;
+            let kind = ClassKind::Gate(id);
+            let share = limit.share();
+            let at = self.decider.add_solo(kind, limit, floor, cap_holders);
+            self.classes
+                .insert(at, Link::new(kind, queue, share), self.closed);
+            self.apply();
+            Ok(gate)
+        }
     }
 }

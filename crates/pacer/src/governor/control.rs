@@ -261,14 +261,15 @@ impl Control {
         }
     }
 
-    /// [`Governor::add_gate`].
-    #[cfg(feature = "gate")]
-    pub(crate) fn add_gate(
-        &self,
-        shared: &Shared,
-        settings: &crate::gate::GateSettings,
-    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
-        self.change(|g| g.add_gate(shared, settings))
+    cfg_gate! {
+        /// [`Governor::add_gate`].
+        pub(crate) fn add_gate(
+            &self,
+            shared: &Shared,
+            settings: &crate::gate::GateSettings,
+        ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+            self.change(|g| g.add_gate(shared, settings))
+        }
     }
 
     /// [`Governor::set_share`].

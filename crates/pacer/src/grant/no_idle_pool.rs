@@ -17,9 +17,10 @@ pub(crate) fn class_for(_shared: &Arc<Shared>) -> Option<Arc<Shared>> {
     None
 }
 
-/// An idle pool thread's look at the runtime's workers: there is none.
-#[cfg_attr(not(feature = "gate"), allow(dead_code))]
-pub(crate) fn unstack_at_quantum(_quantum: Duration) {}
+cfg_gate! {
+    /// An idle pool thread's look at the runtime's workers: there is none.
+    pub(crate) fn unstack_at_quantum(_quantum: Duration) {}
+}
 
 /// An idle class's look at the runtime's workers, of which there is none: the type has no
 /// values, so a class's `Option<Unstack>` is always `None`.

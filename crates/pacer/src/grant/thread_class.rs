@@ -51,13 +51,14 @@ pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
     })
 }
 
-/// On an idle pool's thread: its class's look at the runtime's workers, if one is due
-/// ([`Unstack`](super::unstack::Unstack)), for work that reaches no class quantum there (a
-/// connection gate's setups). Elsewhere nothing.
-#[cfg_attr(not(feature = "gate"), allow(dead_code))]
-pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {
-    let idle = IDLE.with(|t| t.borrow().as_ref().and_then(|t| t.idle.upgrade()));
-    if let Some(unstack) = idle.as_ref().and_then(|class| class.unstack.as_ref()) {
-        unstack.at_quantum(quantum);
+cfg_gate! {
+    /// On an idle pool's thread: its class's look at the runtime's workers, if one is due
+    /// ([`Unstack`](super::unstack::Unstack)), for work that reaches no class quantum there (a
+    /// connection gate's setups). Elsewhere nothing.
+    pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {
+        let idle = IDLE.with(|t| t.borrow().as_ref().and_then(|t| t.idle.upgrade()));
+        if let Some(unstack) = idle.as_ref().and_then(|class| class.unstack.as_ref()) {
+            unstack.at_quantum(quantum);
+        }
     }
 }
