@@ -15,9 +15,9 @@ use crate::builder::{BuildError, ElasticBuilder};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::Control;
+use crate::grant::class_state::ClassState;
 use crate::grant::paced::Paced;
 use crate::grant::pacer::Pacer;
-use crate::grant::shared::Shared;
 use crate::placement::Placer;
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
@@ -79,7 +79,7 @@ cfg_idle_pool! {
 /// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<ClassState>,
     control: Arc<Control>,
     /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
     /// pool (whose threads hold `shared`) ends with the last handle.

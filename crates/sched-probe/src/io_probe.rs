@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use crate::config::ProbeConfig;
 use crate::runtime_load::RuntimeLoad;
 use crate::shared::nanos;
-use crate::slot::{Layout, Slot};
+use crate::slot::{Layout, RecordSlot};
 use crate::window::{Summary, WindowState};
 
 mod socket;
@@ -348,7 +348,7 @@ struct IoShared {
     max_backlog: u64,
     layout: Layout,
     /// One slot, in shared mode: written by the reader task wherever it runs (`fetch_add`).
-    slot: Slot,
+    slot: RecordSlot,
     window: Mutex<WindowState>,
 }
 
@@ -394,7 +394,7 @@ impl IoProbe {
             .saturating_mul(config.probe.intervals() as u32);
         let max_backlog = (window.as_nanos() / config.period.as_nanos().max(1)).max(1);
         let shared = Arc::new(IoShared {
-            slot: Slot::new(&layout, true),
+            slot: RecordSlot::new(&layout, true),
             window: Mutex::new(WindowState::new(&template, config.probe.intervals())),
             layout,
             max_backlog: u64::try_from(max_backlog).unwrap_or(u64::MAX),

@@ -11,7 +11,7 @@ use super::settings::Resolved;
 use crate::grant::class_queue::ClassQueue;
 use crate::grant::long_polls::LongPolls;
 use crate::grant::running::RunningTime;
-use crate::grant::shared::QueueClock;
+use crate::grant::class_state::QueueClock;
 use crate::record::{ClassKind, ClassRecord};
 
 /// One gate: its admission queue (the setup class's bucket), how setups are timed, and what

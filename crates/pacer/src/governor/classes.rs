@@ -10,7 +10,7 @@ use elastic_cpu_core::SettingError;
 use super::link::Link;
 use super::Governor;
 use crate::grant::class_queue::ClassQueue;
-use crate::grant::shared::Shared;
+use crate::grant::class_state::ClassState;
 use crate::record::ClassRecord;
 use crate::trace;
 
@@ -27,7 +27,7 @@ pub(super) struct Links {
 
 impl Links {
     /// The `Elastic`'s own class, the decision's first.
-    pub(super) fn new(own: &Arc<Shared>, decider: &Decider) -> Links {
+    pub(super) fn new(own: &Arc<ClassState>, decider: &Decider) -> Links {
         let queue: Weak<dyn ClassQueue> = Arc::downgrade(own) as Weak<dyn ClassQueue>;
         Links {
             links: vec![Link::new(ClassKind::Elastic, queue, decider.group_share())],
@@ -134,9 +134,9 @@ impl Governor {
     /// the next tick on. Fails on a bad setting or a name another class has.
     pub(super) fn add_member(
         &mut self,
-        root: &Arc<Shared>,
+        root: &Arc<ClassState>,
         settings: &crate::settings::ClassSettings,
-    ) -> Result<Arc<Shared>, SettingError> {
+    ) -> Result<Arc<ClassState>, SettingError> {
         settings.validate()?;
         if self.decider.has_member(settings.name()) {
             return Err(SettingError::new(
@@ -147,7 +147,7 @@ impl Governor {
         }
         // No tokens until the split gives it a part: it starts empty, not with a burst.
         let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), 0);
-        let shared = Arc::new(Shared::member_class(root, queue));
+        let shared = Arc::new(ClassState::member_class(root, queue));
         let weak: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
         let kind = ClassKind::Member(self.classes.members_made);
         self.classes.members_made += 1;
@@ -169,8 +169,8 @@ impl Governor {
         /// lives).
         pub(super) fn idle_class(
             &mut self,
-            parent: &Arc<Shared>,
-        ) -> Result<Arc<Shared>, SettingError> {
+            parent: &Arc<ClassState>,
+        ) -> Result<Arc<ClassState>, SettingError> {
             let start = crate::idle::IdleStart {
                 elastic_share: self.decider.group_share(),
                 fixed: self.decider.fixed(),
@@ -198,7 +198,7 @@ impl Governor {
         /// A new connection gate, steered from now on with the other classes.
         pub(super) fn add_gate(
             &mut self,
-            shared: &Shared,
+            shared: &ClassState,
             settings: &crate::gate::GateSettings,
         ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
             let id = self.classes.gates_made;

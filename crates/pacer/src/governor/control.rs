@@ -14,7 +14,7 @@ use tokio::runtime::Handle;
 use super::Governor;
 #[cfg(feature = "test-util")]
 use super::GovernorEnd;
-use crate::grant::shared::Shared;
+use crate::grant::class_state::ClassState;
 use crate::record::TickRecord;
 use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 
@@ -25,7 +25,7 @@ pub(crate) struct Control {
     record: Mutex<Arc<TickRecord>>,
     /// The idle class while it lives: the one `idle_class` hands out again, and what snapshots
     /// read (without the governor's lock). Always empty without the idle pool.
-    idle: Mutex<Weak<Shared>>,
+    idle: Mutex<Weak<ClassState>>,
     /// The governor thread, until it is joined.
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by [`shutdown`](Self::shutdown): the thread ends at its next wake-up.
@@ -103,7 +103,7 @@ impl Control {
 
     /// One governor tick, then the metrics export (outside the lock: an exporter may call back
     /// into the handle).
-    pub(crate) fn tick(&self, shared: &Shared, period: Duration) {
+    pub(crate) fn tick(&self, shared: &ClassState, period: Duration) {
         let mut g = self.lock();
         let record = g.tick(period);
         let steering = g.steering();
@@ -247,8 +247,8 @@ impl Control {
         /// ([`Governor::idle_class`]).
         pub(crate) fn idle_class(
             &self,
-            parent: &Arc<Shared>,
-        ) -> Result<Arc<Shared>, SettingError> {
+            parent: &Arc<ClassState>,
+        ) -> Result<Arc<ClassState>, SettingError> {
             self.change(|g| {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(class) = idle.upgrade() {
@@ -265,7 +265,7 @@ impl Control {
         /// [`Governor::add_gate`].
         pub(crate) fn add_gate(
             &self,
-            shared: &Shared,
+            shared: &ClassState,
             settings: &crate::gate::GateSettings,
         ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
             self.change(|g| g.add_gate(shared, settings))
@@ -285,14 +285,14 @@ impl Control {
     /// [`Governor::add_member`].
     pub(crate) fn add_member(
         &self,
-        root: &Arc<Shared>,
+        root: &Arc<ClassState>,
         settings: &crate::settings::ClassSettings,
-    ) -> Result<Arc<Shared>, SettingError> {
+    ) -> Result<Arc<ClassState>, SettingError> {
         self.change(|g| g.add_member(root, settings))
     }
 
     /// Everything at once: the record, the probe `window`, the queue ledgers.
-    pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
+    pub(crate) fn snapshot(&self, shared: &ClassState, window: Window) -> Snapshot {
         let idle = (self.idle.lock().unwrap_or_else(|p| p.into_inner())).upgrade();
         let (idle_queue, idle_unstacked) = idle.map_or((None, 0), |class| {
             let moved = class.unstack.as_ref().map_or(0, |u| u.moved());

@@ -27,7 +27,7 @@ use self::classes::Links;
 pub(crate) use self::control::Control;
 use self::host::HostState;
 pub(crate) use self::thread::spawn;
-use crate::grant::shared::{QueueClock, Shared};
+use crate::grant::class_state::{ClassState, QueueClock};
 use crate::record::TickRecord;
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
 use crate::signal::readings::{Availability, Sources};
@@ -106,7 +106,7 @@ impl Governor {
     /// The governor of `shared`, the `Elastic`'s own class.
     pub(crate) fn new(
         plan: Plan,
-        shared: &std::sync::Arc<Shared>,
+        shared: &std::sync::Arc<ClassState>,
     ) -> Result<Governor, SettingError> {
         let host = HostState::new(&plan);
         let mut settings = DeciderSettings::new(plan.controller, host.cpus);

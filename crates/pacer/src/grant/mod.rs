@@ -24,13 +24,13 @@
 
 mod charged;
 pub(crate) mod class_queue;
+pub(crate) mod class_state;
 pub(crate) mod long_polls;
 mod nesting;
 pub(crate) mod paced;
 pub(crate) mod pacer;
 pub(crate) mod quantum;
 pub(crate) mod running;
-pub(crate) mod shared;
 mod slots;
 
 cfg_idle_pool! {
@@ -52,21 +52,21 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
+use self::class_state::{ClassState, QueueClock};
 use self::quantum::{may_run_on, CoreYield};
 use self::running::{RunningClock, RunningTime, LONG_RUN};
-use self::shared::{QueueClock, Shared};
-use self::slots::Slot;
+use self::slots::SlotClaim;
 
 /// The grant an adapter holds, and the running time charged to it.
 pub(crate) struct GrantState {
-    shared: Arc<Shared>,
+    shared: Arc<ClassState>,
     state: State,
     /// Running time charged to the current grant (stretches and polls already finished).
     used: Duration,
     /// The held grant has yet to see whether it needs a slot.
     new_grant: bool,
     /// The slot held with the grant, or the wait for it.
-    slot: Option<Slot>,
+    slot: Option<SlotClaim>,
 }
 
 enum State {
@@ -107,7 +107,7 @@ pub(crate) enum Phase {
 }
 
 impl GrantState {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ClassState>) -> Self {
         GrantState {
             shared,
             state: State::Idle,
@@ -118,7 +118,7 @@ impl GrantState {
     }
 
     #[inline]
-    pub(crate) fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &ClassState {
         &self.shared
     }
 
@@ -172,9 +172,9 @@ impl GrantState {
         };
         loop {
             match &mut self.slot {
-                Some(Slot::Held(_)) => return true,
-                Some(Slot::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
-                    Poll::Ready(Ok(permit)) => self.slot = Some(Slot::Held(permit)),
+                Some(SlotClaim::Held(_)) => return true,
+                Some(SlotClaim::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
+                    Poll::Ready(Ok(permit)) => self.slot = Some(SlotClaim::Held(permit)),
                     // Closed when the governor stopped: the grant runs without.
                     Poll::Ready(Err(_)) => {
                         self.slot = None;

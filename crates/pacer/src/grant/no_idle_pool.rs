@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::shared::Shared;
+use super::class_state::ClassState;
 
 /// Whether the calling thread is one of an idle pool's: never.
 pub(crate) fn on_idle_pool() -> bool {
@@ -13,7 +13,7 @@ pub(crate) fn on_idle_pool() -> bool {
 }
 
 /// The idle class work paced by `shared` moves to on this thread: none.
-pub(crate) fn class_for(_shared: &Arc<Shared>) -> Option<Arc<Shared>> {
+pub(crate) fn class_for(_shared: &Arc<ClassState>) -> Option<Arc<ClassState>> {
     None
 }
 

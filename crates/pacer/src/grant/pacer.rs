@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
+use super::class_state::ClassState;
 use super::quantum::{requeue_behind_woken, yield_to_scheduler};
-use super::shared::Shared;
 use crate::grant::{GrantState, Phase, Step};
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
@@ -56,7 +56,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ClassState>) -> Self {
         Pacer {
             grant: GrantState::new(shared),
             thread: None,

@@ -7,14 +7,14 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::Weak;
 
-use super::shared::Shared;
+use super::class_state::ClassState;
 
 /// The idle class of the `Elastic` whose pool this thread belongs to.
 struct IdleThread {
     /// The `Elastic`'s own class, by address (compared, never dereferenced).
-    parent: *const Shared,
+    parent: *const ClassState,
     /// Its idle class (weak: a thread-local must not keep a pool's pacing state alive).
-    idle: Weak<Shared>,
+    idle: Weak<ClassState>,
 }
 
 thread_local! {
@@ -22,7 +22,7 @@ thread_local! {
 }
 
 /// Mark the calling thread as one of `parent`'s idle pool, whose class is `idle`.
-pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
+pub(crate) fn enter(parent: &Arc<ClassState>, idle: &Arc<ClassState>) {
     IDLE.with(|t| {
         *t.borrow_mut() = Some(IdleThread {
             parent: Arc::as_ptr(parent),
@@ -39,7 +39,7 @@ pub(crate) fn on_idle_pool() -> bool {
 
 /// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
 /// `shared`'s idle pool, else `None` (work stays in its class).
-pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
+pub(crate) fn class_for(shared: &Arc<ClassState>) -> Option<Arc<ClassState>> {
     IDLE.with(|t| {
         let t = t.borrow();
         let t = t.as_ref()?;

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use super::watch::{PoolWatch, PULSE};
 use crate::grant::paced::Paced;
-use crate::grant::shared::Shared;
+use crate::grant::class_state::ClassState;
 use crate::grant::thread_class;
 
 /// How long [`Elastic::idle_runtime`] waits for its worker threads to start and report the
@@ -207,7 +207,7 @@ pub struct IdleRuntime {
     /// Whether the pool's threads get CPU, for the work `Auto` put here.
     watch: Arc<PoolWatch>,
     /// The pacing state of the idle class of the `Elastic` it was made from.
-    shared: Arc<Shared>,
+    shared: Arc<ClassState>,
     started: Arc<Started>,
 }
 
@@ -235,8 +235,8 @@ impl IdleRuntime {
     /// See [`Elastic::idle_runtime`](crate::Elastic::idle_runtime): a pool for `parent`'s idle
     /// class `shared`.
     pub(crate) fn new(
-        parent: Arc<Shared>,
-        shared: Arc<Shared>,
+        parent: Arc<ClassState>,
+        shared: Arc<ClassState>,
         workers: usize,
     ) -> io::Result<IdleRuntime> {
         let started = Arc::new(Started {
