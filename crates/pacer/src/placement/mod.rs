@@ -5,14 +5,16 @@
 //!
 //! [`Placement::Auto`], where the OS grants idle priority, starts elastic work on the runtime
 //! (short polls are cut by the quantum there, and the runtime's workers answer the foreground's
-//! clients first) and moves it to the pool once its time comes mostly in polls the quantum
-//! cannot cut (`long_polls.rs`): a future spawned before moves at its next poll. Blocking work
-//! goes to the pool's blocking threads from the first spawn: it holds no worker, so the quantum
-//! frees nothing, and at normal priority it takes cores from the foreground's other threads.
-//! Inside a CPU quota too: the kernel still hands a core to a foreground thread first, and the
-//! idle class's bucket, the throttling input, the quota's headroom and the quota brake hold the
-//! total. A runtime with more workers than CPUs sends it to the pool from the start: there the
-//! OS picks which worker runs, and only idle priority makes it pick the foreground's.
+//! clients first) and moves it to the pool once its time comes mostly in polls the quantum cannot
+//! cut (`grant/long_polls.rs`): a future spawned before moves at its next poll. Blocking work goes
+//! to the pool's blocking threads from the first spawn: it holds no worker, so the quantum frees
+//! nothing, and at normal priority it takes cores from the foreground's other threads. Inside a CPU
+//! quota too: the kernel still hands a core to a foreground thread first, and the idle class's
+//! bucket, the throttling input, the quota's headroom and the quota brake hold the total. A runtime
+//! with more workers than CPUs sends it to the pool from the start: there the OS picks which worker
+//! runs, and only idle priority makes it pick the foreground's.
+//!
+//! [`Placement::Auto`]: crate::settings::Placement::Auto
 
 use std::fmt;
 
@@ -33,7 +35,7 @@ pub enum PlacementReason {
     /// `Auto`, and nothing was spawned yet.
     #[default]
     Undecided,
-    /// [`Placement`] pinned it.
+    /// [`Placement`](crate::settings::Placement) pinned it.
     Setting,
     /// The OS grants idle priority, but elastic polls are short: the runtime, where the poll
     /// quantum cuts them, until they run long. Blocking work goes to the pool's blocking threads
