@@ -1,5 +1,5 @@
 //! A future `Elastic::spawn` placed with `Placement::Auto`: paced on the runtime, it moves to
-//! the idle pool at its next poll once elastic work runs long (see `placement.rs`), comes back
+//! the idle pool at its next poll once elastic work runs long (see module `placement`), comes back
 //! to the runtime while the pool starves (see `idle/watch.rs`), and goes again once it does not.
 
 use std::future::Future;
