@@ -14,7 +14,7 @@ use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
 use crate::crowd::Crowd;
 use crate::line::{Cancelled, WaitLine, Waiter};
-use crate::shared::{Claim, Lined, Shared};
+use crate::shared::{Claim, Lined, QueueShared};
 use crate::sync::Arc;
 
 /// Which waiting attempt is granted first when tokens come.
@@ -407,7 +407,7 @@ impl Lined for State {
 /// assert_eq!(r.kind, RejectKind::WouldExpire);
 /// ```
 pub struct GateQueue<C: Clock> {
-    shared: Arc<Shared<C, State>>,
+    shared: Arc<QueueShared<C, State>>,
 }
 
 impl<C: Clock> Clone for GateQueue<C> {
@@ -449,7 +449,7 @@ impl<C: Clock> GateQueue<C> {
             },
         };
         Self {
-            shared: Arc::new(Shared::new(clock, (), state)),
+            shared: Arc::new(QueueShared::new(clock, (), state)),
         }
     }
 

@@ -5,7 +5,7 @@
 //! queue's own rule: ending a wait here counts it, records its outcome and collects its waker.
 //!
 //! The wakers are woken once the queue's lock is released
-//! ([`Shared::update`](crate::shared::Shared::update)).
+//! ([`QueueShared::update`](crate::shared::QueueShared::update)).
 
 use std::collections::VecDeque;
 use std::task::{Poll, Waker};

@@ -9,7 +9,7 @@ use crate::bucket::Core;
 use crate::clock::{duration_nanos, Clock};
 use crate::fast::{FastPath, AVAIL_MAX, HOLDERS_MAX};
 use crate::line::{Cancelled, WaitLine};
-use crate::shared::{Claim, Lined, Shared};
+use crate::shared::{Claim, Lined, QueueShared};
 use crate::sync::Arc;
 
 /// The shortest slice a grant carries; shorter requests are rounded up.
@@ -212,7 +212,7 @@ impl Lined for State {
 /// assert_eq!(queue.snapshot().returned_nanos, 20_000_000);
 /// ```
 pub struct WorkQueue<C: Clock> {
-    shared: Arc<Shared<C, State>>,
+    shared: Arc<QueueShared<C, State>>,
 }
 
 impl<C: Clock> Clone for WorkQueue<C> {
@@ -243,7 +243,7 @@ impl<C: Clock> WorkQueue<C> {
             stats: QueueSnapshot::default(),
         };
         Self {
-            shared: Arc::new(Shared::new(clock, FastPath::new(), state)),
+            shared: Arc::new(QueueShared::new(clock, FastPath::new(), state)),
         }
     }
 

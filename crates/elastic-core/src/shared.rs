@@ -4,7 +4,7 @@
 //! queue's lock-free fast path). A reading that is older than one another thread already
 //! applied is harmless: refill ignores time that went backwards.
 //!
-//! Both queues change their state through [`Shared::update`], which wakes the wakers a change
+//! Both queues change their state through [`QueueShared::update`], which wakes the wakers a change
 //! collected only after the lock is released, so a waker that re-enters the queue (or is slow)
 //! never runs under it; and both queues' tickets are a [`Claim`] on their place in the line.
 
@@ -42,13 +42,13 @@ pub(crate) trait Lined {
 }
 
 /// A queue's shared half (see the module docs).
-pub(crate) struct Shared<C, S: Lined> {
+pub(crate) struct QueueShared<C, S: Lined> {
     pub(crate) lock_free: S::LockFree,
     clock: C,
     state: Mutex<S>,
 }
 
-impl<C: Clock, S: Lined> Shared<C, S> {
+impl<C: Clock, S: Lined> QueueShared<C, S> {
     /// The shared half of a new queue, settled as after any change.
     pub(crate) fn new(clock: C, lock_free: S::LockFree, state: S) -> Self {
         let shared = Self {
@@ -101,7 +101,7 @@ impl<C: Clock, S: Lined> Shared<C, S> {
 /// A ticket's hold on its place in a queue's line: polled until its wait ends, then spent;
 /// dropped before that, it cancels (leaves the line, or gives back what it never collected).
 pub(crate) struct Claim<C: Clock, S: Lined> {
-    queue: Arc<Shared<C, S>>,
+    queue: Arc<QueueShared<C, S>>,
     id: u64,
     /// Resolved (outcome collected, or closed): nothing left to cancel.
     spent: bool,
@@ -109,7 +109,7 @@ pub(crate) struct Claim<C: Clock, S: Lined> {
 
 impl<C: Clock, S: Lined> Claim<C, S> {
     /// The claim of ticket `id`, queued in `queue`'s line.
-    pub(crate) fn new(queue: Arc<Shared<C, S>>, id: u64) -> Self {
+    pub(crate) fn new(queue: Arc<QueueShared<C, S>>, id: u64) -> Self {
         Self {
             queue,
             id,
@@ -141,7 +141,7 @@ impl<C: Clock, S: Lined> Claim<C, S> {
         self.spent
     }
 
-    pub(crate) fn queue(&self) -> &Shared<C, S> {
+    pub(crate) fn queue(&self) -> &QueueShared<C, S> {
         &self.queue
     }
 

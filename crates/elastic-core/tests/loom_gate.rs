@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{after_one_wake, gate, gate_queued, grant_of, waker, wakes, CountingWaker};
+use common::{after_one_wake, gate, gate_queued, grant_of, waker, wakes, WakeCounter};
 use elastic_cpu_core::{
     GateAdmit, GateQueue, GateStats, GateTicket, ManualClock, QueueOrder, RejectKind, SetupGrant,
 };
@@ -30,7 +30,7 @@ fn drained(order: QueueOrder) -> (GateQueue<ManualClock>, ManualClock, SetupGran
 }
 
 /// An attempt that may wait 10 s, queued, and polled once (`Pending`) with a counting waker.
-fn waiting(q: &GateQueue<ManualClock>) -> (GateTicket<ManualClock>, Arc<CountingWaker>, Waker) {
+fn waiting(q: &GateQueue<ManualClock>) -> (GateTicket<ManualClock>, Arc<WakeCounter>, Waker) {
     let mut t = gate_queued(q.admit(Duration::from_secs(10), Waker::noop()));
     let (count, w) = waker();
     assert!(t.poll(&w).is_pending());

@@ -253,7 +253,7 @@ fn pause_resume_race_with_return_and_poll() {
 fn granted_once(
     first: Poll<Result<Grant, Closed>>,
     t: &mut Ticket<ManualClock>,
-    count: &common::CountingWaker,
+    count: &common::WakeCounter,
     w: &Waker,
 ) -> Grant {
     if first.is_ready() {

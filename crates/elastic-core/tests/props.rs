@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{waker, wakes, CountingWaker};
+use common::{waker, wakes, WakeCounter};
 use elastic_cpu_core::{
     rate_for, Admit, Clock, Closed, ControllerConfig, Grant, ManualClock, StepController, Ticket,
     WorkQueue, MAX_SLICE, MIN_SLICE,
@@ -102,7 +102,7 @@ struct Live {
     slice: u64,
     /// Resolves to Closed (admitted after, or waiting at, the close).
     failed: bool,
-    wakes: Arc<CountingWaker>,
+    wakes: Arc<WakeCounter>,
     waker: Waker,
     /// Wake count when it last returned Pending (its waker was registered).
     pending_at: Option<usize>,

@@ -13,13 +13,13 @@ use elastic_cpu_core::{
 use elastic_cpu_probe::{Probe, ProbeConfig, ThreadRegistry};
 
 use crate::governor::{self, Control, Governor, Plan};
-use crate::readings::Sources;
-use crate::running::RunningTime;
+use crate::grant::class_state::{ClassState, QueueClock};
+use crate::grant::running::RunningTime;
 use crate::settings::{
     Brake, Enforcement, Inputs, OutlierThreshold, Placement, Profile, Timing, DEFAULT_QUOTA_REREAD,
     DEFAULT_TARGET,
 };
-use crate::shared::{QueueClock, Shared};
+use crate::signal::readings::Sources;
 
 /// The shortest and longest governor tick ([`Steps::tick`](crate::settings::Steps::tick)).
 const MIN_TICK: Duration = Duration::from_millis(1);
@@ -397,7 +397,7 @@ impl ElasticBuilder {
 
     /// Validate every setting and start the governor: what an [`Elastic`](crate::Elastic) is
     /// made of.
-    pub(crate) fn start(self) -> Result<(Arc<Shared>, Arc<Control>, Placement), BuildError> {
+    pub(crate) fn start(self) -> Result<(Arc<ClassState>, Arc<Control>, Placement), BuildError> {
         let controller = self.validate()?;
         let brake = self
             .brake
@@ -431,7 +431,7 @@ impl ElasticBuilder {
                 .unwrap_or(1.0),
             quota_reread: self.quota_reread.unwrap_or(DEFAULT_QUOTA_REREAD),
         };
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(ClassState::new(
             WorkQueue::new(clock, Governor::initial_rate(&plan)),
             self.enforcement,
             self.running_time(),

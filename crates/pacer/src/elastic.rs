@@ -15,19 +15,19 @@ use crate::builder::{BuildError, ElasticBuilder};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::Control;
-#[cfg(feature = "idle-pool")]
-use crate::idle::IdleRuntime;
-use crate::paced::Paced;
-use crate::pacer::Pacer;
-#[cfg(feature = "idle-pool")]
-use crate::placed::{OwnAbort, Placed};
+use crate::grant::class_state::ClassState;
+use crate::grant::paced::Paced;
+use crate::grant::pacer::Pacer;
 use crate::placement::Placer;
-#[cfg(feature = "idle-pool")]
-use crate::placement::{Environment, Route, Work};
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
-use crate::shared::Shared;
 use crate::snapshot::Snapshot;
+
+cfg_idle_pool! {
+    use crate::idle::IdleRuntime;
+    use crate::placement::placed::{OwnAbort, Placed};
+    use crate::placement::{Environment, Route, Work};
+}
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
 /// that decides the share (the part of the CPUs elastic work may use), and the token bucket
@@ -79,7 +79,7 @@ use crate::snapshot::Snapshot;
 /// [`cpus`]: ElasticBuilder::cpus
 #[derive(Clone)]
 pub struct Elastic {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<ClassState>,
     control: Arc<Control>,
     /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
     /// pool (whose threads hold `shared`) ends with the last handle.

@@ -5,7 +5,7 @@ use std::future::Future;
 use futures_core::Stream;
 
 use crate::elastic::Elastic;
-use crate::paced::{Paced, PacedStream};
+use crate::grant::paced::{Paced, PacedStream};
 
 /// `.paced(&elastic)` for futures.
 pub trait PacedExt: Future + Sized {

@@ -40,57 +40,44 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod brake;
+#[macro_use]
+mod macros;
+
 mod builder;
-mod charged;
-mod class_settings;
-mod cpus;
 mod elastic;
 mod ext;
-#[cfg(feature = "gate")]
-#[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
-pub mod gate;
+cfg_gate! {
+    #[cfg_attr(docsrs, doc(cfg(feature = "gate")))]
+    pub mod gate;
+}
 mod governor;
 mod grant;
-#[cfg(feature = "idle-pool")]
-#[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
-pub mod idle;
-mod long_polls;
+cfg_idle_pool! {
+    #[cfg_attr(docsrs, doc(cfg(feature = "idle-pool")))]
+    pub mod idle;
+}
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
-mod nesting;
-mod paced;
-mod pacer;
-#[cfg(feature = "idle-pool")]
-mod placed;
 mod placement;
-mod quantum;
-mod quota_brake;
-mod readings;
+mod quota;
 mod record;
-mod running;
 pub mod settings;
-mod shared;
 mod signal;
-mod slots;
 pub mod snapshot;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod testing;
-mod thread_class;
-mod throttle;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 mod trace;
-mod unstack;
 
 pub use crate::builder::{BuildError, ElasticBuilder};
 pub use crate::elastic::{Elastic, RuntimeBuilder, SpawnError};
 pub use crate::ext::{PacedExt, PacedStreamExt};
-pub use crate::paced::{Paced, PacedStream};
-pub use crate::pacer::{Pace, Pacer};
+pub use crate::grant::paced::{Paced, PacedStream};
+pub use crate::grant::pacer::{Pace, Pacer};
 pub use crate::settings::Profile;
 pub use crate::snapshot::Snapshot;
 pub use elastic_cpu_core::SettingError;

@@ -8,11 +8,11 @@ pub use elastic_cpu_probe::{
     site_label, CgroupVersion, Outlier, Outliers, SiteOutliers, Split, Summary, Window,
 };
 
-pub use crate::cpus::CpusSource;
 pub use crate::placement::PlacementReason;
-pub use crate::readings::Availability;
+pub use crate::quota::cpus::CpusSource;
 use crate::record::{ClassKind, ClassRecord, TickRecord};
 use crate::settings::Placement;
+pub use crate::signal::readings::Availability;
 pub use crate::signal::IO_TARGET_FACTOR;
 pub use elastic_cpu_core::decide::SignalSource;
 pub use elastic_cpu_core::decide::TargetSource;

@@ -16,7 +16,7 @@ use elastic_cpu_probe::{
 use tokio::runtime::Handle;
 
 pub use crate::governor::GovernorEnd;
-use crate::readings::{
+use crate::signal::readings::{
     Availability, CgroupSource, IoSource, IoWindow, NoIo, ProcessSource, RunQueueSample,
     RunQueueSource, Sources,
 };

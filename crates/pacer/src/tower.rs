@@ -30,7 +30,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::ext::PacedExt;
-use crate::paced::Paced;
+use crate::grant::paced::Paced;
 use crate::Elastic;
 
 /// Wraps services in [`PacedService`]: each response future runs as paced elastic work of

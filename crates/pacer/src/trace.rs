@@ -56,20 +56,21 @@ pub(crate) fn admission_waited(gate: usize, waited: Duration) {
     );
 }
 
-/// A connection attempt was refused (or dropped after waiting past its deadline).
-#[cfg(feature = "gate")]
-#[inline]
-pub(crate) fn refused(gate: usize, reason: impl std::fmt::Debug, retry_after: Duration) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(
-        target: "elastic_cpu",
-        class = %class_name(ClassKind::Gate(gate)),
-        reason = ?reason,
-        retry_after_ms = retry_after.as_millis() as u64,
-        "connection attempt refused"
-    );
-    #[cfg(not(feature = "tracing"))]
-    let _ = (gate, reason, retry_after);
+cfg_gate! {
+    /// A connection attempt was refused (or dropped after waiting past its deadline).
+    #[inline]
+    pub(crate) fn refused(gate: usize, reason: impl std::fmt::Debug, retry_after: Duration) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            target: "elastic_cpu",
+            class = %class_name(ClassKind::Gate(gate)),
+            reason = ?reason,
+            retry_after_ms = retry_after.as_millis() as u64,
+            "connection attempt refused"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = (gate, reason, retry_after);
+    }
 }
 
 /// The backlog brake engaged: a foreground task waited past the alarm threshold.

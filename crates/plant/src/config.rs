@@ -67,7 +67,7 @@ impl Foreground {
 
 /// Where a class's polls run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub enum RunsOn {
     /// On the runtime's workers, in the run queue with the foreground.
     Runtime,
     /// On the idle-priority pool's threads.
@@ -87,7 +87,7 @@ pub struct ClassConfig {
     /// The slice each task asks a grant for (clamped by the queue to its 10–100 ms).
     pub slice: Duration,
     /// Where the polls run.
-    pub placement: Placement,
+    pub placement: RunsOn,
     /// The bucket's token rate (CPU nanoseconds per second) before the first command.
     pub initial_rate: u64,
 }
@@ -100,14 +100,14 @@ impl ClassConfig {
             tasks,
             poll,
             slice: MAX_SLICE,
-            placement: Placement::Runtime,
+            placement: RunsOn::Runtime,
             initial_rate: 50_000_000,
         }
     }
 
     /// The same class on the idle pool.
     pub fn on_pool(mut self) -> Self {
-        self.placement = Placement::Pool;
+        self.placement = RunsOn::Pool;
         self
     }
 
@@ -284,7 +284,7 @@ impl PlantConfig {
             count("class.tasks", c.tasks, 1)?;
             above_zero("class.poll", c.poll)?;
             above_zero("class.slice", c.slice)?;
-            if c.placement == Placement::Pool && self.pool_threads == 0 {
+            if c.placement == RunsOn::Pool && self.pool_threads == 0 {
                 return Err(SettingError::new(
                     "pool_threads",
                     0,

@@ -15,7 +15,7 @@ use elastic_cpu_core::decide::{
 };
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 
-use crate::config::{Placement, PlantConfig};
+use crate::config::{PlantConfig, RunsOn};
 use crate::observe::{ClassCommand, Observation, Steering};
 
 /// The largest share the idle class may take: every CPU (the kernel keeps its threads off a
@@ -70,16 +70,16 @@ impl DecisionStep {
         let mut pool = Vec::new();
         for (i, class) in config.classes.iter().enumerate() {
             match class.placement {
-                Placement::Runtime if !own_taken => {
+                RunsOn::Runtime if !own_taken => {
                     own_taken = true;
                     places.push(0);
                 }
-                Placement::Runtime => {
+                RunsOn::Runtime => {
                     let at = decider
                         .add_member(ClassKind::Member(i), Part::new(&class.name, 1.0, None, 0.0));
                     places.push(at);
                 }
-                Placement::Pool => {
+                RunsOn::Pool => {
                     pool.push(i);
                     places.push(usize::MAX);
                 }

@@ -14,7 +14,7 @@
 //! share; a decision step plugs in through one adapter implementing [`Steering`].
 //!
 //! ```
-//! use elastic_cpu_plant::{ClassConfig, Phase, PlantConfig, Scenario, StaticShare};
+//! use elastic_cpu_plant::{ClassConfig, ScenarioPhase, PlantConfig, Scenario, StaticShare};
 //! use std::time::Duration;
 //!
 //! // 2 CPUs, the foreground at 0.5 CPU, one class of short polls held at 0.5 CPU.
@@ -24,9 +24,9 @@
 //! };
 //! let run = Scenario::new(config)
 //!     // The bucket starts full: a second's worth of tokens is spent here.
-//!     .phase(Phase::new("warm", Duration::from_secs(2)))
-//!     .phase(Phase::new("steady", Duration::from_secs(3)))
-//!     .phase(Phase::new("step", Duration::from_secs(1)).load(1.5))
+//!     .phase(ScenarioPhase::new("warm", Duration::from_secs(2)))
+//!     .phase(ScenarioPhase::new("steady", Duration::from_secs(3)))
+//!     .phase(ScenarioPhase::new("step", Duration::from_secs(1)).load(1.5))
 //!     .run(&mut StaticShare::of_cpus(&[0.25], 2.0))
 //!     .unwrap();
 //! let steady = run.phase("steady").unwrap();
@@ -45,11 +45,11 @@ mod scenario;
 pub mod scenarios;
 mod sim;
 
-pub use config::{ClassConfig, Foreground, Neighbour, Placement, PlantConfig, Quota, Service};
+pub use config::{ClassConfig, Foreground, Neighbour, PlantConfig, Quota, RunsOn, Service};
 pub use decision::DecisionStep;
 pub use observe::{
     ClassCommand, ClassObservation, FastObservation, Observation, StaticShare, Steering, LONG_POLL,
 };
-pub use report::{PhaseSummary, TickRecord};
-pub use scenario::{Phase, Run, Scenario};
+pub use report::{PhaseSummary, PlantTick};
+pub use scenario::{Run, Scenario, ScenarioPhase};
 pub use sim::Plant;

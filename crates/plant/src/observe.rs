@@ -23,7 +23,7 @@ pub(crate) fn p99(h: &Histogram<u64>) -> Option<Duration> {
 
 /// One tick's readings, kept for reading back over the last n ticks.
 #[derive(Debug, Clone)]
-pub(crate) struct TickReadings {
+pub(crate) struct TickSamples {
     /// Foreground scheduling latencies (ns) of polls that started in the tick.
     pub(crate) sched: Histogram<u64>,
     /// The same for every poll on the runtime, elastic ones too (as the probe's hooks see).
@@ -34,7 +34,7 @@ pub(crate) struct TickReadings {
     pub(crate) bystanders: (u64, u64),
 }
 
-impl TickReadings {
+impl TickSamples {
     pub(crate) fn new() -> Self {
         Self {
             sched: histogram(),
@@ -55,7 +55,7 @@ impl TickReadings {
 /// The last ticks' readings, newest at the back.
 #[derive(Debug)]
 pub(crate) struct History {
-    pub(crate) ticks: VecDeque<TickReadings>,
+    pub(crate) ticks: VecDeque<TickSamples>,
     pub(crate) cap: usize,
 }
 
@@ -68,7 +68,7 @@ impl History {
     }
 
     /// Keep `t` as the newest tick (recycling the oldest slot when full).
-    pub(crate) fn push(&mut self, t: &TickReadings) {
+    pub(crate) fn push(&mut self, t: &TickSamples) {
         if self.ticks.len() == self.cap {
             if let Some(mut old) = self.ticks.pop_front() {
                 old.sched.reset();
@@ -85,11 +85,11 @@ impl History {
         self.ticks.push_back(t.clone());
     }
 
-    fn last(&self, n: usize) -> impl Iterator<Item = &TickReadings> {
+    fn last(&self, n: usize) -> impl Iterator<Item = &TickSamples> {
         self.ticks.iter().skip(self.ticks.len().saturating_sub(n))
     }
 
-    fn p99(&self, n: usize, pick: fn(&TickReadings) -> &Histogram<u64>) -> Option<Duration> {
+    fn p99(&self, n: usize, pick: fn(&TickSamples) -> &Histogram<u64>) -> Option<Duration> {
         let mut all = histogram();
         for t in self.last(n) {
             let _ = all.add(pick(t));
@@ -100,11 +100,11 @@ impl History {
     /// All polls' p99 over the last `n` ticks without the tick whose own p99 was highest, from
     /// [`TRIM_FROM`] ticks with polls (else untrimmed).
     fn trimmed_p99(&self, n: usize) -> Option<Duration> {
-        let ticks: Vec<&TickReadings> = self.last(n).collect();
+        let ticks: Vec<&TickSamples> = self.last(n).collect();
         if ticks.iter().filter(|t| !t.all.is_empty()).count() < TRIM_FROM {
             return self.p99(n, |t| &t.all);
         }
-        let own = |t: &&TickReadings| (!t.all.is_empty()).then(|| t.all.value_at_quantile(0.99));
+        let own = |t: &&TickSamples| (!t.all.is_empty()).then(|| t.all.value_at_quantile(0.99));
         let worst = (0..ticks.len()).max_by_key(|&i| own(&ticks[i]));
         let mut all = histogram();
         for (i, t) in ticks.iter().enumerate() {
@@ -115,7 +115,7 @@ impl History {
         p99(&all)
     }
 
-    fn mean_delay(&self, n: usize, pick: fn(&TickReadings) -> (u64, u64)) -> Option<Duration> {
+    fn mean_delay(&self, n: usize, pick: fn(&TickSamples) -> (u64, u64)) -> Option<Duration> {
         let (sum, count) = self.last(n).map(pick).fold((0u64, 0u64), |a, b| {
             (a.0.saturating_add(b.0), a.1.saturating_add(b.1))
         });

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// One tick as it happened, for traces and settle times.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TickRecord {
+pub struct PlantTick {
     /// The plant's time at the tick.
     pub now: Duration,
     /// The process's CPU time in the tick.
@@ -23,7 +23,7 @@ pub struct TickRecord {
     pub throttled: bool,
 }
 
-impl TickRecord {
+impl PlantTick {
     /// The CPUs all classes used in the tick, on average, for a tick of `tick`.
     pub fn elastic_cpus(&self, tick: Duration) -> f64 {
         let total: Duration = self.class_cpu.iter().sum();

@@ -6,12 +6,12 @@ use elastic_cpu_core::SettingError;
 
 use crate::config::{Neighbour, PlantConfig};
 use crate::observe::Steering;
-use crate::report::{PhaseSummary, TickRecord};
+use crate::report::{PhaseSummary, PlantTick};
 use crate::sim::Plant;
 
 /// A stretch of a scenario: how long, and what changes at its start.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Phase {
+pub struct ScenarioPhase {
     /// Its name in the summaries.
     pub name: String,
     /// How long it runs.
@@ -25,7 +25,7 @@ pub struct Phase {
     pub pauses: Vec<(Duration, Duration)>,
 }
 
-impl Phase {
+impl ScenarioPhase {
     /// A phase called `name` lasting `length`, changing nothing.
     pub fn new(name: &str, length: Duration) -> Self {
         Self {
@@ -70,7 +70,7 @@ pub struct Scenario {
     /// The plant at the start.
     pub config: PlantConfig,
     /// The phases, run one after the other.
-    pub phases: Vec<Phase>,
+    pub phases: Vec<ScenarioPhase>,
 }
 
 impl Scenario {
@@ -83,7 +83,7 @@ impl Scenario {
     }
 
     /// Add a phase at the end.
-    pub fn phase(mut self, phase: Phase) -> Self {
+    pub fn phase(mut self, phase: ScenarioPhase) -> Self {
         self.phases.push(phase);
         self
     }
@@ -164,7 +164,7 @@ pub struct Run {
     /// One summary per phase, in order.
     pub phases: Vec<PhaseSummary>,
     /// One record per tick.
-    pub ticks: Vec<TickRecord>,
+    pub ticks: Vec<PlantTick>,
     /// The process's CPU time in each quota period (empty without a quota).
     pub periods: Vec<Duration>,
     /// The classes' names, in the order of the per-class figures.
@@ -178,7 +178,7 @@ impl Run {
     }
 
     /// The ticks in `from ..= until`.
-    pub fn ticks_between(&self, from: Duration, until: Duration) -> &[TickRecord] {
+    pub fn ticks_between(&self, from: Duration, until: Duration) -> &[PlantTick] {
         let a = self.ticks.partition_point(|t| t.now < from);
         let b = self.ticks.partition_point(|t| t.now <= until);
         &self.ticks[a..b.max(a)]
@@ -188,7 +188,7 @@ impl Run {
     /// time. `None` if it does not hold at the last tick by `until`.
     ///
     /// ```
-    /// use elastic_cpu_plant::{ClassConfig, Phase, PlantConfig, Scenario, StaticShare};
+    /// use elastic_cpu_plant::{ClassConfig, ScenarioPhase, PlantConfig, Scenario, StaticShare};
     /// use std::time::Duration;
     ///
     /// let config = PlantConfig {
@@ -196,7 +196,7 @@ impl Run {
     ///     ..Default::default()
     /// };
     /// let run = Scenario::new(config)
-    ///     .phase(Phase::new("steady", Duration::from_secs(2)))
+    ///     .phase(ScenarioPhase::new("steady", Duration::from_secs(2)))
     ///     .run(&mut StaticShare::of_cpus(&[0.25], 2.0))
     ///     .unwrap();
     /// // The static share sets its rate at the first tick, and keeps it.
@@ -209,7 +209,7 @@ impl Run {
         &self,
         from: Duration,
         until: Duration,
-        ok: impl Fn(&TickRecord) -> bool,
+        ok: impl Fn(&PlantTick) -> bool,
     ) -> Option<Duration> {
         let ticks = self.ticks_between(from, until);
         let last = ticks.last()?;

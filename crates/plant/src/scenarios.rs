@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::config::{ClassConfig, Foreground, Neighbour, PlantConfig, Quota, Service};
-use crate::scenario::{Phase, Scenario};
+use crate::scenario::{Scenario, ScenarioPhase};
 
 /// ~70 µs: a short elastic poll.
 pub const SHORT_POLL: Duration = Duration::from_micros(70);
@@ -32,8 +32,8 @@ fn base(seed: u64, cpus: usize, workers: usize, foreground_cpus: f64) -> PlantCo
 fn steady_then_step(config: PlantConfig) -> Scenario {
     Scenario::new(config)
         .classes_start_at(FLOOR)
-        .phase(Phase::new("steady", Duration::from_secs(20)))
-        .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
+        .phase(ScenarioPhase::new("steady", Duration::from_secs(20)))
+        .phase(ScenarioPhase::new("step", Duration::from_secs(10)).load(1.5))
 }
 
 /// 2 CPUs, 2 workers, no quota; the foreground at 0.6 CPU in ~100 µs requests; one class of
@@ -62,9 +62,9 @@ pub fn neighbour() -> Scenario {
     let n = Neighbour::new(0.7);
     Scenario::new(base(14, 2, 2, 0.6))
         .classes_start_at(FLOOR)
-        .phase(Phase::new("quiet", Duration::from_secs(10)))
-        .phase(Phase::new("neighbour", Duration::from_secs(10)).neighbour(n))
-        .phase(Phase::new("step", Duration::from_secs(10)).load(1.5))
+        .phase(ScenarioPhase::new("quiet", Duration::from_secs(10)))
+        .phase(ScenarioPhase::new("neighbour", Duration::from_secs(10)).neighbour(n))
+        .phase(ScenarioPhase::new("step", Duration::from_secs(10)).load(1.5))
 }
 
 /// Long polls (5 ms) on the idle pool (2 threads), as `spawn` places them, on a bare host.
@@ -101,4 +101,34 @@ pub fn three_nodes() -> Vec<Scenario> {
         steady_then_step(big),
         steady_then_step(crowded),
     ]
+}
+
+/// The plant closest to `cargo run --release --example demo`'s default run on this project's
+/// 2-CPU machine: 2 workers, the foreground at 0.8 CPU (0.4 of the machine) in 60 µs polls, and
+/// the scan's 8 tasks of ~75 µs chunks on the runtime; 20 s. Beside the demo's figures in
+/// docs/results.md (the calibration table).
+pub fn demo() -> Scenario {
+    let mut config = base(21, 2, 2, 0.8);
+    config.foreground = Foreground::load(0.8, Service::Fixed(Duration::from_micros(60)));
+    config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(75))];
+    Scenario::new(config)
+        .classes_start_at(FLOOR)
+        .phase(ScenarioPhase::new("steady", Duration::from_secs(20)))
+}
+
+/// [`demo`] inside a quota of 1.5 CPUs, the foreground at 0.6 CPU (0.4 of the quota).
+pub fn demo_quota() -> Scenario {
+    let mut s = demo();
+    s.config.seed = 22;
+    s.config.quota = Some(Quota::new(1.5));
+    s.config.foreground = Foreground::load(0.6, Service::Fixed(Duration::from_micros(60)));
+    s
+}
+
+/// [`demo`] with coarse chunks (8192 rows: ~1.2 ms polls), on the runtime.
+pub fn demo_coarse() -> Scenario {
+    let mut s = demo();
+    s.config.seed = 23;
+    s.config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(1200))];
+    s
 }

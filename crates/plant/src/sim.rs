@@ -30,12 +30,12 @@ const MAX_LIFO_POLLS: u8 = 3;
 use elastic_cpu_core::{Admit, Grant, ManualClock, SettingError, Ticket, WorkQueue};
 use hdrhistogram::Histogram;
 
-use crate::config::{ClassConfig, Neighbour, Placement, PlantConfig, Quota, Service};
+use crate::config::{ClassConfig, Neighbour, PlantConfig, Quota, RunsOn, Service};
 use crate::observe::{
     histogram, p99, ClassCommand, ClassObservation, FastObservation, History, Observation,
-    Steering, TickReadings, LONG_POLL,
+    Steering, TickSamples, LONG_POLL,
 };
-use crate::report::{PhaseSummary, TickRecord};
+use crate::report::{PhaseSummary, PlantTick};
 
 const NEVER: u64 = u64::MAX;
 
@@ -236,10 +236,10 @@ pub struct Plant {
     periods: Vec<Duration>,
     // The current tick and phase.
     tick: TickAcc,
-    readings: TickReadings,
+    readings: TickSamples,
     history: History,
     phase: PhaseAcc,
-    trace: Vec<TickRecord>,
+    trace: Vec<PlantTick>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -309,7 +309,7 @@ impl Plant {
             throttled_periods: 0,
             periods: Vec::new(),
             tick: TickAcc::default(),
-            readings: TickReadings::new(),
+            readings: TickSamples::new(),
             history: History::new(cfg.history),
             phase: PhaseAcc::new(0),
             trace: Vec::new(),
@@ -451,7 +451,7 @@ impl Plant {
     }
 
     /// One record per tick so far.
-    pub fn trace(&self) -> &[TickRecord] {
+    pub fn trace(&self) -> &[PlantTick] {
         &self.trace
     }
 
@@ -700,9 +700,9 @@ impl Plant {
 
     /// Queue `task` for the pool, or the runtime's inject queue, or worker `local`'s queue;
     /// then wake a parked thread if none awake is looking for work.
-    fn push(&mut self, task: Task, placement: Placement, local: Option<usize>) {
+    fn push(&mut self, task: Task, placement: RunsOn, local: Option<usize>) {
         let kind = match placement {
-            Placement::Runtime => {
+            RunsOn::Runtime => {
                 match local {
                     Some(w) if w < self.locals.len() && matches!(task, Task::Foreground { .. }) => {
                         if let Some(before) = self.lifo[w].0.replace(task) {
@@ -714,7 +714,7 @@ impl Plant {
                 }
                 Kind::Worker
             }
-            Placement::Pool => {
+            RunsOn::Pool => {
                 self.pool_queue.push_back(task);
                 Kind::Pool
             }
@@ -929,7 +929,7 @@ impl Plant {
             let worker = self.running_worker();
             self.push(
                 Task::Foreground { arrived, service },
-                Placement::Runtime,
+                RunsOn::Runtime,
                 worker,
             );
             self.next_arrival = arrived.saturating_add(self.gap());
@@ -1180,7 +1180,7 @@ impl Plant {
         let sched_p99 = obs.sched_p99;
         let commands = steering.tick(&obs);
         self.apply(&commands);
-        let record = TickRecord {
+        let record = PlantTick {
             now: Duration::from_nanos(self.now),
             process_cpu: Duration::from_nanos(self.tick.process),
             neighbour_cpu: Duration::from_nanos(self.tick.neighbour),

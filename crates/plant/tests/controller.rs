@@ -46,7 +46,7 @@ impl Outcome {
     }
 
     /// The CPUs the classes' rates paid for at a tick.
-    fn rate_cpus(t: &elastic_cpu_plant::TickRecord) -> f64 {
+    fn rate_cpus(t: &elastic_cpu_plant::PlantTick) -> f64 {
         t.class_rate.iter().sum::<u64>() as f64 / 1e9
     }
 

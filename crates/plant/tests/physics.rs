@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use elastic_cpu_plant::{
-    ClassConfig, Foreground, Neighbour, Phase, PhaseSummary, Plant, PlantConfig, Quota, Run,
-    Scenario, Service, StaticShare,
+    ClassConfig, Foreground, Neighbour, PhaseSummary, Plant, PlantConfig, Quota, Run, Scenario,
+    ScenarioPhase, Service, StaticShare,
 };
 
 const SERVICE: Duration = Duration::from_micros(100);
@@ -31,8 +31,8 @@ fn host(load: f64, service: Service) -> PlantConfig {
 fn steady(config: PlantConfig, length: Duration, share: &[f64]) -> (PhaseSummary, Run) {
     let cpus = config.cpus as f64;
     let run = Scenario::new(config)
-        .phase(Phase::new("warm", secs(2)))
-        .phase(Phase::new("run", length))
+        .phase(ScenarioPhase::new("warm", secs(2)))
+        .phase(ScenarioPhase::new("run", length))
         .run(&mut StaticShare::of_cpus(share, cpus))
         .unwrap();
     (run.phases[1].clone(), run)
@@ -137,9 +137,9 @@ fn the_idle_pool_only_gets_what_normal_threads_leave() {
 #[test]
 fn a_host_pause_shows_as_a_latency_spike() {
     let run = Scenario::new(host(0.5, Service::Exponential(SERVICE)))
-        .phase(Phase::new("before", secs(1)))
-        .phase(Phase::new("pause", secs(1)).pause(ms(300), ms(200)))
-        .phase(Phase::new("after", secs(2)))
+        .phase(ScenarioPhase::new("before", secs(1)))
+        .phase(ScenarioPhase::new("pause", secs(1)).pause(ms(300), ms(200)))
+        .phase(ScenarioPhase::new("after", secs(2)))
         .run(&mut StaticShare::new(vec![]))
         .unwrap();
     let before = run.phase("before").unwrap();
@@ -175,8 +175,12 @@ fn the_same_seed_gives_the_same_run_another_seed_another() {
         config.neighbour = Some(Neighbour::new(0.3));
         config.classes = vec![ClassConfig::new("batch", 4, SHORT)];
         Scenario::new(config)
-            .phase(Phase::new("a", secs(1)))
-            .phase(Phase::new("b", secs(1)).load(1.5).pause(ms(100), ms(50)))
+            .phase(ScenarioPhase::new("a", secs(1)))
+            .phase(
+                ScenarioPhase::new("b", secs(1))
+                    .load(1.5)
+                    .pause(ms(100), ms(50)),
+            )
             .run(&mut StaticShare::of_cpus(&[0.4], 2.0))
             .unwrap()
     };
@@ -232,7 +236,7 @@ fn bad_settings_are_refused_with_their_name() {
         "quota.cpus"
     );
     let step = Scenario::new(PlantConfig::default())
-        .phase(Phase::new("x", ms(10)).load(f64::INFINITY))
+        .phase(ScenarioPhase::new("x", ms(10)).load(f64::INFINITY))
         .run(&mut StaticShare::new(vec![]));
     assert_eq!(step.unwrap_err().setting, "phase.load");
 }

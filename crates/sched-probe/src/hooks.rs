@@ -3,7 +3,7 @@
 //! trap.
 
 use crate::poll_state::{Instant, POLL};
-use crate::shared::{nanos, task_number, Shared, Suspect};
+use crate::shared::{nanos, task_number, ProbeState, Suspect};
 
 #[inline]
 pub(crate) fn before_poll(poll_time_every: u32) {
@@ -24,7 +24,7 @@ pub(crate) fn before_poll(poll_time_every: u32) {
 }
 
 #[inline]
-pub(crate) fn after_poll(shared: &std::sync::Arc<Shared>, meta: &tokio::runtime::TaskMeta<'_>) {
+pub(crate) fn after_poll(shared: &std::sync::Arc<ProbeState>, meta: &tokio::runtime::TaskMeta<'_>) {
     let queue_ns = meta.schedule_latency().map(nanos);
     let recorded = POLL.try_with(|p| {
         let elastic = p.elastic.replace(false);

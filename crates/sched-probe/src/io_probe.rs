@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::config::ProbeConfig;
 use crate::runtime_load::RuntimeLoad;
 use crate::shared::nanos;
-use crate::slot::{Layout, Slot};
+use crate::slot::{Layout, RecordSlot};
 use crate::window::{Summary, WindowState};
 
 mod socket;
@@ -349,7 +349,7 @@ struct IoShared {
     max_backlog: u64,
     layout: Layout,
     /// One slot, in shared mode: written by the reader task wherever it runs (`fetch_add`).
-    slot: CachePadded<Slot>,
+    slot: CachePadded<RecordSlot>,
     window: Mutex<WindowState>,
 }
 
@@ -395,7 +395,7 @@ impl IoProbe {
             .saturating_mul(config.probe.intervals() as u32);
         let max_backlog = (window.as_nanos() / config.period.as_nanos().max(1)).max(1);
         let shared = Arc::new(IoShared {
-            slot: CachePadded::new(Slot::new(&layout, true)),
+            slot: CachePadded::new(RecordSlot::new(&layout, true)),
             window: Mutex::new(WindowState::new(&template, config.probe.intervals())),
             layout,
             max_backlog: u64::try_from(max_backlog).unwrap_or(u64::MAX),

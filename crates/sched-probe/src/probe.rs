@@ -15,7 +15,7 @@ use crate::config::ProbeConfig;
 use crate::hooks;
 use crate::outliers::{Outliers, TrapWindow};
 use crate::sampler::Sampler;
-use crate::shared::{nanos, Shared, SLOTS};
+use crate::shared::{nanos, ProbeState, SLOTS};
 use crate::slot::Layout;
 use crate::threads::ThreadRegistry;
 use crate::window::{Window, WindowState};
@@ -57,7 +57,7 @@ pub enum Source {
 /// ```
 #[derive(Clone)]
 pub struct Probe {
-    shared: Arc<Shared>,
+    shared: Arc<ProbeState>,
 }
 
 impl fmt::Debug for Probe {
@@ -102,7 +102,7 @@ impl Probe {
         let outliers = Mutex::new(TrapWindow::new(config.intervals()));
         let threshold = config.outlier_threshold;
         let probe = Probe {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProbeState {
                 id: crate::shared::next_id(),
                 config,
                 layout,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use crate::shared::{nanos, Shared};
+use crate::shared::{nanos, ProbeState};
 use crate::threads::ThreadRegistry;
 
 /// How often the sampler spawns a probe task.
@@ -68,7 +68,7 @@ struct Control {
 impl Sampler {
     /// Fails where the OS refuses the thread (a pids or thread limit: `EAGAIN`).
     pub(crate) fn start(
-        shared: &Arc<Shared>,
+        shared: &Arc<ProbeState>,
         handle: &Handle,
         workers: Option<&ThreadRegistry>,
     ) -> io::Result<Sampler> {
@@ -172,7 +172,7 @@ fn spawn_thread(f: impl FnOnce() + Send + 'static) -> io::Result<thread::JoinHan
         .spawn(f)
 }
 
-fn run(shared: &Arc<Shared>, handle: &Handle, ctl: &Arc<Control>) {
+fn run(shared: &Arc<ProbeState>, handle: &Handle, ctl: &Arc<Control>) {
     let mut in_flight: VecDeque<JoinHandle<()>> = VecDeque::new();
     let mut next = Instant::now();
     while !ctl.stop.load(Ordering::Acquire) {

@@ -12,7 +12,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::config::ProbeConfig;
 use crate::outliers::{Record, TrapWindow};
-use crate::slot::{Layout, Slot};
+use crate::slot::{Layout, RecordSlot};
 use crate::window::WindowState;
 
 /// Per-worker slots (worker index modulo this); one more slot takes everything off-runtime.
@@ -20,7 +20,7 @@ pub(crate) const SLOTS: usize = 64;
 pub(crate) const OVERFLOW: usize = SLOTS;
 
 /// What every clone of a [`Probe`](crate::Probe) points to.
-pub(crate) struct Shared {
+pub(crate) struct ProbeState {
     /// Unique among all probes of the process (never 0): names this probe in a thread's cache
     /// of the slot it owns (see `poll_state`).
     #[cfg_attr(not(tokio_unstable), allow(dead_code))]
@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     pub(crate) layout: Layout,
     /// `SLOTS` per-worker slots plus the overflow slot, each allocated on first use.
     /// Each on cache lines of its own: a slot's owner writes its header on every poll.
-    pub(crate) slots: Box<[OnceLock<Box<CachePadded<Slot>>>]>,
+    pub(crate) slots: Box<[OnceLock<Box<CachePadded<RecordSlot>>>]>,
     pub(crate) window: Mutex<WindowState>,
     /// The quiet window: copies of the intervals marked quiet, as many as `window` holds.
     pub(crate) quiet: Mutex<WindowState>,
@@ -68,7 +68,7 @@ pub(crate) struct Suspect {
     pub(crate) elastic: bool,
 }
 
-impl Shared {
+impl ProbeState {
     /// A foreground poll waited at least `alarm_at`: count it, raise the alarm, notify.
     #[cold]
     #[inline(never)]
@@ -125,9 +125,13 @@ impl Shared {
 
     /// Slot `index`, allocated on first use.
     #[inline]
-    fn slot(&self, index: usize) -> &Slot {
-        self.slots[index]
-            .get_or_init(|| Box::new(CachePadded::new(Slot::new(&self.layout, index == OVERFLOW))))
+    fn slot(&self, index: usize) -> &RecordSlot {
+        self.slots[index].get_or_init(|| {
+            Box::new(CachePadded::new(RecordSlot::new(
+                &self.layout,
+                index == OVERFLOW,
+            )))
+        })
     }
 
     /// Raises the alarm if this is a foreground poll that waited past `alarm_at`.
@@ -254,7 +258,7 @@ impl Shared {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A fresh probe id (see [`Shared::id`]).
+/// A fresh probe id (see [`ProbeState::id`]).
 pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Relaxed)
 }
@@ -291,7 +295,7 @@ thread_local! {
 
 struct Claims {
     token: u64,
-    slots: Vec<(Weak<Shared>, usize)>,
+    slots: Vec<(Weak<ProbeState>, usize)>,
 }
 
 impl Drop for Claims {
@@ -323,7 +327,7 @@ pub(crate) fn token() -> u64 {
 
 /// Tries to make the calling thread (with `token`) the owner of worker slot `index`.
 #[cold]
-fn claim(shared: &Arc<Shared>, slot: &Slot, index: usize, token: u64) -> bool {
+fn claim(shared: &Arc<ProbeState>, slot: &RecordSlot, index: usize, token: u64) -> bool {
     if token == 0
         || slot
             .owner

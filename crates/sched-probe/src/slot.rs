@@ -89,7 +89,7 @@ impl Layout {
 
 /// One recording slot. Kept in a `CachePadded` (see `shared`) so that two slots' headers never
 /// share a cache line.
-pub(crate) struct Slot {
+pub(crate) struct RecordSlot {
     /// Token of the owning thread, 0 when free. Unused by the shared (overflow) slot. Claimed and
     /// released by the recording threads (see `shared`).
     pub(crate) owner: AtomicU64,
@@ -103,9 +103,9 @@ pub(crate) struct Slot {
     outlier_writers: Mutex<()>,
 }
 
-impl Slot {
-    pub(crate) fn new(layout: &Layout, shared: bool) -> Slot {
-        Slot {
+impl RecordSlot {
+    pub(crate) fn new(layout: &Layout, shared: bool) -> RecordSlot {
+        RecordSlot {
             owner: AtomicU64::new(0),
             shared,
             counts: (0..SERIES * layout.len)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 use crate::hists::{Hists, ELASTIC, FOREGROUND};
-use crate::slot::{Layout, Slot};
+use crate::slot::{Layout, RecordSlot};
 
 /// Percentiles of one set of samples. Counts are samples (task polls); durations are the upper
 /// end of the histogram bucket the percentile falls in (within the configured significant
@@ -139,7 +139,7 @@ impl WindowState {
     pub(crate) fn collect_from(
         &mut self,
         index: usize,
-        slot: &Slot,
+        slot: &RecordSlot,
         layout: &Layout,
         interval: &mut Option<Box<Hists>>,
     ) {

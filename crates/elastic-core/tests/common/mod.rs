@@ -20,22 +20,22 @@ use elastic_cpu_core::{
 };
 
 /// A waker that counts how often it was woken.
-pub struct CountingWaker(AtomicUsize);
+pub struct WakeCounter(AtomicUsize);
 
-impl Wake for CountingWaker {
+impl Wake for WakeCounter {
     fn wake(self: Arc<Self>) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 
 /// A counting waker, and the [`Waker`] that counts into it.
-pub fn waker() -> (Arc<CountingWaker>, Waker) {
-    let c = Arc::new(CountingWaker(AtomicUsize::new(0)));
+pub fn waker() -> (Arc<WakeCounter>, Waker) {
+    let c = Arc::new(WakeCounter(AtomicUsize::new(0)));
     (c.clone(), Waker::from(c))
 }
 
 /// How often `c` was woken.
-pub fn wakes(c: &CountingWaker) -> usize {
+pub fn wakes(c: &WakeCounter) -> usize {
     c.0.load(Ordering::SeqCst)
 }
 
@@ -97,7 +97,7 @@ pub fn pending<C: Clock>(t: &mut Ticket<C>, w: &Waker) {
 /// A queued admission that has polled once and waits, with the waker it registered.
 pub struct Waiting<C: Clock> {
     pub ticket: Ticket<C>,
-    pub woken: Arc<CountingWaker>,
+    pub woken: Arc<WakeCounter>,
     pub waker: Waker,
 }
 
@@ -178,7 +178,7 @@ pub fn drained() -> (ManualClock, WorkQueue<ManualClock>, Grant) {
 /// answer, or, if it was `Pending`, the next poll's after exactly one wake (no lost wake-up).
 pub fn after_one_wake<T>(
     first: Poll<T>,
-    woken: &CountingWaker,
+    woken: &WakeCounter,
     poll_again: impl FnOnce() -> Poll<T>,
 ) -> T {
     match first {

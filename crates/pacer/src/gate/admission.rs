@@ -12,7 +12,7 @@ use elastic_cpu_core::{GateAdmit, GateTicket};
 use super::permit::SetupPermit;
 use super::rejected::Rejected;
 use super::shared::GateShared;
-use crate::shared::QueueClock;
+use crate::grant::class_state::QueueClock;
 use crate::trace;
 
 /// One connection attempt waiting for admission: resolves to a [`SetupPermit`] or

@@ -10,8 +10,8 @@ use elastic_cpu_core::{
 
 use super::settings::GateSettings;
 use super::shared::GateShared;
-use crate::running::RunningTime;
-use crate::shared::QueueClock;
+use crate::grant::running::RunningTime;
+use crate::grant::class_state::QueueClock;
 use elastic_cpu_core::decide::Limit;
 
 /// Everything a new gate needs from the governor and the `Elastic` it belongs to.

@@ -13,10 +13,10 @@ use elastic_cpu_core::SetupGrant;
 use pin_project_lite::pin_project;
 
 use super::shared::GateShared;
-use crate::long_polls::{is_long, LONG_POLL_MAX};
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler, CoreYield, YieldPoint};
-use crate::running::Mark;
-use crate::thread_class::on_idle_pool;
+use crate::grant::long_polls::{is_long, LONG_POLL_MAX};
+use crate::grant::quantum::{requeue_behind_woken, yield_to_scheduler, CoreYield, YieldPoint};
+use crate::grant::running::Mark;
+use crate::grant::thread_class::on_idle_pool;
 
 /// An admitted connection setup. Run the setup's CPU work under it, calling
 /// [`pace`](Self::pace) between chunks; drop it when the setup is done (or failed): that
@@ -164,7 +164,7 @@ impl SetupPermit {
         // there a chunk's end is where the pool's thread may look at the runtime's workers (its
         // class from the thread-local, one clock read, a look only when one is due).
         if on_idle_pool() {
-            crate::thread_class::unstack_at_quantum(self.gate.quantum);
+            crate::grant::thread_class::unstack_at_quantum(self.gate.quantum);
         } else if is_long(wall, self.gate.quantum) {
             let exact = same_thread && self.gate.running.is_running_time(mark);
             self.gate.long_polls.note(

@@ -8,11 +8,11 @@ use elastic_cpu_core::GateQueue;
 
 use super::flight::Flight;
 use super::settings::Resolved;
-use crate::governor::link::ClassQueue;
-use crate::long_polls::LongPolls;
+use crate::grant::class_queue::ClassQueue;
+use crate::grant::long_polls::LongPolls;
+use crate::grant::running::RunningTime;
+use crate::grant::class_state::QueueClock;
 use crate::record::{ClassKind, ClassRecord};
-use crate::running::RunningTime;
-use crate::shared::QueueClock;
 
 /// One gate: its admission queue (the setup class's bucket), how setups are timed, and what
 /// the governor publishes for it. The governor holds it weakly.

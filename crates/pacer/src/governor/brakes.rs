@@ -8,14 +8,14 @@ use elastic_cpu_core::decide::Hold;
 use elastic_cpu_core::Clock;
 
 use super::Governor;
-use crate::brake::{Brake, Change, BRAKE_POLL};
-use crate::quota_brake::{QuotaBrake, QuotaChange};
+use crate::quota::{QuotaBrake, QuotaChange};
+use crate::signal::brake::{BacklogBrake, Change, BRAKE_POLL};
 use crate::trace;
 
 /// Both brakes and their counts.
 pub(super) struct Brakes {
     /// `None`: off.
-    brake: Option<Brake>,
+    brake: Option<BacklogBrake>,
     /// Inside a quota, with the headroom cap on: stops elastic work before a period's quota
     /// runs out.
     quota: Option<QuotaBrake>,
@@ -26,7 +26,7 @@ pub(super) struct Brakes {
 impl Brakes {
     pub(super) fn new(brake: bool) -> Brakes {
         Brakes {
-            brake: brake.then(Brake::default),
+            brake: brake.then(BacklogBrake::default),
             quota: None,
             brakes: 0,
         }
@@ -71,7 +71,7 @@ impl Brakes {
 
     /// Whether the backlog brake is on.
     pub(super) fn braked(&self) -> bool {
-        self.brake.as_ref().is_some_and(Brake::is_on)
+        self.brake.as_ref().is_some_and(BacklogBrake::is_on)
     }
 
     /// Whether the quota brake is on.
@@ -80,7 +80,9 @@ impl Brakes {
     }
 
     pub(super) fn braked_time(&self) -> Duration {
-        self.brake.as_ref().map_or(Duration::ZERO, Brake::total)
+        self.brake
+            .as_ref()
+            .map_or(Duration::ZERO, BacklogBrake::total)
     }
 
     pub(super) fn brakes(&self) -> u64 {

@@ -7,10 +7,11 @@ use std::time::Duration;
 use elastic_cpu_core::decide::{ClassKind, ClassReading, Decider, Part};
 use elastic_cpu_core::SettingError;
 
-use super::link::{ClassQueue, Link};
+use super::link::Link;
 use super::Governor;
+use crate::grant::class_queue::ClassQueue;
+use crate::grant::class_state::ClassState;
 use crate::record::ClassRecord;
-use crate::shared::Shared;
 use crate::trace;
 
 /// A link to each class's queue, in the decision step's class order.
@@ -18,9 +19,6 @@ pub(super) struct Links {
     links: Vec<Link>,
     /// The last tick's readings (kept to reuse their memory).
     scratch: Vec<ClassReading>,
-    /// The idle class's pacing state, while it lives.
-    #[cfg(feature = "idle-pool")]
-    idle: Weak<Shared>,
     /// Member classes and gates made so far (their numbers).
     members_made: usize,
     #[cfg(feature = "gate")]
@@ -29,13 +27,11 @@ pub(super) struct Links {
 
 impl Links {
     /// The `Elastic`'s own class, the decision's first.
-    pub(super) fn new(own: &Arc<Shared>, decider: &Decider) -> Links {
+    pub(super) fn new(own: &Arc<ClassState>, decider: &Decider) -> Links {
         let queue: Weak<dyn ClassQueue> = Arc::downgrade(own) as Weak<dyn ClassQueue>;
         Links {
             links: vec![Link::new(ClassKind::Elastic, queue, decider.group_share())],
             scratch: Vec::new(),
-            #[cfg(feature = "idle-pool")]
-            idle: Weak::new(),
             members_made: 0,
             #[cfg(feature = "gate")]
             gates_made: 0,
@@ -138,9 +134,9 @@ impl Governor {
     /// the next tick on. Fails on a bad setting or a name another class has.
     pub(super) fn add_member(
         &mut self,
-        root: &Arc<Shared>,
+        root: &Arc<ClassState>,
         settings: &crate::settings::ClassSettings,
-    ) -> Result<Arc<Shared>, SettingError> {
+    ) -> Result<Arc<ClassState>, SettingError> {
         settings.validate()?;
         if self.decider.has_member(settings.name()) {
             return Err(SettingError::new(
@@ -151,7 +147,7 @@ impl Governor {
         }
         // No tokens until the split gives it a part: it starts empty, not with a burst.
         let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), 0);
-        let shared = Arc::new(Shared::member_class(root, queue));
+        let shared = Arc::new(ClassState::member_class(root, queue));
         let weak: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
         let kind = ClassKind::Member(self.classes.members_made);
         self.classes.members_made += 1;
@@ -168,62 +164,65 @@ impl Governor {
         Ok(shared)
     }
 
-    /// The idle class of `parent`: the one made before while it lives, else a new one.
-    #[cfg(feature = "idle-pool")]
-    pub(super) fn idle_class(&mut self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
-        if let Some(shared) = self.classes.idle.upgrade() {
-            return Ok(shared);
+    cfg_idle_pool! {
+        /// A new idle class of `parent` (the `Control` hands out the one made before while it
+        /// lives).
+        pub(super) fn idle_class(
+            &mut self,
+            parent: &Arc<ClassState>,
+        ) -> Result<Arc<ClassState>, SettingError> {
+            let start = crate::idle::IdleStart {
+                elastic_share: self.decider.group_share(),
+                fixed: self.decider.fixed(),
+                quota: self.decider.in_quota(),
+            };
+            let rate = self.decider.elastic_rate(start.initial_share());
+            let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), rate);
+            let controller = self.decider.controller();
+            let (shared, limit) = crate::idle::create(parent, queue, controller, start)?;
+            let queue: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
+            let share = limit.share();
+            let floor = self.decider.controller().min_share;
+            let cap_holders = self.decider.cap_holders();
+            let at = self
+                .decider
+                .add_solo(ClassKind::Idle, limit, floor, cap_holders);
+            self.classes
+                .insert(at, Link::new(ClassKind::Idle, queue, share), self.closed);
+            self.apply();
+            Ok(shared)
         }
-        let start = crate::idle::IdleStart {
-            elastic_share: self.decider.group_share(),
-            fixed: self.decider.fixed(),
-            quota: self.decider.in_quota(),
-        };
-        let rate = self.decider.elastic_rate(start.initial_share());
-        let queue = elastic_cpu_core::WorkQueue::new(self.clock.clone(), rate);
-        let (shared, limit) = crate::idle::create(parent, queue, self.decider.controller(), start)?;
-        self.classes.idle = Arc::downgrade(&shared);
-        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&shared) as Weak<dyn ClassQueue>;
-        let share = limit.share();
-        let floor = self.decider.controller().min_share;
-        let cap_holders = self.decider.cap_holders();
-        let at = self
-            .decider
-            .add_solo(ClassKind::Idle, limit, floor, cap_holders);
-        self.classes
-            .insert(at, Link::new(ClassKind::Idle, queue, share), self.closed);
-        self.apply();
-        Ok(shared)
     }
 
-    /// A new connection gate, steered from now on with the other classes.
-    #[cfg(feature = "gate")]
-    pub(super) fn add_gate(
-        &mut self,
-        shared: &Shared,
-        settings: &crate::gate::GateSettings,
-    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
-        let id = self.classes.gates_made;
-        let (gate, limit, floor, cap_holders) = crate::gate::class::create(
-            settings,
-            crate::gate::class::GateParts {
-                controller: self.decider.controller(),
-                clock: self.clock.clone(),
-                running: shared.running.clone(),
-                quantum: shared.quantum,
-                os_yield: shared.os_yield,
-                cpus: self.decider.cpus(),
-                id,
-            },
-        )?;
-        self.classes.gates_made += 1;
-        let queue: Weak<dyn ClassQueue> = Arc::downgrade(&gate) as Weak<dyn ClassQueue>;
-        let kind = ClassKind::Gate(id);
-        let share = limit.share();
-        let at = self.decider.add_solo(kind, limit, floor, cap_holders);
-        self.classes
-            .insert(at, Link::new(kind, queue, share), self.closed);
-        self.apply();
-        Ok(gate)
+    cfg_gate! {
+        /// A new connection gate, steered from now on with the other classes.
+        pub(super) fn add_gate(
+            &mut self,
+            shared: &ClassState,
+            settings: &crate::gate::GateSettings,
+        ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+            let id = self.classes.gates_made;
+            let (gate, limit, floor, cap_holders) = crate::gate::class::create(
+                settings,
+                crate::gate::class::GateParts {
+                    controller: self.decider.controller(),
+                    clock: self.clock.clone(),
+                    running: shared.running.clone(),
+                    quantum: shared.quantum,
+                    os_yield: shared.os_yield,
+                    cpus: self.decider.cpus(),
+                    id,
+                },
+            )?;
+            self.classes.gates_made += 1;
+            let queue: Weak<dyn ClassQueue> = Arc::downgrade(&gate) as Weak<dyn ClassQueue>;
+            let kind = ClassKind::Gate(id);
+            let share = limit.share();
+            let at = self.decider.add_solo(kind, limit, floor, cap_holders);
+            self.classes
+                .insert(at, Link::new(kind, queue, share), self.closed);
+            self.apply();
+            Ok(gate)
+        }
     }
 }

@@ -3,9 +3,7 @@
 #[cfg(feature = "test-util")]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-#[cfg(feature = "idle-pool")]
-use std::sync::Weak;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -16,8 +14,8 @@ use tokio::runtime::Handle;
 use super::Governor;
 #[cfg(feature = "test-util")]
 use super::GovernorEnd;
+use crate::grant::class_state::ClassState;
 use crate::record::TickRecord;
-use crate::shared::Shared;
 use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 
 /// The governor as its thread and the `Elastic` handles share it: behind a lock, with the
@@ -25,9 +23,9 @@ use crate::snapshot::{GovernorState, ProbeSource, Snapshot};
 pub(crate) struct Control {
     governor: Mutex<Governor>,
     record: Mutex<Arc<TickRecord>>,
-    /// The idle class, for snapshots (read without the governor's lock).
-    #[cfg(feature = "idle-pool")]
-    idle: Mutex<Weak<Shared>>,
+    /// The idle class while it lives: the one `idle_class` hands out again, and what snapshots
+    /// read (without the governor's lock). Always empty without the idle pool.
+    idle: Mutex<Weak<ClassState>>,
     /// The governor thread, until it is joined.
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     /// Set by [`shutdown`](Self::shutdown): the thread ends at its next wake-up.
@@ -66,7 +64,6 @@ impl Control {
         Control {
             governor: Mutex::new(governor),
             record: Mutex::new(record),
-            #[cfg(feature = "idle-pool")]
             idle: Mutex::new(Weak::new()),
             thread: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -106,7 +103,7 @@ impl Control {
 
     /// One governor tick, then the metrics export (outside the lock: an exporter may call back
     /// into the handle).
-    pub(crate) fn tick(&self, shared: &Shared, period: Duration) {
+    pub(crate) fn tick(&self, shared: &ClassState, period: Duration) {
         let mut g = self.lock();
         let record = g.tick(period);
         let steering = g.steering();
@@ -217,7 +214,7 @@ impl Control {
 
     /// Whether the I/O wake-up input is on.
     pub(crate) fn io_input(&self) -> bool {
-        self.lock().sources.io.availability() != crate::readings::Availability::Off
+        self.lock().sources.io.availability() != crate::signal::readings::Availability::Off
     }
 
     /// Treat the cgroup in `dir` as the process's, with a quota of `cpus`.
@@ -245,24 +242,34 @@ impl Control {
         })
     }
 
-    /// [`Governor::idle_class`].
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn idle_class(&self, parent: &Arc<Shared>) -> Result<Arc<Shared>, SettingError> {
-        self.change(|g| {
-            let class = g.idle_class(parent)?;
-            *self.idle.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&class);
-            Ok(class)
-        })
+    cfg_idle_pool! {
+        /// The idle class of `parent`: the one made before while it lives, else a new one
+        /// ([`Governor::idle_class`]).
+        pub(crate) fn idle_class(
+            &self,
+            parent: &Arc<ClassState>,
+        ) -> Result<Arc<ClassState>, SettingError> {
+            self.change(|g| {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(class) = idle.upgrade() {
+                    return Ok(class);
+                }
+                let class = g.idle_class(parent)?;
+                *idle = Arc::downgrade(&class);
+                Ok(class)
+            })
+        }
     }
 
-    /// [`Governor::add_gate`].
-    #[cfg(feature = "gate")]
-    pub(crate) fn add_gate(
-        &self,
-        shared: &Shared,
-        settings: &crate::gate::GateSettings,
-    ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
-        self.change(|g| g.add_gate(shared, settings))
+    cfg_gate! {
+        /// [`Governor::add_gate`].
+        pub(crate) fn add_gate(
+            &self,
+            shared: &ClassState,
+            settings: &crate::gate::GateSettings,
+        ) -> Result<Arc<crate::gate::shared::GateShared>, SettingError> {
+            self.change(|g| g.add_gate(shared, settings))
+        }
     }
 
     /// [`Governor::set_share`].
@@ -278,23 +285,19 @@ impl Control {
     /// [`Governor::add_member`].
     pub(crate) fn add_member(
         &self,
-        root: &Arc<Shared>,
+        root: &Arc<ClassState>,
         settings: &crate::settings::ClassSettings,
-    ) -> Result<Arc<Shared>, SettingError> {
+    ) -> Result<Arc<ClassState>, SettingError> {
         self.change(|g| g.add_member(root, settings))
     }
 
     /// Everything at once: the record, the probe `window`, the queue ledgers.
-    pub(crate) fn snapshot(&self, shared: &Shared, window: Window) -> Snapshot {
-        #[cfg(feature = "idle-pool")]
+    pub(crate) fn snapshot(&self, shared: &ClassState, window: Window) -> Snapshot {
         let idle = (self.idle.lock().unwrap_or_else(|p| p.into_inner())).upgrade();
-        #[cfg(feature = "idle-pool")]
         let (idle_queue, idle_unstacked) = idle.map_or((None, 0), |class| {
             let moved = class.unstack.as_ref().map_or(0, |u| u.moved());
             (Some(class.queue.snapshot()), moved)
         });
-        #[cfg(not(feature = "idle-pool"))]
-        let (idle_queue, idle_unstacked) = (None, 0);
         let mut s = Snapshot::new(
             &self.record(),
             window,

@@ -11,7 +11,7 @@ use elastic_cpu_core::Clock;
 use elastic_cpu_probe::{NoQuota, QuotaReading};
 
 use super::{Governor, Plan};
-use crate::cpus::{choose_cpus, CpusInputs, CpusSource};
+use crate::quota::cpus::{choose_cpus, CpusInputs, CpusSource};
 use crate::trace;
 
 /// The CPU quota in force: what the headroom cap, the quota brake and the grants' fit to a

@@ -1,6 +1,5 @@
-//! A class's queue as the governor drives it: the [`ClassQueue`] each kind of class implements
-//! (the `Elastic`'s own and member classes, the idle pool's, a gate's), and the [`Link`] that
-//! reads it into the decision step's [`ClassReading`] and applies its [`ClassDecision`].
+//! A class's queue as the governor drives it: the [`Link`] that reads a class's [`ClassQueue`]
+//! into the decision step's [`ClassReading`] and applies its [`ClassDecision`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -8,85 +7,9 @@ use std::time::Duration;
 
 use elastic_cpu_core::decide::{ClassDecision, ClassKind, ClassReading, HoldChange, Part};
 
-use crate::long_polls::{LongPollWatch, LongPolls};
+use crate::grant::class_queue::ClassQueue;
+use crate::grant::long_polls::{LongPollWatch, LongPolls};
 use crate::record::{ClassRecord, PartRecord};
-
-/// The queue of one class as the governor drives it.
-pub(crate) trait ClassQueue: Send + Sync {
-    /// Refill and grant waiters at the current rate; whether work waited since the last tick.
-    fn tick(&self) -> bool;
-    /// The token rate, in CPU nanoseconds per second.
-    fn set_rate(&self, rate: u64);
-    /// The token rate, without moving the balance (a part of a split share).
-    fn retune(&self, rate: u64) {
-        self.set_rate(rate);
-    }
-    /// Work waiting for a grant now.
-    fn waiters(&self) -> usize {
-        0
-    }
-    /// Grants held now.
-    fn holders(&self) -> usize {
-        0
-    }
-    /// Whether its bucket holds tokens now (work that waits then is held by something else).
-    fn has_tokens(&self) -> bool {
-        false
-    }
-    /// Fit the slice an admission asks for to `rate`, inside a CPU quota of this period.
-    fn fit_slice(&self, _rate: u64, _quota_period: Option<Duration>) {}
-    /// At most `cap` grants held at once.
-    fn set_holder_cap(&self, cap: usize);
-    /// The grants the classes that split the share hold together: `None` while they do not
-    /// (see module `slots`).
-    fn set_slots(&self, _count: Option<usize>) {}
-    /// The longest wait since the last call (a waiter still queued counts).
-    fn take_longest_wait(&self) -> Duration;
-    /// Hold back every new grant while `held`, and with `braked` (the backlog brake) also ask
-    /// holders to give theirs back; resume once not `held`. Without `braked` (a pause) the
-    /// holders keep their grants until they settle.
-    fn set_held(&self, held: bool, braked: bool);
-    /// Whether something steers by the signal through this class now (elastic work running or
-    /// waiting; a gate or an idle pool whenever it exists).
-    fn steering(&self) -> bool;
-    /// Whether work holds or waits for a grant now.
-    fn busy(&self) -> bool;
-    /// What the governor reads of the queue at a tick, at once (one look at the queue where
-    /// the queue can give it so).
-    fn state(&self) -> QueueState {
-        QueueState {
-            busy: self.busy(),
-            has_tokens: self.has_tokens(),
-            holders: self.holders(),
-            waiters: self.waiters(),
-            steering: self.steering(),
-        }
-    }
-    /// Running time charged to the class so far.
-    fn charged(&self) -> Duration;
-    /// What the governor decided for the class this tick (a gate keeps it for its snapshot).
-    fn publish(&self, _record: &ClassRecord) {}
-    /// Export the class's own metrics, if it has any besides the snapshot's (outside the
-    /// governor's lock: an exporter may call back into the handles).
-    #[cfg(feature = "metrics")]
-    fn export(&self) {}
-    /// The governor is gone: nothing waits for a grant that cannot come.
-    fn close(&self);
-    /// What the class's adapters or permits count of polls too long to cut, if they do.
-    fn long_polls(&self) -> Option<&LongPolls> {
-        None
-    }
-}
-
-/// What the governor reads of a class's queue at a tick.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct QueueState {
-    pub(crate) busy: bool,
-    pub(crate) has_tokens: bool,
-    pub(crate) holders: usize,
-    pub(crate) waiters: usize,
-    pub(crate) steering: bool,
-}
 
 /// One class's queue, held weakly: the class lives while any handle, adapter or permit holds
 /// its queue. Dropping the link (the governor is gone) closes the queue.

@@ -27,10 +27,10 @@ use self::classes::Links;
 pub(crate) use self::control::Control;
 use self::host::HostState;
 pub(crate) use self::thread::spawn;
-use crate::readings::{Availability, Sources};
+use crate::grant::class_state::{ClassState, QueueClock};
 use crate::record::TickRecord;
 use crate::settings::{OutlierThreshold, DEFAULT_TARGET};
-use crate::shared::{QueueClock, Shared};
+use crate::signal::readings::{Availability, Sources};
 use crate::signal::{Signal, SignalStage};
 #[cfg(feature = "tracing")]
 use crate::trace;
@@ -106,7 +106,7 @@ impl Governor {
     /// The governor of `shared`, the `Elastic`'s own class.
     pub(crate) fn new(
         plan: Plan,
-        shared: &std::sync::Arc<Shared>,
+        shared: &std::sync::Arc<ClassState>,
     ) -> Result<Governor, SettingError> {
         let host = HostState::new(&plan);
         let mut settings = DeciderSettings::new(plan.controller, host.cpus);

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::Control;
-use crate::shared::Shared;
+use crate::grant::class_state::ClassState;
 use crate::snapshot::GovernorState;
 
 /// The thread's name.
@@ -35,7 +35,7 @@ impl Drop for EndOnExit {
 /// is gone (every `Elastic`, `Paced`, `PacedStream` and `Pacer` dropped), or at
 /// [`Control::shutdown`], which joins it.
 pub(crate) fn spawn(
-    shared: &Arc<Shared>,
+    shared: &Arc<ClassState>,
     control: &Arc<Control>,
     tick: Duration,
 ) -> std::io::Result<()> {
@@ -51,7 +51,7 @@ pub(crate) fn spawn(
     Ok(())
 }
 
-fn run(weak: Weak<Shared>, control: Arc<Control>, period: Duration) {
+fn run(weak: Weak<ClassState>, control: Arc<Control>, period: Duration) {
     let _end = EndOnExit(control.clone());
     let mut last = Instant::now();
     let mut next = last + period;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 
 pub use self::pool::{IdlePriority, IdleRuntime};
-use crate::shared::{Queue, Shared};
+use crate::grant::class_state::{Queue, ClassState};
 use elastic_cpu_core::decide::Limit;
 
 /// The idle class's target, as a multiple of the elastic target: the level at which the
@@ -73,11 +73,11 @@ pub(crate) fn controller(elastic: &ControllerConfig, quota: bool) -> ControllerC
 
 /// A new idle class of `parent` over `queue`, and the limit that decides its share.
 pub(crate) fn create(
-    parent: &Arc<Shared>,
+    parent: &Arc<ClassState>,
     queue: Queue,
     elastic: &ControllerConfig,
     start: IdleStart,
-) -> Result<(Arc<Shared>, Limit), SettingError> {
+) -> Result<(Arc<ClassState>, Limit), SettingError> {
     let limit = match start.fixed {
         Some(share) => Limit::Fixed(share),
         None => Limit::Controller(Box::new(StepController::with_initial_share(
@@ -93,7 +93,7 @@ pub(crate) fn create(
     } else {
         parent.slice
     };
-    let shared = Arc::new(Shared::idle_class(parent, queue, quantum));
+    let shared = Arc::new(ClassState::idle_class(parent, queue, quantum));
     Ok((shared, limit))
 }
 

@@ -14,9 +14,9 @@ use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
 use super::watch::{PoolWatch, PULSE};
-use crate::paced::Paced;
-use crate::shared::Shared;
-use crate::thread_class;
+use crate::grant::paced::Paced;
+use crate::grant::class_state::ClassState;
+use crate::grant::thread_class;
 
 /// How long [`Elastic::idle_runtime`] waits for its worker threads to start and report the
 /// priority they got (they start at once; this only bounds a stuck OS).
@@ -207,7 +207,7 @@ pub struct IdleRuntime {
     /// Whether the pool's threads get CPU, for the work `Auto` put here.
     watch: Arc<PoolWatch>,
     /// The pacing state of the idle class of the `Elastic` it was made from.
-    shared: Arc<Shared>,
+    shared: Arc<ClassState>,
     started: Arc<Started>,
 }
 
@@ -235,8 +235,8 @@ impl IdleRuntime {
     /// See [`Elastic::idle_runtime`](crate::Elastic::idle_runtime): a pool for `parent`'s idle
     /// class `shared`.
     pub(crate) fn new(
-        parent: Arc<Shared>,
-        shared: Arc<Shared>,
+        parent: Arc<ClassState>,
+        shared: Arc<ClassState>,
         workers: usize,
     ) -> io::Result<IdleRuntime> {
         let started = Arc::new(Started {

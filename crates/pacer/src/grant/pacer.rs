@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use elastic_cpu_probe::{current_tid, ThreadRegistration, ThreadRole};
 
+use super::class_state::ClassState;
+use super::quantum::{requeue_behind_woken, yield_to_scheduler};
 use crate::grant::{GrantState, Phase, Step};
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler};
-use crate::shared::Shared;
 
 /// Paces one loop of elastic work: call [`pace`](Pacer::pace) every iteration.
 ///
@@ -56,7 +56,7 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ClassState>) -> Self {
         Pacer {
             grant: GrantState::new(shared),
             thread: None,

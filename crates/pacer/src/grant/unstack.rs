@@ -40,10 +40,9 @@ pub(crate) trait Mover: Send + Sync {
 }
 
 /// The OS's: Linux affinity calls.
-#[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
 struct OsMover;
 
-#[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
+#[cfg(any(target_os = "linux", target_os = "android"))]
 impl Mover for OsMover {
     fn here(&self) -> Option<u32> {
         u32::try_from(rustix::thread::sched_getcpu()).ok()
@@ -82,7 +81,7 @@ impl Mover for OsMover {
     }
 }
 
-#[cfg(not(all(feature = "idle-pool", any(target_os = "linux", target_os = "android"))))]
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
 impl Mover for OsMover {
     fn here(&self) -> Option<u32> {
         None
@@ -129,7 +128,6 @@ impl Unstack {
     /// Looks at the workers of `foreground` (its [`ThreadRole::Worker`]s) in `/proc`.
     ///
     /// [`ThreadRole::Worker`]: elastic_cpu_probe::ThreadRole::Worker
-    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn new(foreground: &ThreadRegistry) -> Unstack {
         // The CPUs in the affinity mask (the quota does not matter here: which CPU a worker
         // waits on does); unknown (off Linux, where nothing moves), never spaced out.
@@ -143,7 +141,6 @@ impl Unstack {
     }
 
     /// Over a given reader, mover, clock and CPU count (tests).
-    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     pub(crate) fn with(
         look: Box<dyn Look>,
         mover: Box<dyn Mover>,
@@ -413,7 +410,7 @@ mod tests {
 
     /// The OS mover moves a spinning thread onto the CPU asked for and leaves its mask as it
     /// was.
-    #[cfg(all(feature = "idle-pool", any(target_os = "linux", target_os = "android")))]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
     fn the_os_mover_moves_a_thread_and_puts_its_mask_back() {
         use rustix::thread::{gettid, sched_getaffinity, sched_getcpu, CpuSet, Pid};

@@ -11,14 +11,14 @@ use elastic_cpu_core::ManualClock;
 use elastic_cpu_core::{Clock, MonotonicClock, WorkQueue, MIN_SLICE};
 use elastic_cpu_probe::{Probe, Sampler, ThreadRegistry};
 
-use crate::charged::Charged;
-use crate::governor::link::{ClassQueue, QueueState};
-use crate::long_polls::LongPolls;
-use crate::quantum::CoreYield;
-use crate::running::RunningTime;
+use super::charged::Charged;
+use super::class_queue::{ClassQueue, QueueState};
+use super::long_polls::LongPolls;
+use super::quantum::CoreYield;
+use super::running::RunningTime;
+use super::slots::Slots;
+use super::Unstack;
 use crate::settings::Enforcement;
-use crate::slots::Slots;
-use crate::unstack::Unstack;
 
 /// The clock the queue and bucket run on: the monotonic clock in production, a
 /// [`ManualClock`] in deterministic tests (feature `test-util`).
@@ -60,7 +60,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// Everything a paced adapter needs. The governor holds only a weak reference: it stops once
 /// the last handle and adapter holding this is gone.
-pub(crate) struct Shared {
+pub(crate) struct ClassState {
     /// Where grants come from and go back to.
     pub(crate) queue: Queue,
     /// CPU time one grant asks for (the setting).
@@ -102,7 +102,7 @@ pub(crate) struct Shared {
     /// The link of an idle class or a class made with `Elastic::class` to the `Elastic` it
     /// belongs to: its governor runs as long as their work does (`None` for the `Elastic`'s
     /// own class).
-    parent: Option<Arc<Shared>>,
+    parent: Option<Arc<ClassState>>,
     /// An idle pool's class: it steers by the signal as long as it exists.
     idle: bool,
     /// The grants the `Elastic`'s classes on its runtime hold together (shared by the own
@@ -110,7 +110,7 @@ pub(crate) struct Shared {
     pub(crate) slots: Option<Arc<Slots>>,
 }
 
-impl Shared {
+impl ClassState {
     /// The slice an admission asks for now (see [`ClassQueue::fit_slice`]).
     #[inline]
     pub(crate) fn asks(&self) -> Duration {
@@ -118,7 +118,7 @@ impl Shared {
     }
 
     /// What a quantum's yield does with the thread's CPU
-    /// ([`yield_to_scheduler`](crate::quantum::yield_to_scheduler)).
+    /// ([`yield_to_scheduler`](super::quantum::yield_to_scheduler)).
     #[inline]
     pub(crate) fn core_yield(&self) -> CoreYield<'_> {
         match (&self.unstack, self.os_yield) {
@@ -135,8 +135,8 @@ impl Shared {
         running: RunningTime,
         probe: Probe,
         threads: ThreadRegistry,
-    ) -> Shared {
-        Shared {
+    ) -> ClassState {
+        ClassState {
             queue,
             slice: enforcement.slice,
             asks: AtomicU64::new(nanos(enforcement.slice)),
@@ -159,42 +159,47 @@ impl Shared {
         }
     }
 
-    /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
-    /// the rest as `parent`'s.
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn idle_class(parent: &Arc<Shared>, queue: Queue, quantum: Duration) -> Shared {
-        Shared {
-            queue,
-            slice: parent.slice,
-            asks: AtomicU64::new(nanos(parent.slice)),
-            quantum,
-            // At idle priority the kernel hands the core to any thread placed on it at once;
-            // what it does not always do is place a waiting worker on it (see `Unstack`).
-            os_yield: false,
-            os_yields: AtomicU64::new(0),
-            unstack_on: parent.unstack_on,
-            unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
-            long_polls: Arc::default(),
-            running: parent.running.clone(),
-            probe: parent.probe.clone(),
-            charged: Charged::default(),
-            // The idle pool's threads are not the foreground's: the run-queue signal reads the
-            // parent's registry only.
-            threads: ThreadRegistry::new(),
-            braked: AtomicBool::new(false),
-            governor_thread: OnceLock::new(),
-            samplers: Mutex::new(Vec::new()),
-            parent: Some(parent.clone()),
-            idle: true,
-            slots: None,
+    cfg_idle_pool! {
+        /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
+        /// the rest as `parent`'s.
+        pub(crate) fn idle_class(
+            parent: &Arc<ClassState>,
+            queue: Queue,
+            quantum: Duration,
+        ) -> ClassState {
+            ClassState {
+                queue,
+                slice: parent.slice,
+                asks: AtomicU64::new(nanos(parent.slice)),
+                quantum,
+                // At idle priority the kernel hands the core to any thread placed on it at once;
+                // what it does not always do is place a waiting worker on it (see `Unstack`).
+                os_yield: false,
+                os_yields: AtomicU64::new(0),
+                unstack_on: parent.unstack_on,
+                unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
+                long_polls: Arc::default(),
+                running: parent.running.clone(),
+                probe: parent.probe.clone(),
+                charged: Charged::default(),
+                // The idle pool's threads are not the foreground's: the run-queue signal reads the
+                // parent's registry only.
+                threads: ThreadRegistry::new(),
+                braked: AtomicBool::new(false),
+                governor_thread: OnceLock::new(),
+                samplers: Mutex::new(Vec::new()),
+                parent: Some(parent.clone()),
+                idle: true,
+                slots: None,
+            }
         }
     }
 
     /// A class of `root`'s elastic work made with `Elastic::class`: its own `queue` and ledger,
     /// the rest as `root`'s. It shares `root`'s long-poll count: where elastic work goes
     /// (`Elastic::spawn`) is decided for all of it.
-    pub(crate) fn member_class(root: &Arc<Shared>, queue: Queue) -> Shared {
-        Shared {
+    pub(crate) fn member_class(root: &Arc<ClassState>, queue: Queue) -> ClassState {
+        ClassState {
             queue,
             slice: root.slice,
             asks: AtomicU64::new(nanos(root.slice)),
@@ -218,12 +223,11 @@ impl Shared {
     }
 
     /// The `Elastic`'s own class this one belongs to (itself, for the own class).
-    pub(crate) fn root_class(self: &Arc<Self>) -> &Arc<Shared> {
+    pub(crate) fn root_class(self: &Arc<Self>) -> &Arc<ClassState> {
         self.parent.as_ref().unwrap_or(self)
     }
 
     /// Whether this is an idle pool's class.
-    #[cfg(feature = "idle-pool")]
     #[inline]
     pub(crate) fn is_idle(&self) -> bool {
         self.idle
@@ -235,7 +239,7 @@ impl Shared {
     pub(crate) fn root(&self) -> usize {
         match &self.parent {
             Some(parent) => Arc::as_ptr(parent) as usize,
-            None => self as *const Shared as usize,
+            None => self as *const ClassState as usize,
         }
     }
 
@@ -295,7 +299,7 @@ impl Shared {
     }
 }
 
-impl ClassQueue for Shared {
+impl ClassQueue for ClassState {
     fn tick(&self) -> bool {
         self.queue.tick()
     }
@@ -398,7 +402,7 @@ impl ClassQueue for Shared {
     }
 }
 
-impl Drop for Shared {
+impl Drop for ClassState {
     fn drop(&mut self) {
         // Wake the governor so it notices at once that nobody needs it any more.
         if let Some(t) = self.governor_thread.take() {

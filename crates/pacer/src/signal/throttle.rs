@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use elastic_cpu_probe::CpuThrottling;
 
 /// Watches one cgroup's throttling counters, tick by tick (the counters are read by the
-/// governor's [`CgroupSource`](crate::readings::CgroupSource)).
+/// governor's [`CgroupSource`](super::readings::CgroupSource)).
 #[derive(Debug, Default)]
 pub(crate) struct ThrottleWatch {
     /// The cgroup directory whose `cpu.stat` is read (`None`: no quota seen, nothing to watch).

@@ -24,7 +24,7 @@ const COOLDOWN_FACTOR: u32 = 4;
 /// How often the governor re-checks while the brake is on.
 pub(crate) const BRAKE_POLL: Duration = Duration::from_millis(1);
 
-/// What a [`Brake::step`] asks of the work queue.
+/// What a [`BacklogBrake::step`] asks of the work queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
     /// Nothing changes.
@@ -38,7 +38,7 @@ pub(crate) enum Change {
 
 /// The brake's state machine. It decides; the governor applies the [`Change`] to the queue.
 #[derive(Default)]
-pub(crate) struct Brake {
+pub(crate) struct BacklogBrake {
     /// When the current brake started (queue clock).
     engaged_at: Option<Duration>,
     /// Last time the alarm count moved while braked.
@@ -51,7 +51,7 @@ pub(crate) struct Brake {
     total: Duration,
 }
 
-impl Brake {
+impl BacklogBrake {
     /// Look at the probe's alarm at `now` (the queue's clock): engage, release or keep.
     pub(crate) fn step(&mut self, now: Duration, probe: &Probe) -> Change {
         match self.engaged_at {

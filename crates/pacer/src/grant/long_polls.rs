@@ -23,10 +23,11 @@ pub(crate) const MOSTLY: f64 = 0.5;
 /// few polls a machine pause stretched would decide.
 pub(crate) const MIN_RUN: Duration = Duration::from_millis(20);
 
-/// A setup's long poll counts up to this much (a poll a machine pause stretched counts no
-/// more).
-#[cfg(feature = "gate")]
-pub(crate) const LONG_POLL_MAX: Duration = Duration::from_millis(100);
+cfg_gate! {
+    /// A setup's long poll counts up to this much (a poll a machine pause stretched counts no
+    /// more).
+    pub(crate) const LONG_POLL_MAX: Duration = Duration::from_millis(100);
+}
 
 /// Whether a poll that ran `wall` is a long one at `quantum`.
 #[inline]
@@ -80,7 +81,6 @@ impl LongPolls {
     }
 
     /// Whether elastic work's time came mostly in long polls (then it stays so).
-    #[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
     #[inline]
     pub(crate) fn mostly(&self) -> bool {
         self.mostly.load(Ordering::Relaxed)

@@ -1,5 +1,5 @@
 //! A future `Elastic::spawn` placed with `Placement::Auto`: paced on the runtime, it moves to
-//! the idle pool at its next poll once elastic work runs long (see `placement.rs`), comes back
+//! the idle pool at its next poll once elastic work runs long (see module `placement`), comes back
 //! to the runtime while the pool starves (see `idle/watch.rs`), and goes again once it does not.
 
 use std::future::Future;
@@ -14,11 +14,11 @@ use elastic_cpu_core::{Clock, ThreadCpuClock};
 
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::grant::paced::Paced;
+use crate::grant::class_state::ClassState;
 use crate::idle::watch::{PoolWatch, Recall};
 use crate::idle::IdleRuntime;
-use crate::paced::Paced;
 use crate::placement::Placer;
-use crate::shared::Shared;
 
 /// The spawned task's own abort handle, set right after the spawn: a moved task whose pool task
 /// was cancelled (the pool shut down) ends cancelled too.
@@ -28,7 +28,7 @@ pub(crate) type OwnAbort = Arc<OnceLock<AbortHandle>>;
 pub(crate) struct Placed<F: Future> {
     state: State<F>,
     /// The `Elastic`'s own class.
-    shared: Arc<Shared>,
+    shared: Arc<ClassState>,
     /// Where the pool is; empty once a move found none (the `Elastic` shut down): it stays on
     /// the runtime then.
     placer: Weak<Placer>,
@@ -152,7 +152,12 @@ where
     F::Output: Send + 'static,
 {
     #[track_caller]
-    pub(crate) fn new(future: F, shared: Arc<Shared>, placer: Weak<Placer>, own: OwnAbort) -> Self {
+    pub(crate) fn new(
+        future: F,
+        shared: Arc<ClassState>,
+        placer: Weak<Placer>,
+        own: OwnAbort,
+    ) -> Self {
         Placed {
             state: State::Here(Paced::new(Box::pin(future), shared.clone())),
             shared,
@@ -166,7 +171,7 @@ where
     pub(crate) fn on_pool(
         future: F,
         pool: &IdleRuntime,
-        shared: Arc<Shared>,
+        shared: Arc<ClassState>,
         placer: Weak<Placer>,
         own: OwnAbort,
     ) -> Self {
@@ -218,7 +223,7 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    fn start(pool: &IdleRuntime, future: Pin<Box<F>>, shared: Arc<Shared>) -> OnPool<F> {
+    fn start(pool: &IdleRuntime, future: Pin<Box<F>>, shared: Arc<ClassState>) -> OnPool<F> {
         let slot = Arc::new(Slot {
             held: Mutex::new(Held::Parked(Paced::new(future, shared))),
             waker: Mutex::new(None),

@@ -99,14 +99,15 @@ impl RunningTime {
         }
     }
 
-    /// Wall time since `mark` (the injected clock's, under test), on any thread: no CPU-clock
-    /// read.
-    #[cfg(feature = "gate")]
-    pub(crate) fn wall_since(&self, mark: Mark) -> Duration {
-        match mark {
-            Mark::Wall(t) | Mark::Cpu(_, t) => t.elapsed(),
-            #[cfg(feature = "test-util")]
-            Mark::Custom(_) => self.since(mark).1,
+    cfg_gate! {
+        /// Wall time since `mark` (the injected clock's, under test), on any thread: no CPU-clock
+        /// read.
+        pub(crate) fn wall_since(&self, mark: Mark) -> Duration {
+            match mark {
+                Mark::Wall(t) | Mark::Cpu(_, t) => t.elapsed(),
+                #[cfg(feature = "test-util")]
+                Mark::Custom(_) => self.since(mark).1,
+            }
         }
     }
 

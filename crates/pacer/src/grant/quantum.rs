@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Context;
 use std::time::Duration;
 
-use crate::unstack::Unstack;
+use super::Unstack;
 
 /// Longest run between yields while the quantum's yields are skipped (8 default quanta).
 pub(crate) const RUN_ON_LIMIT: Duration = Duration::from_micros(400);

@@ -9,11 +9,11 @@ use std::time::Duration;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
+use super::class_state::ClassState;
+use super::nesting;
+use super::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
+use super::running::{Mark, RunningTime, LONG_RUN};
 use crate::grant::GrantState;
-use crate::nesting;
-use crate::quantum::{requeue_behind_woken, yield_to_scheduler, YieldPoint};
-use crate::running::{Mark, RunningTime, LONG_RUN};
-use crate::shared::Shared;
 use elastic_cpu_core::{Clock, ThreadCpuClock};
 
 /// A stream's run of items between two yields, on an idle pool's thread: the thread's CPU
@@ -41,7 +41,7 @@ enum ItemStretch {
 
 /// The timing of one paced future or stream: each inner poll is timed and charged to its
 /// grant; the poll quantum's clock runs until the task returns `Pending`.
-pub(crate) struct Slot {
+pub(crate) struct PacedTiming {
     grant: GrantState,
     /// Running time since this task last returned `Pending` (the poll quantum's clock).
     run: Duration,
@@ -68,10 +68,10 @@ pub(crate) struct Slot {
     site: &'static std::panic::Location<'static>,
 }
 
-impl Slot {
+impl PacedTiming {
     #[track_caller]
-    fn new(shared: Arc<Shared>) -> Self {
-        Slot {
+    fn new(shared: Arc<ClassState>) -> Self {
+        PacedTiming {
             yield_at: YieldPoint::new(shared.quantum),
             grant: GrantState::new(shared),
             run: Duration::ZERO,
@@ -190,7 +190,7 @@ impl Slot {
         }
         let shared = self.grant.shared();
         self.stretch = if matches!(shared.running, RunningTime::Adaptive)
-            && crate::thread_class::on_idle_pool()
+            && super::thread_class::on_idle_pool()
         {
             ItemStretch::On {
                 cpu: ThreadCpuClock.now(),
@@ -224,7 +224,7 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
+impl Drop for PacedTiming {
     fn drop(&mut self) {
         if let Some(mark) = self.polling.take() {
             // The inner poll panicked: charge what it ran (the grant settles when dropped).
@@ -251,23 +251,24 @@ pin_project! {
     pub struct Paced<F> {
         #[pin]
         inner: F,
-        slot: Slot,
+        slot: PacedTiming,
     }
 }
 
 impl<F> Paced<F> {
     #[track_caller]
-    pub(crate) fn new(inner: F, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: F, shared: Arc<ClassState>) -> Self {
         Paced {
             inner,
-            slot: Slot::new(shared),
+            slot: PacedTiming::new(shared),
         }
     }
 
-    /// The future, unpaced: the grant it held is settled.
-    #[cfg(feature = "idle-pool")]
-    pub(crate) fn into_inner(self) -> F {
-        self.inner
+    cfg_idle_pool! {
+        /// The future, unpaced: the grant it held is settled.
+        pub(crate) fn into_inner(self) -> F {
+            self.inner
+        }
     }
 }
 
@@ -306,16 +307,16 @@ pin_project! {
     pub struct PacedStream<S> {
         #[pin]
         inner: S,
-        slot: Slot,
+        slot: PacedTiming,
     }
 }
 
 impl<S> PacedStream<S> {
     #[track_caller]
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: S, shared: Arc<ClassState>) -> Self {
         PacedStream {
             inner,
-            slot: Slot::new(shared),
+            slot: PacedTiming::new(shared),
         }
     }
 }

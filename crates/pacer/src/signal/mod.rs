@@ -2,14 +2,18 @@
 //! through the runtime's I/O driver), the OS run-queue delay of the runtime's threads and the
 //! cgroup's throttling, read once per governor tick and combined into one figure.
 
+pub(crate) mod brake;
+pub(crate) mod readings;
+mod throttle;
+
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use elastic_cpu_core::decide::{window_delay, RunQueueWaits, SignalSource, Waiters};
 
-use crate::readings::{Availability, Sources};
-use crate::throttle::ThrottleWatch;
+use self::readings::{Availability, Sources};
+use self::throttle::ThrottleWatch;
 
 /// The I/O wake-up p99 is compared with this many times the target (it joins the signal
 /// divided by it). Its path holds more than a task's schedule latency even on an idle runtime:

@@ -1,22 +1,20 @@
 //! Which idle class, if any, the current thread belongs to: an idle pool's threads note their
 //! `Elastic`'s idle class as they start, and paced work admitted there moves to that class for
 //! good (work moves from the runtime to the pool, never back). Without the feature `idle-pool`
-//! no thread is one.
+//! no thread is one (`no_idle_pool.rs` stands in).
 
 use std::cell::RefCell;
-#[cfg(feature = "idle-pool")]
 use std::sync::Arc;
 use std::sync::Weak;
 
-use crate::shared::Shared;
+use super::class_state::ClassState;
 
 /// The idle class of the `Elastic` whose pool this thread belongs to.
-#[cfg_attr(not(feature = "idle-pool"), allow(dead_code))]
 struct IdleThread {
     /// The `Elastic`'s own class, by address (compared, never dereferenced).
-    parent: *const Shared,
+    parent: *const ClassState,
     /// Its idle class (weak: a thread-local must not keep a pool's pacing state alive).
-    idle: Weak<Shared>,
+    idle: Weak<ClassState>,
 }
 
 thread_local! {
@@ -24,8 +22,7 @@ thread_local! {
 }
 
 /// Mark the calling thread as one of `parent`'s idle pool, whose class is `idle`.
-#[cfg(feature = "idle-pool")]
-pub(crate) fn enter(parent: &Arc<Shared>, idle: &Arc<Shared>) {
+pub(crate) fn enter(parent: &Arc<ClassState>, idle: &Arc<ClassState>) {
     IDLE.with(|t| {
         *t.borrow_mut() = Some(IdleThread {
             parent: Arc::as_ptr(parent),
@@ -42,8 +39,7 @@ pub(crate) fn on_idle_pool() -> bool {
 
 /// The idle class work paced by `shared` moves to on this thread: `Some` on a thread of
 /// `shared`'s idle pool, else `None` (work stays in its class).
-#[cfg(feature = "idle-pool")]
-pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
+pub(crate) fn class_for(shared: &Arc<ClassState>) -> Option<Arc<ClassState>> {
     IDLE.with(|t| {
         let t = t.borrow();
         let t = t.as_ref()?;
@@ -55,18 +51,14 @@ pub(crate) fn class_for(shared: &Arc<Shared>) -> Option<Arc<Shared>> {
     })
 }
 
-/// On an idle pool's thread: its class's look at the runtime's workers, if one is due
-/// ([`Unstack`](crate::unstack::Unstack)), for work that reaches no class quantum there (a
-/// connection gate's setups). Elsewhere nothing.
-#[cfg_attr(not(feature = "gate"), allow(dead_code))]
-pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {
-    #[cfg(feature = "idle-pool")]
-    {
+cfg_gate! {
+    /// On an idle pool's thread: its class's look at the runtime's workers, if one is due
+    /// ([`Unstack`](super::unstack::Unstack)), for work that reaches no class quantum there (a
+    /// connection gate's setups). Elsewhere nothing.
+    pub(crate) fn unstack_at_quantum(quantum: std::time::Duration) {
         let idle = IDLE.with(|t| t.borrow().as_ref().and_then(|t| t.idle.upgrade()));
         if let Some(unstack) = idle.as_ref().and_then(|class| class.unstack.as_ref()) {
             unstack.at_quantum(quantum);
         }
     }
-    #[cfg(not(feature = "idle-pool"))]
-    let _ = quantum;
 }

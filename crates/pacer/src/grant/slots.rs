@@ -27,7 +27,7 @@ pub(crate) struct Slots {
 }
 
 /// A slot held with a grant, or the wait for one.
-pub(crate) enum Slot {
+pub(crate) enum SlotClaim {
     Held(#[allow(dead_code)] OwnedSemaphorePermit),
     Waiting(Acquire),
 }
@@ -60,10 +60,10 @@ impl Slots {
     }
 
     /// A slot at once, or the wait for one.
-    pub(crate) fn take(&self) -> Slot {
+    pub(crate) fn take(&self) -> SlotClaim {
         match self.semaphore.clone().try_acquire_owned() {
-            Ok(permit) => Slot::Held(permit),
-            Err(_) => Slot::Waiting(Box::pin(self.semaphore.clone().acquire_owned())),
+            Ok(permit) => SlotClaim::Held(permit),
+            Err(_) => SlotClaim::Waiting(Box::pin(self.semaphore.clone().acquire_owned())),
         }
     }
 
@@ -114,10 +114,10 @@ impl Slots {
 mod tests {
     use super::*;
 
-    fn held(slot: Slot) -> OwnedSemaphorePermit {
+    fn held(slot: SlotClaim) -> OwnedSemaphorePermit {
         match slot {
-            Slot::Held(p) => p,
-            Slot::Waiting(_) => panic!("no slot free"),
+            SlotClaim::Held(p) => p,
+            SlotClaim::Waiting(_) => panic!("no slot free"),
         }
     }
 
@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(slots.free(), 1, "back, not yet forgotten");
         slots.set(Some(1));
         assert_eq!(slots.free(), 0, "forgotten at the next setting");
-        assert!(matches!(slots.take(), Slot::Waiting(_)));
+        assert!(matches!(slots.take(), SlotClaim::Waiting(_)));
         drop(b);
         assert_eq!(slots.free(), 1, "the one slot left");
         // Raised again, with a slot out: two in all.

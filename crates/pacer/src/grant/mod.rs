@@ -22,6 +22,28 @@
 //!
 //! [`WorkQueue::done`]: elastic_cpu_core::WorkQueue::done
 
+mod charged;
+pub(crate) mod class_queue;
+pub(crate) mod class_state;
+pub(crate) mod long_polls;
+mod nesting;
+pub(crate) mod paced;
+pub(crate) mod pacer;
+pub(crate) mod quantum;
+pub(crate) mod running;
+mod slots;
+
+cfg_idle_pool! {
+    pub(crate) mod thread_class;
+    mod unstack;
+    pub(crate) use self::unstack::Unstack;
+}
+cfg_not_idle_pool! {
+    pub(crate) mod no_idle_pool;
+    pub(crate) use self::no_idle_pool as thread_class;
+    pub(crate) use self::no_idle_pool::Unstack;
+}
+
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -30,22 +52,21 @@ use std::time::Duration;
 
 use elastic_cpu_core::{Admit, Clock, ElasticHandle, Grant, ThreadCpuClock, Ticket};
 
-use crate::nesting;
-use crate::quantum::{may_run_on, CoreYield};
-use crate::running::{RunningClock, RunningTime, LONG_RUN};
-use crate::shared::{QueueClock, Shared};
-use crate::slots::Slot;
+use self::class_state::{ClassState, QueueClock};
+use self::quantum::{may_run_on, CoreYield};
+use self::running::{RunningClock, RunningTime, LONG_RUN};
+use self::slots::SlotClaim;
 
 /// The grant an adapter holds, and the running time charged to it.
 pub(crate) struct GrantState {
-    shared: Arc<Shared>,
+    shared: Arc<ClassState>,
     state: State,
     /// Running time charged to the current grant (stretches and polls already finished).
     used: Duration,
     /// The held grant has yet to see whether it needs a slot.
     new_grant: bool,
     /// The slot held with the grant, or the wait for it.
-    slot: Option<Slot>,
+    slot: Option<SlotClaim>,
 }
 
 enum State {
@@ -86,7 +107,7 @@ pub(crate) enum Phase {
 }
 
 impl GrantState {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ClassState>) -> Self {
         GrantState {
             shared,
             state: State::Idle,
@@ -97,7 +118,7 @@ impl GrantState {
     }
 
     #[inline]
-    pub(crate) fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &ClassState {
         &self.shared
     }
 
@@ -120,9 +141,8 @@ impl GrantState {
                     // On an idle pool's thread, work paced by its `Elastic` is idle work, for good
                     // (module `thread_class`). Checked at each admission until then: a future
                     // `Elastic::spawn` moves to the pool carries the adapters it drives.
-                    #[cfg(feature = "idle-pool")]
                     if !self.shared.is_idle() {
-                        if let Some(idle) = crate::thread_class::class_for(&self.shared) {
+                        if let Some(idle) = self::thread_class::class_for(&self.shared) {
                             self.shared = idle;
                         }
                     }
@@ -152,9 +172,9 @@ impl GrantState {
         };
         loop {
             match &mut self.slot {
-                Some(Slot::Held(_)) => return true,
-                Some(Slot::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
-                    Poll::Ready(Ok(permit)) => self.slot = Some(Slot::Held(permit)),
+                Some(SlotClaim::Held(_)) => return true,
+                Some(SlotClaim::Waiting(acquire)) => match acquire.as_mut().poll(cx) {
+                    Poll::Ready(Ok(permit)) => self.slot = Some(SlotClaim::Held(permit)),
                     // Closed when the governor stopped: the grant runs without.
                     Poll::Ready(Err(_)) => {
                         self.slot = None;
