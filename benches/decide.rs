@@ -73,6 +73,7 @@ fn step(c: &mut Criterion) {
                 }
                 let sched = Duration::from_micros(150 + (tick % 200));
                 let r = TickReadings {
+                    now: TICK * tick as u32,
                     period: TICK,
                     intervals: 10,
                     signal: SignalReading {
@@ -82,6 +83,7 @@ fn step(c: &mut Criterion) {
                         ..SignalReading::default()
                     },
                     run_queue: None,
+                    throttled_periods: 0,
                     process_cpu: Some(TICK * tick as u32),
                     foreground_per_sec: 5_000.0,
                     classes: &readings,

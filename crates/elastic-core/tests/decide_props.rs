@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use elastic_cpu_core::decide::{
-    ClassKind, ClassReading, Decider, DeciderSettings, Limit, Part, QuietWindow, QuotaLimit,
-    SignalReading, SignalSource, TickReadings,
+    ClassKind, ClassReading, Decider, DeciderSettings, HostReading, Limit, Part, QuietWindow,
+    QuotaLimit, SignalReading, SignalSource, TickReadings,
 };
 use elastic_cpu_core::{ControllerConfig, StepController};
 use proptest::prelude::*;
@@ -88,6 +88,7 @@ impl Feed {
         self.process += Duration::from_secs_f64(ran_total) + TICK.mul_f64(t.process_extra);
         let sched = Duration::from_micros(t.signal_us);
         let r = TickReadings {
+            now: self.process,
             period: TICK,
             intervals: 10,
             signal: SignalReading {
@@ -103,6 +104,7 @@ impl Feed {
                 throttled: t.throttled,
             },
             run_queue: None,
+            throttled_periods: 0,
             process_cpu: Some(self.process),
             foreground_per_sec: 5_000.0,
             classes: &readings,
@@ -147,7 +149,14 @@ fn decider(
         cpus,
         period: Duration::from_millis(100),
     });
-    d.set_host(cpus, limit, quota.is_some());
+    let host = HostReading {
+        cpus,
+        quota: limit,
+        in_quota: quota.is_some(),
+        parallelism: 2,
+        throttling: true,
+    };
+    d.set_host(&host, Duration::ZERO);
     d
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::quota::cpus::CpusSource;
+use crate::quota::CpusSource;
 use crate::signal::Signal;
 pub(crate) use elastic_cpu_core::decide::ClassKind;
 use elastic_cpu_core::decide::{Baseline, TargetSource};

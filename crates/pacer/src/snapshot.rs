@@ -9,7 +9,7 @@ pub use elastic_cpu_probe::{
 };
 
 pub use crate::placement::PlacementReason;
-pub use crate::quota::cpus::CpusSource;
+pub use crate::quota::CpusSource;
 use crate::record::{ClassKind, ClassRecord, TickRecord};
 use crate::settings::Placement;
 pub use crate::signal::readings::Availability;

@@ -5,18 +5,43 @@
 //! The plant's classes map to the decision's as an `Elastic` places them: the first class on
 //! the runtime is the `Elastic`'s own, the others on the runtime members of its group (weight 1,
 //! unless set with [`DecisionStep::weights`]), a class on the pool the idle class (one at most).
-//! The brakes are not driven (they run between ticks in the pacer, not in the step).
+//! Between ticks the step's brakes look every `fast_interval`: the backlog brake on an alarm
+//! raised while a request has waited past 4 × the target (the library's threshold), the quota
+//! brake on the process's CPU time.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use elastic_cpu_core::decide::{
-    ClassKind, ClassReading, Decider, DeciderSettings, Limit, Part, QuietWindow, QuotaLimit,
-    RunQueueWaits, SignalReading, SignalSource, TickReadings, IDLE_TARGET_FACTOR,
+    Alarm, ClassKind, ClassReading, Decider, DeciderSettings, HostReading, Limit, Part,
+    QuietWindow, QuotaLimit, RunQueueWaits, SignalReading, SignalSource, TickReadings,
+    IDLE_TARGET_FACTOR,
 };
 use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
 
 use crate::config::{PlantConfig, RunsOn};
-use crate::observe::{ClassCommand, Observation, Steering};
+use crate::observe::{ClassCommand, FastObservation, Observation, Steering};
+
+/// The backlog brake's threshold, in multiples of the controller's target (the library's).
+const BRAKE_FACTOR: u32 = 4;
+
+/// The backlog alarm as the plant raises it: a request waited past `at`.
+#[derive(Debug)]
+struct BacklogAlarm {
+    at: Duration,
+    count: Cell<u64>,
+    raised: Cell<bool>,
+}
+
+impl Alarm for BacklogAlarm {
+    fn alarms(&self) -> u64 {
+        self.count.get()
+    }
+
+    fn take_alarm(&self) -> bool {
+        self.raised.replace(false)
+    }
+}
 
 /// The largest share the idle class may take: every CPU (the kernel keeps its threads off a
 /// core the foreground wants).
@@ -36,6 +61,7 @@ pub struct DecisionStep {
     window: usize,
     /// Each decision class's reading (kept to reuse its memory).
     readings: Vec<ClassReading>,
+    alarm: BacklogAlarm,
 }
 
 impl DecisionStep {
@@ -64,6 +90,11 @@ impl DecisionStep {
         settings.initial_share = share;
         settings.intervals = config.probe_window;
         let controller = settings.controller.clone();
+        let alarm = BacklogAlarm {
+            at: controller.target_p99.saturating_mul(BRAKE_FACTOR),
+            count: Cell::new(0),
+            raised: Cell::new(false),
+        };
         let mut decider = Decider::new(settings)?;
         let mut places = Vec::with_capacity(config.classes.len());
         let mut own_taken = false;
@@ -109,6 +140,7 @@ impl DecisionStep {
             host_set: false,
             window: config.probe_window,
             readings: Vec::with_capacity(classes),
+            alarm,
         })
     }
 
@@ -134,7 +166,14 @@ impl Steering for DecisionStep {
                 cpus: q.cpus,
                 period: q.period,
             });
-            self.decider.set_host(obs.cpus, quota, quota.is_some());
+            let host = HostReading {
+                cpus: obs.cpus,
+                quota,
+                in_quota: quota.is_some(),
+                parallelism: obs.cpus.ceil().max(1.0) as usize,
+                throttling: true,
+            };
+            self.decider.set_host(&host, obs.now);
             self.host_set = true;
         }
         // Each decision class's reading: the sum of the plant classes placed in it.
@@ -166,6 +205,7 @@ impl Steering for DecisionStep {
         };
         let (runtime, bystanders) = obs.run_queue_waits();
         let readings = TickReadings {
+            now: obs.now,
             period: obs.period,
             intervals: self.window,
             signal: SignalReading {
@@ -180,11 +220,35 @@ impl Steering for DecisionStep {
                 runtime,
                 bystanders,
             }),
+            throttled_periods: obs.throttled_periods,
             process_cpu: Some(obs.process_cpu),
             foreground_per_sec: obs.arrivals_per_sec,
             classes: &self.readings,
         };
         self.decider.step(&readings, &mut PlantQuiet(obs));
+        self.commands()
+    }
+
+    fn between(&mut self, now: Duration, obs: &FastObservation) -> Option<Vec<ClassCommand>> {
+        if obs.backlog_age >= self.alarm.at {
+            self.alarm.count.set(self.alarm.count.get() + 1);
+            self.alarm.raised.set(true);
+        }
+        let before = self.held.clone();
+        self.decider
+            .between(now, Some(obs.process_cpu), &self.alarm);
+        // Only the holds change between ticks: the rates stand, their balances untouched.
+        let commands = self
+            .commands()
+            .into_iter()
+            .map(|c| ClassCommand { retune: true, ..c });
+        (self.held != before).then(|| commands.collect())
+    }
+}
+
+impl DecisionStep {
+    /// Each plant class's command from the decisions and the holds as they stand.
+    fn commands(&mut self) -> Vec<ClassCommand> {
         let held = &mut self.held;
         self.decider.hold_changes(|c| {
             if let Some(h) = held.get_mut(c.class) {

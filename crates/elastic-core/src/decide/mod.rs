@@ -25,10 +25,12 @@
 //! let mut d = Decider::new(DeciderSettings::new(ControllerConfig::default(), 2.0))?;
 //! let busy = ClassReading { waited: true, busy: true, ..ClassReading::default() };
 //! let readings = TickReadings {
+//!     now: Duration::from_millis(100),
 //!     period: Duration::from_millis(100),
 //!     intervals: 10,
 //!     signal: SignalReading::default(),
 //!     run_queue: None,
+//!     throttled_periods: 0,
 //!     process_cpu: None,
 //!     foreground_per_sec: 0.0,
 //!     classes: &[busy],
@@ -39,6 +41,8 @@
 //! ```
 
 mod apply;
+mod backlog_brake;
+mod brakes;
 mod class;
 mod decisions;
 mod headroom;
@@ -46,6 +50,7 @@ mod hold;
 mod overhead;
 mod part;
 mod quiet;
+mod quota_brake;
 mod readings;
 mod signal;
 pub(crate) mod split;
@@ -55,6 +60,9 @@ mod view;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+pub use self::backlog_brake::{BacklogChange, BRAKE_MAX, BRAKE_POLL, DEFAULT_BRAKE_HOLD};
+use self::brakes::Brakes;
+pub use self::brakes::{BrakeStep, HostReading};
 use self::class::Seen;
 pub use self::class::{holder_cap, ClassKind, Limit, IDLE_TARGET_FACTOR};
 pub use self::decisions::{ClassDecision, HoldChange};
@@ -64,7 +72,8 @@ use self::overhead::{Overhead, TickReading as OverheadReading};
 pub use self::part::Part;
 use self::quiet::Quiet;
 pub use self::quiet::{Baseline, Steered, TargetSource};
-pub use self::readings::{ClassReading, QuietWindow, QuotaLimit, TickReadings};
+pub use self::quota_brake::QuotaChange;
+pub use self::readings::{Alarm, ClassReading, QuietWindow, QuotaLimit, TickReadings};
 pub use self::signal::{
     window_delay, RunQueueWaits, SignalReading, SignalSource, Waiters, RUN_QUEUE_MIN_TIMESLICES,
 };
@@ -94,6 +103,8 @@ pub struct DeciderSettings {
     pub quota_headroom: bool,
     /// Cap the grants held at once to what the share pays for (the group and the idle class).
     pub cap_holders: bool,
+    /// The backlog brake holds elastic work while a foreground task waits past its threshold.
+    pub backlog_brake: bool,
 }
 
 impl DeciderSettings {
@@ -117,6 +128,7 @@ impl DeciderSettings {
             intervals: 10,
             quota_headroom: true,
             cap_holders: true,
+            backlog_brake: true,
         }
     }
 }
@@ -174,6 +186,8 @@ pub struct Decider {
     steering: bool,
     /// Scratch for the split.
     wants: Vec<crate::Want>,
+    /// The backlog brake and the quota brake.
+    brakes: Brakes,
     parts: Vec<f64>,
 }
 

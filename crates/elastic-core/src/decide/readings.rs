@@ -17,6 +17,8 @@ pub struct QuotaLimit {
 /// One tick's readings.
 #[derive(Clone, Copy, Debug)]
 pub struct TickReadings<'a> {
+    /// When the tick is, on the driver's clock (the brakes' clock).
+    pub now: Duration,
     /// The tick's length.
     pub period: Duration,
     /// The probe's window, in ticks (the quiet window is as long).
@@ -26,6 +28,8 @@ pub struct TickReadings<'a> {
     /// This tick's OS run-queue waits (`None`: not measured; the quiet run-queue baseline
     /// starts afresh).
     pub run_queue: Option<RunQueueWaits>,
+    /// The cgroup's throttled periods so far (a new one arms the quota brake).
+    pub throttled_periods: u64,
     /// The process's CPU time now (`None`: unreadable).
     pub process_cpu: Option<Duration>,
     /// Foreground scheduling samples per second over the probe's window.
@@ -52,6 +56,15 @@ pub struct ClassReading {
     pub steering: bool,
     /// Its time came mostly in polls too long to cut.
     pub long_polls: bool,
+}
+
+/// The backlog alarm: a foreground task waited in a run queue past the brake's threshold
+/// (the probe raises it on the worker that saw it; the plant from its queues).
+pub trait Alarm {
+    /// Alarms raised so far.
+    fn alarms(&self) -> u64;
+    /// Whether the alarm is raised; lowers it.
+    fn take_alarm(&self) -> bool;
 }
 
 /// The scheduling p99 of a quiet window: the step asks for one when the last `ticks` ticks

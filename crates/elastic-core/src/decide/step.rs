@@ -10,6 +10,7 @@ use super::*;
 impl Decider {
     /// A decision with the `Elastic`'s own class, a member of the elastic group.
     pub fn new(settings: DeciderSettings) -> Result<Decider, SettingError> {
+        let settings_backlog = settings.backlog_brake;
         let group = match settings.fixed {
             Some(share) => Limit::Fixed(share),
             None => Limit::Controller(Box::new(StepController::with_initial_share(
@@ -43,6 +44,7 @@ impl Decider {
             closed: false,
             steering: false,
             wants: Vec::new(),
+            brakes: Brakes::new(settings_backlog),
             parts: Vec::new(),
         };
         let own = Part::new(DEFAULT_CLASS, 1.0, None, 0.0);
@@ -116,17 +118,25 @@ impl Decider {
             .any(|c| matches!(&c.role, Role::Member(p) if &*p.name == name))
     }
 
-    /// The CPUs the shares are of and the quota in force (`in_quota`: a quota was seen, or a
-    /// throttling watch was set by hand), applied now.
-    pub fn set_host(&mut self, cpus: f64, quota: Option<QuotaLimit>, in_quota: bool) {
-        self.cpus = cpus;
-        self.quota = quota;
-        if self.in_quota != in_quota {
-            self.in_quota = in_quota;
+    /// The host as the driver read it at `now` (the CPUs the shares are of, the quota in force,
+    /// whether a quota was seen), applied now, the quota brake sized for it; returns what that
+    /// did to the quota brake (a quota gone releases it).
+    pub fn set_host(&mut self, host: &HostReading, now: Duration) -> QuotaChange {
+        self.cpus = host.cpus;
+        let new_quota = self.quota != host.quota;
+        self.quota = host.quota;
+        if self.in_quota != host.in_quota {
+            self.in_quota = host.in_quota;
             // The brake's hold reaches the idle class inside a quota only.
             self.set_hold(Hold::Brake, self.holds & Hold::Brake as u8 != 0);
         }
+        let change = if new_quota {
+            self.size_quota_brake(host, now)
+        } else {
+            QuotaChange::Keep
+        };
         self.apply();
+        change
     }
 
     /// One tick: measure each class, take or read a quiet reading (from `quiet`), steer, step
@@ -134,6 +144,7 @@ impl Decider {
     /// ([`decisions`](Self::decisions)). `readings.classes` is in the class order; a class
     /// without a reading is read as idle.
     pub fn step(&mut self, r: &TickReadings<'_>, quiet: &mut dyn QuietWindow) {
+        self.note_throttling(r.now, r.throttled_periods);
         self.measure(r);
         self.keep_weights();
         self.read_quiet(quiet);

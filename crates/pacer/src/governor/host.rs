@@ -6,12 +6,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use elastic_cpu_core::decide::{Hold, QuotaLimit};
+use elastic_cpu_core::decide::{HostReading, QuotaLimit};
 use elastic_cpu_core::Clock;
 use elastic_cpu_probe::{NoQuota, QuotaReading};
 
 use super::{Governor, Plan};
-use crate::quota::cpus::{choose_cpus, CpusInputs, CpusSource};
+use crate::quota::{choose_cpus, CpusInputs, CpusSource};
 use crate::trace;
 
 /// The CPU quota in force: what the headroom cap, the quota brake and the grants' fit to a
@@ -41,7 +41,7 @@ impl QuotaNow {
 }
 
 /// What the CPUs are chosen from, as last read: at attach, then every `quota_reread`.
-struct HostReading {
+struct LastRead {
     /// The attached runtime's worker threads.
     workers: usize,
     /// The quota reading: after attach, the last one that said either way (a limit, or none
@@ -65,7 +65,7 @@ pub(super) struct HostState {
     /// Inside a CPU quota now (or a throttling watch set by hand, in tests).
     quota_seen: bool,
     /// What the CPUs were chosen from (`None`: no runtime attached yet, nothing to re-read).
-    reading: Option<HostReading>,
+    reading: Option<LastRead>,
     quota_reread: Duration,
     /// Times the quota in force changed after attach (appeared, went, or moved).
     pub(super) quota_changes: u64,
@@ -173,7 +173,7 @@ impl Governor {
                 None => self.leave_quota(),
             }
         }
-        self.host.reading = Some(HostReading {
+        self.host.reading = Some(LastRead {
             workers,
             quota,
             affinity,
@@ -183,11 +183,23 @@ impl Governor {
         self.set_host();
     }
 
-    /// Hand the CPUs and the quota in force to the decision step and apply what follows.
+    /// Hand the CPUs and the quota in force to the decision step (which sizes the quota brake
+    /// for a new quota) and apply what follows.
     fn set_host(&mut self) {
-        let limit = self.host.limit();
-        self.decider
-            .set_host(self.host.cpus, limit, self.host.quota_seen);
+        let process = &self.sources.process;
+        let host = HostReading {
+            cpus: self.host.cpus,
+            quota: self.host.limit(),
+            in_quota: self.host.quota_seen,
+            parallelism: process
+                .affinity()
+                .or_else(|| process.available_parallelism())
+                .unwrap_or(1),
+            // Without the throttling input nothing would arm the quota brake: armed always.
+            throttling: self.signal.watches_throttling(),
+        };
+        let change = self.decider.set_host(&host, self.clock.now());
+        super::brakes::trace_quota(change);
         self.apply();
     }
 
@@ -199,17 +211,6 @@ impl Governor {
             self.signal.watch_throttling(&self.sources, dir.clone());
         }
         self.host.quota = Some(QuotaNow { cpus, period, dir });
-        if self.decider.headroom_on() {
-            let process = &self.sources.process;
-            let parallelism = process
-                .affinity()
-                .or_else(|| process.available_parallelism())
-                .unwrap_or(1);
-            // Without the throttling input nothing would arm it: armed always.
-            let always_armed = !self.signal.watches_throttling();
-            self.brakes
-                .size_quota(cpus, period, parallelism, always_armed);
-        }
         self.set_host();
     }
 
@@ -218,10 +219,6 @@ impl Governor {
     fn leave_quota(&mut self) {
         self.host.quota = None;
         self.host.quota_seen = false;
-        let now = self.clock.now();
-        if self.brakes.leave_quota(now) {
-            self.decider.set_hold(Hold::Quota, false);
-        }
         self.set_host();
     }
 

@@ -22,7 +22,6 @@ use elastic_cpu_core::Clock;
 use elastic_cpu_core::{ControllerConfig, SettingError};
 use elastic_cpu_probe::Probe;
 
-use self::brakes::Brakes;
 use self::classes::Links;
 pub(crate) use self::control::Control;
 use self::host::HostState;
@@ -90,7 +89,6 @@ pub(crate) struct Governor {
     sources: Sources,
     signal: SignalStage,
     host: HostState,
-    brakes: Brakes,
     decider: Decider,
     classes: Links,
     outliers: Outliers,
@@ -118,13 +116,13 @@ impl Governor {
         settings.intervals = shared.probe.config().intervals();
         settings.quota_headroom = plan.quota_headroom;
         settings.cap_holders = plan.cap_concurrency;
+        settings.backlog_brake = plan.brake;
         let decider = Decider::new(settings)?;
         let mut g = Governor {
             clock: plan.clock,
             probe: shared.probe.clone(),
             signal: SignalStage::new(plan.throttling),
             last_signal: Signal::default(),
-            brakes: Brakes::new(plan.brake),
             classes: Links::new(shared, &decider),
             decider,
             host,
@@ -170,17 +168,14 @@ impl Governor {
         self.trace_outliers();
         let window = self.probe.window();
         let intervals = self.probe.config().intervals();
-        let throttled_before = self.signal.throttled_periods();
         let signal = self
             .signal
             .read(&mut self.sources, window.queue_p99_trimmed, intervals);
-        if self.signal.throttled_periods() > throttled_before {
-            self.brakes.arm_quota(self.clock.now());
-        }
         self.classes.drop_dead(&mut self.decider);
         let classes = self.classes.read(intervals);
         let window_secs = window.intervals.max(1) as f64 * period.as_secs_f64();
         let readings = TickReadings {
+            now: self.clock.now(),
             period,
             intervals,
             signal: SignalReading {
@@ -192,6 +187,7 @@ impl Governor {
                 throttled: signal.reading.throttled,
             },
             run_queue: self.signal.recent_run_queue(1).next().copied(),
+            throttled_periods: self.signal.throttled_periods(),
             process_cpu: self.sources.process.cpu_time(),
             foreground_per_sec: window.queue_latency.foreground.count as f64 / window_secs,
             classes: &classes,
@@ -279,10 +275,10 @@ impl Governor {
             quota_changes: self.host.quota_changes,
             quota_headroom: self.decider.headroom_cpus(),
             overhead: self.decider.overhead(),
-            braked_time: self.brakes.braked_time(),
-            brakes: self.brakes.brakes(),
-            quota_braked_time: self.brakes.quota_braked_time(),
-            quota_brakes: self.brakes.quota_brakes(),
+            braked_time: self.decider.backlog_brakes().0,
+            brakes: self.decider.backlog_brakes().1,
+            quota_braked_time: self.decider.quota_brakes().0,
+            quota_brakes: self.decider.quota_brakes().1,
             target,
             target_source,
             quiet: self.decider.baseline(),

@@ -1,295 +1,255 @@
-//! Inside a CPU quota, elastic work stops before a period's quota runs out.
-//!
-//! The kernel meters a quota per period (100 ms by default): once the cgroup has spent a
-//! period's quota, every thread of it, the foreground's included, stops until the next period.
-//! The headroom cap holds elastic work's *mean* rate to what the foreground leaves, but below
-//! about a CPU a grant run at a core's speed can spend what a period leaves in the period's
-//! first part. So the governor thread reads the process's CPU time and holds elastic work back
-//! while what the process spent over the last period is within a reserve of the period's quota
-//! (the line: 2 % of the quota, plus what the process's CPUs can spend in one check), until it
-//! falls a further 5 % of the quota below the line. It reads as often as the line could be
-//! reached: after the time the process's CPUs, all busy, would take to spend what is left
-//! under the line, at least a fiftieth of the period (1 to 10 ms), at most a quarter of it.
-//!
-//! The kernel's periods are not aligned with the readings. The window slides over the last
-//! period, and what it reads is at least what any aligned period has spent so far, so holding
-//! the window under the line holds every period under it (up to one check's spending). That
-//! caution costs elastic CPU where the quota has room, so the brake is armed only for
-//! [`ARMED_FOR`] after the cgroup was throttled (always, when throttling is not watched);
-//! disarmed, the governor's ticks keep the window.
+//! The CPUs the rates are computed for: the builder's figure, or the least of the runtime's
+//! workers, the cgroup CPU quota (kept fractional) and the affinity mask.
 
-pub(crate) mod cpus;
+use std::fmt;
 
-use std::collections::VecDeque;
-use std::time::Duration;
+use elastic_cpu_probe::{CgroupVersion, QuotaReading};
 
-/// The share of a period's quota kept under it, beside one check's spending.
-const RESERVE: f64 = 0.02;
-/// How far under the line the spending must fall before elastic work resumes (a share of the
-/// quota): without it the brake would flip at every check.
-const RESUME_BELOW: f64 = 0.05;
-/// Checks per period.
-const CHECKS_PER_PERIOD: u32 = 50;
-const MIN_CHECK: Duration = Duration::from_millis(1);
-const MAX_CHECK: Duration = Duration::from_millis(10);
-/// The longest time between readings, as a share of the period.
-const LONGEST_CHECK: u32 = 4;
-/// How long a throttled period arms the brake.
-pub(crate) const ARMED_FOR: Duration = Duration::from_secs(60);
-
-/// What a [`QuotaBrake::step`] asks of the classes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum QuotaChange {
-    Keep,
-    /// The last period's spending reached the line: hold elastic work back.
-    Engage,
-    /// It fell under the line again after `lasted`: let elastic work go.
-    Release {
-        lasted: Duration,
-    },
+/// Where [`Snapshot::cpus`](crate::Snapshot::cpus) came from: the builder, or the least of the runtime's worker
+/// threads, the cgroup CPU quota and the CPUs the process may run on.
+///
+/// Without [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), attaching a runtime sets
+/// `cpus` (and the governor resets it every
+/// [`quota_reread`](crate::ElasticBuilder::quota_reread), as the quota or the mask change) to
+/// the least of
+///
+/// * its worker threads ([`Workers`](Self::Workers));
+/// * the cgroup CPU quota, fractional: a 1.5-CPU quota gives 1.5 ([`Quota`](Self::Quota)), where
+///   [`std::thread::available_parallelism`] would round it down to 1;
+/// * the CPUs in the process's affinity mask ([`Affinity`](Self::Affinity)), or, when that
+///   cannot be read (or off Linux), [`available_parallelism`](std::thread::available_parallelism)
+///   ([`AvailableParallelism`](Self::AvailableParallelism)).
+///
+/// On a tie the first in that order is named. Before a runtime is attached, `cpus` is
+/// `available_parallelism` ([`AvailableParallelism`](Self::AvailableParallelism)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CpusSource {
+    /// Set by [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus); nothing else is read.
+    Builder,
+    /// The runtime's worker threads.
+    Workers,
+    /// The CPU quota of the process's cgroup (the tightest of it and its ancestors), in that
+    /// hierarchy version: v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` or v2 `cpu.max`.
+    Quota(CgroupVersion),
+    /// The CPUs in the process's affinity mask (`Cpus_allowed_list:` of `/proc/self/status`).
+    Affinity,
+    /// [`std::thread::available_parallelism`] (1 if even that is unknown): before a runtime is
+    /// attached, or when the affinity mask cannot be read.
+    #[default]
+    AvailableParallelism,
 }
 
-/// The quota brake's state: the last period's readings and whether it holds elastic work.
-#[derive(Debug)]
-pub(crate) struct QuotaBrake {
-    period: Duration,
-    /// The shortest time between readings.
-    check: Duration,
-    /// CPUs the process can run on at once: how fast the spending can grow.
-    parallelism: f64,
-    /// The spending the last reading saw (`None`: none yet).
-    last_spent: Option<Duration>,
-    /// Spending over the last period at which it engages, and under which it releases.
-    stop_at: Duration,
-    resume_under: Duration,
-    /// (when, the process's CPU time then), oldest first, spanning a little over a period.
-    readings: VecDeque<(Duration, Duration)>,
-    max_readings: usize,
-    engaged_at: Option<Duration>,
-    /// It may engage until then (queue clock; `Duration::MAX`: always).
-    armed_until: Duration,
-    brakes: u64,
-    /// Time held, brakes that ended.
-    total: Duration,
-}
-
-/// What a quota of some CPUs per period sets in the brake.
-struct Sizing {
-    period: Duration,
-    check: Duration,
-    parallelism: f64,
-    stop_at: Duration,
-    resume_under: Duration,
-    max_readings: usize,
-}
-
-impl Sizing {
-    /// `None` for a quota that cannot be metered: not positive, not finite, or a zero period.
-    fn new(cpus: f64, period: Duration, parallelism: usize) -> Option<Sizing> {
-        if !(cpus.is_finite() && cpus > 0.0) || period.is_zero() {
-            return None;
+impl fmt::Display for CpusSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpusSource::Builder => f.write_str("the builder"),
+            CpusSource::Workers => f.write_str("the worker threads"),
+            CpusSource::Quota(version) => write!(f, "the {version} CPU quota"),
+            CpusSource::Affinity => f.write_str("the affinity mask"),
+            CpusSource::AvailableParallelism => f.write_str("available_parallelism"),
         }
-        let parallelism = parallelism.max(1) as f64;
-        let check = (period / CHECKS_PER_PERIOD).clamp(MIN_CHECK, MAX_CHECK);
-        // Saturating: the quota is the cgroup's to say (`mul_f64` panics past `Duration::MAX`).
-        let quota =
-            Duration::try_from_secs_f64(period.as_secs_f64() * cpus).unwrap_or(Duration::MAX);
-        let reserve = quota.mul_f64(RESERVE) + check.mul_f64(parallelism);
-        let stop_at = quota.saturating_sub(reserve);
-        let resume_under = stop_at.saturating_sub(quota.mul_f64(RESUME_BELOW));
-        // A period of readings at least half a check apart, and the one before it.
-        let max_readings = (2 * period.as_nanos() / check.as_nanos()) as usize + 2;
-        Some(Sizing {
-            period,
-            check,
-            parallelism,
-            stop_at,
-            resume_under,
-            max_readings,
-        })
     }
 }
 
-impl QuotaBrake {
-    /// The brake for a quota of `cpus` per `period`, for a process that can run on
-    /// `parallelism` CPUs at once, armed from the start if `always_armed` (`None` for a quota
-    /// that cannot be metered: not positive, not finite, or a zero period).
-    pub(crate) fn new(
-        cpus: f64,
-        period: Duration,
-        parallelism: usize,
-        always_armed: bool,
-    ) -> Option<QuotaBrake> {
-        let sizing = Sizing::new(cpus, period, parallelism)?;
-        Some(QuotaBrake {
-            period: sizing.period,
-            check: sizing.check,
-            parallelism: sizing.parallelism,
-            last_spent: None,
-            stop_at: sizing.stop_at,
-            resume_under: sizing.resume_under,
-            readings: VecDeque::with_capacity(sizing.max_readings),
-            max_readings: sizing.max_readings,
-            engaged_at: None,
-            armed_until: if always_armed {
-                Duration::MAX
-            } else {
-                Duration::ZERO
-            },
-            brakes: 0,
-            total: Duration::ZERO,
-        })
-    }
+/// What decides the CPUs the rate is computed for; read when a runtime is attached, and again
+/// every [`ElasticBuilder::quota_reread`](crate::ElasticBuilder::quota_reread).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpusInputs<'a> {
+    /// [`ElasticBuilder::cpus`](crate::ElasticBuilder::cpus), validated by the builder.
+    pub(crate) builder: Option<f64>,
+    /// The runtime's worker threads.
+    pub(crate) workers: usize,
+    /// The cgroup CPU quota.
+    pub(crate) quota: &'a QuotaReading,
+    /// CPUs in the affinity mask; `None`: unknown.
+    pub(crate) affinity: Option<usize>,
+    /// `std::thread::available_parallelism`; `None`: unknown.
+    pub(crate) available: Option<usize>,
+}
 
-    /// Size the brake for a new quota of `cpus` per `period` (the quota changed at run time),
-    /// keeping its readings, whether it is engaged or armed, and its counts. Returns false, and
-    /// changes nothing, for a quota that cannot be metered.
-    pub(crate) fn resize(&mut self, cpus: f64, period: Duration, parallelism: usize) -> bool {
-        let Some(sizing) = Sizing::new(cpus, period, parallelism) else {
-            return false;
-        };
-        self.period = sizing.period;
-        self.check = sizing.check;
-        self.parallelism = sizing.parallelism;
-        self.stop_at = sizing.stop_at;
-        self.resume_under = sizing.resume_under;
-        self.max_readings = sizing.max_readings;
-        while self.readings.len() > self.max_readings {
-            self.readings.pop_front();
+/// The CPUs the rate is computed for and where the figure came from: the builder's value if
+/// given, else the least of the workers (at least 1), the quota (fractional) and the affinity
+/// count, or available parallelism when the affinity is unknown. A figure that is not a
+/// positive finite number is left out; on a tie the earlier in that order is named (see
+/// [`CpusSource`]).
+pub(crate) fn choose_cpus(inputs: &CpusInputs<'_>) -> (f64, CpusSource) {
+    if let Some(cpus) = inputs.builder {
+        return (cpus, CpusSource::Builder);
+    }
+    let mut best = (inputs.workers.max(1) as f64, CpusSource::Workers);
+    let mut consider = |cpus: f64, source: CpusSource| {
+        if cpus.is_finite() && cpus > 0.0 && cpus < best.0 {
+            best = (cpus, source);
         }
-        true
+    };
+    if let QuotaReading::Limited(quota) = inputs.quota {
+        consider(quota.cpus, CpusSource::Quota(quota.version));
     }
-
-    /// Let go at `now` and forget the readings: the quota is gone. Returns how long it had held
-    /// elastic work back, if it was engaged.
-    pub(crate) fn release(&mut self, now: Duration) -> Option<Duration> {
-        self.readings.clear();
-        self.last_spent = None;
-        let at = self.engaged_at.take()?;
-        let lasted = now.saturating_sub(at);
-        self.total += lasted;
-        Some(lasted)
+    match (
+        inputs.affinity.filter(|&n| n > 0),
+        inputs.available.filter(|&n| n > 0),
+    ) {
+        (Some(n), _) => consider(n as f64, CpusSource::Affinity),
+        (None, Some(n)) => consider(n as f64, CpusSource::AvailableParallelism),
+        (None, None) => {}
     }
-
-    /// The shortest time between readings.
-    #[cfg(test)]
-    fn check(&self) -> Duration {
-        self.check
-    }
-
-    /// The cgroup was throttled at `now`: the brake may engage for [`ARMED_FOR`].
-    pub(crate) fn arm(&mut self, now: Duration) {
-        self.armed_until = self.armed_until.max(now.saturating_add(ARMED_FOR));
-    }
-
-    /// Whether it may engage at `now`.
-    fn armed(&self, now: Duration) -> bool {
-        now < self.armed_until
-    }
-
-    /// When the governor thread should read the process's CPU time next (`None`: disarmed at
-    /// `now`, the ticks are enough): after the time the process's CPUs would take to spend what
-    /// is left under the line, within the shortest and the longest check; every shortest check
-    /// while engaged or without a reading.
-    pub(crate) fn next_check(&self, now: Duration) -> Option<Duration> {
-        if self.engaged_at.is_none() && !self.armed(now) {
-            return None;
-        }
-        Some(match (self.engaged_at, self.last_spent) {
-            (None, Some(spent)) => self
-                .stop_at
-                .saturating_sub(spent)
-                .div_f64(self.parallelism)
-                // A period under four shortest checks (the kernel takes 1 ms) has no room
-                // between them: every shortest check.
-                .clamp(self.check, (self.period / LONGEST_CHECK).max(self.check)),
-            _ => self.check,
-        })
-    }
-
-    /// One reading at `now` (the queue's clock) of the process's CPU time (`None`: unreadable;
-    /// the brake lets go and starts over).
-    pub(crate) fn step(&mut self, now: Duration, cpu: Option<Duration>) -> QuotaChange {
-        let spent = match cpu {
-            Some(cpu) => self.read(now, cpu),
-            None => {
-                self.readings.clear();
-                None
-            }
-        };
-        self.last_spent = spent;
-        match (self.engaged_at, spent) {
-            (None, Some(spent)) if spent >= self.stop_at && self.armed(now) => {
-                self.engaged_at = Some(now);
-                self.brakes += 1;
-                QuotaChange::Engage
-            }
-            (Some(at), spent) if spent.is_none_or(|s| s < self.resume_under) => {
-                self.engaged_at = None;
-                let lasted = now.saturating_sub(at);
-                self.total += lasted;
-                QuotaChange::Release { lasted }
-            }
-            _ => QuotaChange::Keep,
-        }
-    }
-
-    /// Note `cpu` at `now`; what the process spent over the last period, scaled to a period when
-    /// the readings left a gap (`None`: no earlier reading).
-    fn read(&mut self, now: Duration, cpu: Duration) -> Option<Duration> {
-        if self
-            .readings
-            .back()
-            .is_some_and(|&(at, was)| now < at || cpu < was)
-        {
-            // A clock or counter that went back: start over.
-            self.readings.clear();
-        }
-        // Keep one reading at or before the window's start.
-        let start = now.saturating_sub(self.period);
-        while self.readings.len() > 1 && self.readings[1].0 <= start {
-            self.readings.pop_front();
-        }
-        let spent = self.readings.front().and_then(|&(at, was)| {
-            let span = now.saturating_sub(at);
-            let spent = cpu.saturating_sub(was);
-            if span.is_zero() {
-                None
-            } else if span > self.period {
-                Some(spent.mul_f64(self.period.as_secs_f64() / span.as_secs_f64()))
-            } else {
-                Some(spent)
-            }
-        });
-        // Readings closer than half a check (early wake-ups) add nothing to the window.
-        let spaced = self
-            .readings
-            .back()
-            .is_none_or(|&(at, _)| now.saturating_sub(at) >= self.check / 2);
-        if spaced {
-            if self.readings.len() >= self.max_readings {
-                self.readings.pop_front();
-            }
-            self.readings.push_back((now, cpu));
-        }
-        spent
-    }
-
-    /// Whether it holds elastic work back now.
-    pub(crate) fn is_on(&self) -> bool {
-        self.engaged_at.is_some()
-    }
-
-    /// Times it engaged.
-    pub(crate) fn brakes(&self) -> u64 {
-        self.brakes
-    }
-
-    /// Time it held elastic work back, brakes that ended.
-    pub(crate) fn total(&self) -> Duration {
-        self.total
-    }
+    best
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use elastic_cpu_probe::{CpuQuota, NoQuota};
+
+    use super::*;
+
+    fn quota(cpus: f64, version: CgroupVersion) -> QuotaReading {
+        QuotaReading::Limited(CpuQuota {
+            cpus,
+            quota: Duration::from_millis(150),
+            period: Duration::from_millis(100),
+            version,
+            cgroup_dir: PathBuf::from("/sys/fs/cgroup/cpu/svc"),
+        })
+    }
+
+    fn unlimited() -> QuotaReading {
+        QuotaReading::NoQuota(NoQuota::Unlimited {
+            version: CgroupVersion::V2,
+            cgroup_dir: PathBuf::from("/sys/fs/cgroup"),
+        })
+    }
+
+    /// No builder value; 8 CPUs in the mask and available.
+    fn inputs(workers: usize, quota: &QuotaReading) -> CpusInputs<'_> {
+        CpusInputs {
+            builder: None,
+            workers,
+            quota,
+            affinity: Some(8),
+            available: Some(8),
+        }
+    }
+
+    #[test]
+    fn no_quota() {
+        let q = unlimited();
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+        let few_cpus = CpusInputs {
+            affinity: Some(4),
+            available: Some(4),
+            ..inputs(16, &q)
+        };
+        assert_eq!(choose_cpus(&few_cpus), (4.0, CpusSource::Affinity));
+        let unsupported = QuotaReading::NoQuota(NoQuota::Unsupported);
+        assert_eq!(
+            choose_cpus(&inputs(3, &unsupported)),
+            (3.0, CpusSource::Workers)
+        );
+    }
+
+    #[test]
+    fn a_fractional_quota_stays_fractional() {
+        let q = quota(1.5, CgroupVersion::V1);
+        assert_eq!(
+            choose_cpus(&inputs(2, &q)),
+            (1.5, CpusSource::Quota(CgroupVersion::V1))
+        );
+        // available_parallelism rounds the quota down; it is not consulted when the mask is
+        // known.
+        let rounded = CpusInputs {
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(
+            choose_cpus(&rounded),
+            (1.5, CpusSource::Quota(CgroupVersion::V1))
+        );
+        let q = quota(0.25, CgroupVersion::V2);
+        assert_eq!(
+            choose_cpus(&inputs(2, &q)),
+            (0.25, CpusSource::Quota(CgroupVersion::V2))
+        );
+    }
+
+    #[test]
+    fn fewer_workers_than_the_quota() {
+        let q = quota(4.0, CgroupVersion::V2);
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+        // A tie names the workers.
+        let q = quota(2.0, CgroupVersion::V2);
+        assert_eq!(choose_cpus(&inputs(2, &q)), (2.0, CpusSource::Workers));
+    }
+
+    #[test]
+    fn a_narrow_affinity_mask_beats_the_quota() {
+        let q = quota(1.5, CgroupVersion::V2);
+        let pinned = CpusInputs {
+            affinity: Some(1),
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(choose_cpus(&pinned), (1.0, CpusSource::Affinity));
+    }
+
+    #[test]
+    fn the_builder_value_wins() {
+        let q = quota(1.5, CgroupVersion::V1);
+        let given = CpusInputs {
+            builder: Some(6.0),
+            affinity: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(choose_cpus(&given), (6.0, CpusSource::Builder));
+    }
+
+    #[test]
+    fn malformed_inputs_fall_back() {
+        // An unreadable affinity mask: available_parallelism (which may round a quota down).
+        let q = unlimited();
+        let no_mask = CpusInputs {
+            affinity: None,
+            available: Some(1),
+            ..inputs(2, &q)
+        };
+        assert_eq!(
+            choose_cpus(&no_mask),
+            (1.0, CpusSource::AvailableParallelism)
+        );
+        let zero_mask = CpusInputs {
+            affinity: Some(0),
+            ..no_mask
+        };
+        assert_eq!(
+            choose_cpus(&zero_mask),
+            (1.0, CpusSource::AvailableParallelism)
+        );
+        // Nothing known but the workers; no workers counts as one.
+        let nothing = CpusInputs {
+            affinity: None,
+            available: None,
+            ..inputs(0, &q)
+        };
+        assert_eq!(choose_cpus(&nothing), (1.0, CpusSource::Workers));
+        // A malformed quota file is no quota.
+        let malformed = QuotaReading::NoQuota(NoQuota::Malformed {
+            path: PathBuf::from("/sys/fs/cgroup/svc/cpu.max"),
+        });
+        assert_eq!(
+            choose_cpus(&inputs(2, &malformed)),
+            (2.0, CpusSource::Workers)
+        );
+        // A quota figure that is no number of CPUs is left out.
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -1.5] {
+            let q = quota(bad, CgroupVersion::V1);
+            assert_eq!(
+                choose_cpus(&inputs(2, &q)),
+                (2.0, CpusSource::Workers),
+                "{bad}"
+            );
+        }
+    }
+}

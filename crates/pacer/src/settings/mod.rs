@@ -340,11 +340,10 @@ pub enum Placement {
 
 /// The default brake threshold, in multiples of the controller's target.
 pub const BRAKE_FACTOR: u32 = 4;
-/// Quiet time (no foreground task over the threshold) after which the brake releases.
-pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
-/// Longest one brake lasts; after a brake that hit it, the brake stays off four times as long,
-/// so a sustained overload (the controller's job) cannot starve elastic work below its floor.
-pub const BRAKE_MAX: Duration = Duration::from_millis(100);
+/// Quiet time (no foreground task over the threshold) after which the brake releases; the
+/// longest one brake lasts (after a brake that hit it, the brake stays off four times as long,
+/// so a sustained overload, the controller's job, cannot starve elastic work below its floor).
+pub use elastic_cpu_core::decide::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
 
 /// How often the governor reads the CPU quota and the affinity mask again when the builder is
 /// given no period ([`quota_reread`](crate::ElasticBuilder::quota_reread)).

@@ -2,7 +2,6 @@
 //! through the runtime's I/O driver), the OS run-queue delay of the runtime's threads and the
 //! cgroup's throttling, read once per governor tick and combined into one figure.
 
-pub(crate) mod brake;
 pub(crate) mod readings;
 mod throttle;
 

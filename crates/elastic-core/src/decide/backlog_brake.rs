@@ -15,30 +15,42 @@
 
 use std::time::Duration;
 
-use elastic_cpu_probe::Probe;
+use super::readings::Alarm;
 
-use crate::settings::{BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+/// The longest a backlog brake holds elastic work back; then it stays off for
+/// `COOLDOWN_FACTOR` times as long, so a sustained overload (the controller's job) cannot
+/// starve elastic work below its floor.
+pub const BRAKE_MAX: Duration = Duration::from_millis(100);
+
+/// A backlog brake releases once no alarm (a foreground task over the threshold) came for
+/// this long.
+pub const DEFAULT_BRAKE_HOLD: Duration = Duration::from_millis(5);
 
 /// After a brake that hit [`BRAKE_MAX`], the brake stays off this many times as long.
 const COOLDOWN_FACTOR: u32 = 4;
 /// How often the governor re-checks while the brake is on.
-pub(crate) const BRAKE_POLL: Duration = Duration::from_millis(1);
+pub const BRAKE_POLL: Duration = Duration::from_millis(1);
 
 /// What a [`BacklogBrake::step`] asks of the work queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+pub enum BacklogChange {
     /// Nothing changes.
     Keep,
     /// The brake engages: pause the queue, tell holders to give back their grants.
     Engage,
     /// The brake releases after it `lasted`, because the backlog drained or, `spent`, it
     /// reached its longest: resume the queue.
-    Release { lasted: Duration, spent: bool },
+    Release {
+        /// How long it held.
+        lasted: Duration,
+        /// It reached its longest.
+        spent: bool,
+    },
 }
 
 /// The brake's state machine. It decides; the governor applies the [`Change`] to the queue.
-#[derive(Default)]
-pub(crate) struct BacklogBrake {
+#[derive(Debug, Default)]
+pub struct BacklogBrake {
     /// When the current brake started (queue clock).
     engaged_at: Option<Duration>,
     /// Last time the alarm count moved while braked.
@@ -53,7 +65,7 @@ pub(crate) struct BacklogBrake {
 
 impl BacklogBrake {
     /// Look at the probe's alarm at `now` (the queue's clock): engage, release or keep.
-    pub(crate) fn step(&mut self, now: Duration, probe: &Probe) -> Change {
+    pub fn step(&mut self, now: Duration, probe: &dyn Alarm) -> BacklogChange {
         match self.engaged_at {
             None => {
                 // During a cooldown the alarm is left raised: no wake-ups until we look again.
@@ -61,19 +73,19 @@ impl BacklogBrake {
                 // cooldown ends does not brake: only an alarm after the last look does.
                 if now < self.disarmed_until {
                     self.seen = probe.alarms();
-                    return Change::Keep;
+                    return BacklogChange::Keep;
                 }
                 if !probe.take_alarm() {
-                    return Change::Keep;
+                    return BacklogChange::Keep;
                 }
                 let alarms = probe.alarms();
                 if alarms == self.seen {
-                    return Change::Keep;
+                    return BacklogChange::Keep;
                 }
                 self.engaged_at = Some(now);
                 self.quiet_since = now;
                 self.seen = alarms;
-                Change::Engage
+                BacklogChange::Engage
             }
             Some(at) => {
                 let alarms = probe.alarms();
@@ -84,7 +96,7 @@ impl BacklogBrake {
                 let quiet = now.saturating_sub(self.quiet_since) >= DEFAULT_BRAKE_HOLD;
                 let spent = now.saturating_sub(at) >= BRAKE_MAX;
                 if !quiet && !spent {
-                    return Change::Keep;
+                    return BacklogChange::Keep;
                 }
                 if !quiet {
                     self.disarmed_until = now + BRAKE_MAX * COOLDOWN_FACTOR;
@@ -94,7 +106,7 @@ impl BacklogBrake {
                 self.total += lasted;
                 // Alarms seen while braked are accounted for; only a new one brakes again.
                 let _ = probe.take_alarm();
-                Change::Release {
+                BacklogChange::Release {
                     lasted,
                     spent: !quiet,
                 }
@@ -103,12 +115,12 @@ impl BacklogBrake {
     }
 
     /// Whether the brake is on.
-    pub(crate) fn is_on(&self) -> bool {
+    pub fn is_on(&self) -> bool {
         self.engaged_at.is_some()
     }
 
     /// Time spent braked, brakes that ended.
-    pub(crate) fn total(&self) -> Duration {
+    pub fn total(&self) -> Duration {
         self.total
     }
 }
