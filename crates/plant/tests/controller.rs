@@ -56,14 +56,15 @@ impl Outcome {
         ticks.iter().map(Self::rate_cpus).sum::<f64>() / ticks.len().max(1) as f64
     }
 
-    /// When the rate first came within `low ..= high` of the steady rate and stayed there
-    /// through the steady phase.
+    /// When the rate first came within `low ..= high` of the steady rate (from the floor: up
+    /// to `low` of it; from the ceiling: down to `high` of it).
     fn settle(&self, low: f64, high: f64) -> Option<Duration> {
         let steady = self.steady_rate();
-        self.run.settle_time(Duration::ZERO, STEADY_END, |t| {
-            let r = Self::rate_cpus(t);
-            r >= low * steady && r <= high * steady
-        })
+        self.run
+            .ticks_between(Duration::ZERO, STEADY_END)
+            .iter()
+            .find(|t| (low * steady..=high * steady).contains(&Self::rate_cpus(t)))
+            .map(|t| t.now)
     }
 
     /// How long after the load step the rate first fell to `share` of the steady rate.
@@ -97,47 +98,106 @@ impl Outcome {
 
 const FLOOR: f64 = 0.05;
 const CEILING: f64 = 0.75;
+const SECOND: Duration = Duration::from_secs(1);
 
 #[test]
 fn bare_host() {
     let o = Outcome::of(scenarios::bare_host(), FLOOR);
     o.report("bare host");
+    let (steady, _) = o.phase("steady");
+    assert!(steady.harvest >= 0.45, "harvest {}", steady.harvest);
+    assert!(o.p99_ratio("steady") <= 2.5, "{}", o.p99_ratio("steady"));
+    // From the floor to 0.8 of the steady rate within 3 s.
+    let settled = o
+        .settle(0.8, f64::INFINITY)
+        .expect("reaches the steady rate");
+    assert!(settled <= 3 * SECOND, "{settled:?}");
+    // The foreground × 1.5: elastic work gives way within 3 s.
+    let reaction = o.reaction(0.9).expect("gives way to the load step");
+    assert!(reaction <= 3 * SECOND, "{reaction:?}");
+    assert!(o.phase("step").0.elastic_cpu < steady.elastic_cpu);
 }
 
 #[test]
 fn quota_1_5() {
     let o = Outcome::of(scenarios::quota_1_5(), FLOOR);
     o.report("quota 1.5");
+    let (steady, _) = o.phase("steady");
+    let (step, _) = o.phase("step");
+    assert!(steady.harvest >= 0.6, "harvest {}", steady.harvest);
+    assert!(o.p99_ratio("steady") <= 2.5, "{}", o.p99_ratio("steady"));
+    // The headroom and the quota brake keep the quota from throttling the foreground.
+    assert!(
+        steady.throttled_periods <= 2,
+        "{}",
+        steady.throttled_periods
+    );
+    assert!(step.throttled_periods <= 3, "{}", step.throttled_periods);
+    assert!(o.p99_ratio("step") <= 3.0, "{}", o.p99_ratio("step"));
 }
 
 #[test]
 fn eight_workers() {
     let o = Outcome::of(scenarios::eight_workers(), FLOOR);
     o.report("8 workers");
+    // Workers the OS preempts strand their queues: the step holds elastic work low enough
+    // that the foreground keeps its latency.
+    assert!(o.p99_ratio("steady") <= 1.5, "{}", o.p99_ratio("steady"));
+    assert!(o.phase("steady").0.elastic_cpu > 0.0);
 }
 
 #[test]
 fn neighbour() {
     let o = Outcome::of(scenarios::neighbour(), FLOOR);
     o.report("neighbour");
+    let (quiet, _) = o.phase("quiet");
+    let (beside, _) = o.phase("neighbour");
+    // Elastic work gives the neighbour's CPU back, and the foreground keeps its latency.
+    assert!(
+        beside.elastic_cpu < quiet.elastic_cpu * 0.6,
+        "{beside:?} vs {quiet:?}"
+    );
+    assert!(
+        o.p99_ratio("neighbour") <= 1.5,
+        "{}",
+        o.p99_ratio("neighbour")
+    );
 }
 
 #[test]
 fn long_polls() {
     let o = Outcome::of(scenarios::long_polls(), FLOOR);
     o.report("long polls");
+    // On the idle pool: the kernel keeps long polls off the foreground's cores.
+    assert!(o.p99_ratio("steady") <= 1.1, "{}", o.p99_ratio("steady"));
+    assert!(o.phase("steady").0.harvest >= 0.5);
+    let settled = o
+        .settle(0.8, f64::INFINITY)
+        .expect("reaches the steady rate");
+    assert!(settled <= 3 * SECOND, "{settled:?}");
 }
 
 #[test]
 fn three_classes() {
     let o = Outcome::of(scenarios::three_classes(), FLOOR);
     o.report("three classes");
+    let (steady, _) = o.phase("steady");
+    assert!(steady.harvest >= 0.6, "harvest {}", steady.harvest);
+    assert!(o.p99_ratio("steady") <= 1.2, "{}", o.p99_ratio("steady"));
+    for (name, cpu) in o.run.class_names.iter().zip(&steady.class_cpu) {
+        assert!(*cpu > 0.01, "{name} ran {cpu}");
+    }
 }
 
 #[test]
 fn from_the_ceiling() {
     let o = Outcome::of(scenarios::bare_host(), CEILING);
     o.report("bare host from the ceiling");
+    // Down from the ceiling to 1.25 × the steady rate within 10 s (7.4 s now: steps down are
+    // twice the steps up, boosted only while the signal is far under its target).
+    let settled = o.settle(0.0, 1.25).expect("comes down");
+    assert!(settled <= 10 * SECOND, "{settled:?}");
+    assert!(o.p99_ratio("steady") <= 2.5, "{}", o.p99_ratio("steady"));
 }
 
 #[test]
@@ -145,5 +205,17 @@ fn three_nodes() {
     for (i, node) in scenarios::three_nodes().into_iter().enumerate() {
         let o = Outcome::of(node, FLOOR);
         o.report(&format!("node {i}"));
+        assert!(
+            o.p99_ratio("steady") <= 2.5,
+            "node {i}: {}",
+            o.p99_ratio("steady")
+        );
+        let (steady, _) = o.phase("steady");
+        assert!(
+            steady.throttled_periods <= 2,
+            "node {i}: {}",
+            steady.throttled_periods
+        );
+        assert!(steady.elastic_cpu > 0.0, "node {i}");
     }
 }
