@@ -174,8 +174,6 @@ fn no_crate_has_a_module_cycle() {
 /// The longest a pacer source file may be, in lines, and the longest in `governor/`.
 const MAX_LINES: usize = 500;
 const MAX_GOVERNOR_LINES: usize = 400;
-/// Files over the limit that are still to be split.
-const NOT_YET_SPLIT: &[&str] = &["elastic.rs"];
 
 /// Every `.rs` file below `dir`.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -202,9 +200,8 @@ fn no_pacer_file_is_too_long() {
         } else {
             MAX_LINES
         };
-        let exempt = NOT_YET_SPLIT.iter().any(|f| rel == Path::new(f));
         assert!(
-            lines <= max || exempt,
+            lines <= max,
             "crates/pacer/src/{}: {lines} lines, more than {max}",
             rel.display()
         );

@@ -248,12 +248,12 @@ impl ElasticBuilder {
     }
 
     /// Drive the work queue and the brake from `clock` and start no governor thread: the test
-    /// calls [`Elastic::tick`](crate::Elastic::tick) by hand (feature `test-util`). Without a
+    /// calls [`Drive::tick`](crate::testing::Drive::tick) by hand (feature `test-util`). Without a
     /// [`script`](Self::script) nothing besides the probe the test drives is read: no I/O
     /// probe, run-queue delay or process CPU time (the CPUs and the cgroup still are).
     ///
     /// ```
-    /// use elastic_cpu_pacer::{testing::ManualClock, Elastic};
+    /// use elastic_cpu_pacer::{testing::{Drive, ManualClock}, Elastic};
     /// let clock = ManualClock::new();
     /// let elastic = Elastic::builder().manual(clock.clone()).build()?;
     /// clock.advance(std::time::Duration::from_millis(100));

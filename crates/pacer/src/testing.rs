@@ -1,8 +1,8 @@
 //! Test plumbing (feature `test-util`, as tokio's): a manual clock, and [`Script`], every
 //! reading the governor takes from the OS and the runtime set by hand, so a test runs the whole
 //! control loop deterministically with [`ElasticBuilder::manual`](crate::ElasticBuilder::manual)
-//! and [`Elastic::tick`](crate::Elastic::tick); and [`GovernorEnd`], a fault that ends the
-//! governor thread ([`Elastic::end_governor`](crate::Elastic::end_governor)).
+//! and [`Drive::tick`]; [`Drive`], the governor's steps and faults by hand on an `Elastic`; and
+//! [`GovernorEnd`], a fault that ends the governor thread ([`Drive::end_governor`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,7 +28,7 @@ use elastic_cpu_core::decide::RunQueueWaits;
 /// a reading is absent (no data, no quota, no process CPU time).
 ///
 /// ```
-/// use elastic_cpu_pacer::testing::{ManualClock, Script};
+/// use elastic_cpu_pacer::testing::{Drive, ManualClock, Script};
 /// use elastic_cpu_pacer::Elastic;
 /// use std::time::Duration;
 ///
@@ -129,7 +129,7 @@ impl Script {
     /// `cpu.max` or `cpu.cfs_quota_us` mid-run to change the quota.
     ///
     /// ```
-    /// use elastic_cpu_pacer::testing::{ManualClock, Script};
+    /// use elastic_cpu_pacer::testing::{Drive, ManualClock, Script};
     /// use elastic_cpu_pacer::Elastic;
     /// use std::{fs, time::Duration};
     ///
@@ -308,5 +308,95 @@ impl ProcessSource for Script {
     }
     fn available_parallelism(&self) -> Option<usize> {
         self.state().cpus
+    }
+}
+
+/// The governor driven by hand, on an [`Elastic`](crate::Elastic) (feature `test-util`): a tick
+/// or a look at the brakes now, a quota or a throttling watch on a fake cgroup, a fault that
+/// ends the governor thread, the probe to record polls into.
+///
+/// ```
+/// use elastic_cpu_pacer::testing::{Drive, ManualClock};
+/// use elastic_cpu_pacer::Elastic;
+///
+/// let elastic = Elastic::builder().manual(ManualClock::new()).build()?;
+/// elastic.tick();
+/// assert_eq!(elastic.snapshot().ticks, 1);
+/// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+/// ```
+pub trait Drive {
+    /// Watch the cgroup in `cgroup_dir` for CPU throttling, as `attach` does for the process's
+    /// own cgroup when it has a quota: tests point it at a fake `cpu.stat`.
+    fn watch_throttling(&self, cgroup_dir: impl Into<PathBuf>);
+
+    /// Treat the cgroup in `cgroup_dir` as the process's, with a quota of `cpus` per period of
+    /// 100 ms (the kernel's default), as `attach` does when it finds one: the governor watches
+    /// its throttling, caps elastic work within the quota's headroom and cuts grants to what a
+    /// period refills.
+    fn watch_quota(&self, cgroup_dir: impl Into<PathBuf>, cpus: f64);
+
+    /// Run one governor tick now, with the configured tick as its period. The governor thread
+    /// does this on its own; with [`ElasticBuilder::manual`](crate::ElasticBuilder::manual)
+    /// tests call it by hand.
+    fn tick(&self);
+
+    /// Let the brakes look at their readings now, as the governor thread does between ticks.
+    fn check_brakes(&self);
+
+    /// Make the governor thread end (`how`) the next time it wakes up, right after that
+    /// wake-up's tick or brake step: at its next tick, at the probe's alarm (the brake, which it
+    /// ends with on), or at a brake's re-check. Whatever was waiting on its classes and gates
+    /// then ends, and [`Snapshot::governor`](crate::Snapshot::governor) says why it stopped.
+    /// Without a governor thread (a manual clock) nothing happens.
+    ///
+    /// ```
+    /// use elastic_cpu_pacer::snapshot::GovernorState;
+    /// use elastic_cpu_pacer::testing::{Drive, GovernorEnd};
+    /// use elastic_cpu_pacer::{settings::Brake, Elastic};
+    /// use std::time::Duration;
+    ///
+    /// let elastic = Elastic::builder().brake(Brake::At(Duration::from_millis(1))).build()?;
+    /// elastic.end_governor(GovernorEnd::Exit);
+    /// // A foreground poll that waited too long: the alarm wakes the governor; it brakes, ends.
+    /// elastic.probe().record_poll(Some(Duration::from_millis(5)), None, false);
+    /// while elastic.snapshot().governor.is_running() {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// let s = elastic.snapshot();
+    /// assert_eq!(s.governor, GovernorState::Exited);
+    /// assert!(s.queue.closed && !s.braked);
+    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
+    /// ```
+    fn end_governor(&self, how: GovernorEnd);
+
+    /// The probe measuring the runtime: tests record polls into it.
+    fn probe(&self) -> &elastic_cpu_probe::Probe;
+}
+
+impl Drive for crate::Elastic {
+    fn watch_throttling(&self, cgroup_dir: impl Into<PathBuf>) {
+        self.control.watch_throttling(cgroup_dir.into());
+    }
+
+    fn watch_quota(&self, cgroup_dir: impl Into<PathBuf>, cpus: f64) {
+        let period = Duration::from_millis(100);
+        self.control.watch_quota(cgroup_dir.into(), cpus, period);
+    }
+
+    fn tick(&self) {
+        let root = self.shared.root_class();
+        self.control.tick(root, root.probe.config().tick);
+    }
+
+    fn check_brakes(&self) {
+        let _ = self.control.brake_step();
+    }
+
+    fn end_governor(&self, how: GovernorEnd) {
+        self.control.inject(how);
+    }
+
+    fn probe(&self) -> &elastic_cpu_probe::Probe {
+        &self.shared.probe
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::{attached, scripted, Burn, MS};
 use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt};
 

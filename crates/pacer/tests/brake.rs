@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::{Brake, BRAKE_MAX, DEFAULT_BRAKE_HOLD};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder, PacedExt, PacedStreamExt, Profile};
 use futures_core::Stream;
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::{Clock, ManualClock};
 use elastic_cpu_pacer::settings::ClassSettings;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::{Elastic, Paced, PacedExt};
 
 type Work = Pin<Box<Paced<Burn>>>;

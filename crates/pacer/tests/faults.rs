@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::{Elastic, PacedExt};
 
 /// Burns 40 ms of manual-clock CPU between each of its `awaits` await points.

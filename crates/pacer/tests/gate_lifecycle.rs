@@ -13,6 +13,7 @@ use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::gate::{
     Admission, ConnectionGate, GateSettings, GateSnapshot, RejectReason, Rejected, SetupPermit,
 };
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {

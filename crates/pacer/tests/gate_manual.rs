@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::gate::{ConnectionGate, GateSettings, RejectReason};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 
 fn poll<F: Future + Unpin>(f: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::gate::GateSettings;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 

@@ -13,6 +13,7 @@ use common::eventually;
 use elastic_cpu_pacer::gate::{GateSettings, RejectReason};
 use elastic_cpu_pacer::settings::{Brake, ClassSettings};
 use elastic_cpu_pacer::snapshot::GovernorState;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::{GovernorEnd, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 

@@ -19,6 +19,7 @@ use common::{attached, scripted, Burn, FakeCgroup, MS};
 use elastic_cpu_pacer::idle::IdleRuntime;
 use elastic_cpu_pacer::settings::Brake;
 use elastic_cpu_pacer::snapshot::{SignalSource, TargetSource};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, ElasticBuilder, PacedExt};
 

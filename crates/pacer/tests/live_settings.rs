@@ -15,6 +15,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::{Clock, ManualClock};
 use elastic_cpu_pacer::settings::Brake;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::Script;
 use elastic_cpu_pacer::{Elastic, PacedExt, Snapshot};
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::metrics::METRICS;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::OutlierThreshold;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 
 fn manual(threshold: OutlierThreshold) -> Elastic {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::Enforcement;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::{PacedExt, PacedStreamExt};
 use futures_core::Stream;
 

@@ -16,6 +16,7 @@ use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::settings::Brake;
 use elastic_cpu_pacer::settings::DEFAULT_QUANTUM;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::{Elastic, PacedStreamExt};
 use futures_core::Stream;
 use tokio::runtime::{Builder, Handle, Runtime};

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::{assert_ledger_balanced, attached, eventually, scripted, Burn, MS};
 use elastic_cpu_pacer::settings::{Brake, Inputs};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 

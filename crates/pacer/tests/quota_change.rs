@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_pacer::gate::{ConnectionGate, GateSettings};
 use elastic_cpu_pacer::snapshot::CpusSource;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::{ManualClock, Script};
 use elastic_cpu_pacer::{BuildError, Elastic};
 use elastic_cpu_probe::CgroupVersion;

@@ -7,6 +7,7 @@ mod common;
 
 use common::FakeCgroup;
 use elastic_cpu_pacer::settings::{Brake, Inputs};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 
 /// A fixed limit of every CPU on 2 CPUs: 2 CPUs of tokens a second unless something caps it.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::eventually;
 use elastic_cpu_pacer::snapshot::GovernorState;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::GovernorEnd;
 use elastic_cpu_pacer::{Elastic, PacedExt, Profile};
 use metrics::{

@@ -8,6 +8,7 @@ use elastic_cpu_pacer::gate::{GateSettings, QueueOrder};
 use elastic_cpu_pacer::settings::{
     Brake, Enforcement, Inputs, OutlierThreshold, Placement, Steps, Timing,
 };
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::ManualClock;
 use elastic_cpu_pacer::{BuildError, Elastic, ElasticBuilder, Profile};
 use proptest::prelude::*;

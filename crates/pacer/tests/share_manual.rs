@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use elastic_cpu_core::ManualClock;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::PacedExt;
 
 #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::eventually;
 use elastic_cpu_pacer::settings::Inputs;
 use elastic_cpu_pacer::snapshot::{Availability, IO_TARGET_FACTOR};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::Elastic;
 use elastic_cpu_probe::{IoProbeConfig, IoProbeError};
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{eventually, manual_elastic_on_two_workers, this_thread_policy, SCHED_IDLE};
 use elastic_cpu_pacer::settings::Placement;
 use elastic_cpu_pacer::snapshot::PlacementReason;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::ManualClock;
 
 #[cfg(target_os = "linux")]

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::{eventually, manual_elastic_on_two_workers, must_finish};
 use elastic_cpu_pacer::snapshot::PlacementReason;
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::ManualClock;
 use elastic_cpu_pacer::Elastic;
 use tokio::runtime::Runtime;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{FakeCgroup, MS};
 use elastic_cpu_pacer::settings::{Brake, Inputs};
+use elastic_cpu_pacer::testing::Drive;
 use elastic_cpu_pacer::testing::ManualClock;
 use elastic_cpu_pacer::Elastic;
 

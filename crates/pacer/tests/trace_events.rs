@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::*;
 use elastic_cpu_core::ManualClock;
 use elastic_cpu_pacer::gate::GateSettings;
+use elastic_cpu_pacer::testing::Drive;
 
 /// Everything the subscriber writes, as text.
 #[derive(Clone, Default)]

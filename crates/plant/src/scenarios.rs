@@ -104,13 +104,13 @@ pub fn three_nodes() -> Vec<Scenario> {
 }
 
 /// The plant closest to `cargo run --release --example demo`'s default run on this project's
-/// 2-CPU machine: 2 workers, the foreground at 0.8 CPU (0.4 of the machine) in 60 µs polls, and
-/// the scan's 8 tasks of ~75 µs chunks on the runtime; 20 s. Beside the demo's figures in
-/// docs/results.md (the calibration table).
+/// 2-CPU machine: 2 workers, the foreground at 0.8 CPU (0.4 of the machine: the demo's ~8000
+/// requests a second of ~100 µs of process CPU each), and the scan's 8 tasks of ~67 µs chunks
+/// on the runtime; 20 s. Beside the demo's figures in docs/results.md (the calibration table).
 pub fn demo() -> Scenario {
     let mut config = base(21, 2, 2, 0.8);
-    config.foreground = Foreground::load(0.8, Service::Fixed(Duration::from_micros(60)));
-    config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(75))];
+    config.foreground = Foreground::load(0.8, Service::Exponential(Duration::from_micros(100)));
+    config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(67))];
     Scenario::new(config)
         .classes_start_at(FLOOR)
         .phase(ScenarioPhase::new("steady", Duration::from_secs(20)))
@@ -121,14 +121,16 @@ pub fn demo_quota() -> Scenario {
     let mut s = demo();
     s.config.seed = 22;
     s.config.quota = Some(Quota::new(1.5));
-    s.config.foreground = Foreground::load(0.6, Service::Fixed(Duration::from_micros(60)));
+    s.config.foreground = Foreground::load(0.6, Service::Exponential(Duration::from_micros(100)));
     s
 }
 
-/// [`demo`] with coarse chunks (8192 rows: ~1.2 ms polls), on the runtime.
+/// [`demo`] with coarse chunks (8192 rows: ~1.1 ms calls), on the idle pool as `spawn` places
+/// long polls on a bare host (2 pool threads).
 pub fn demo_coarse() -> Scenario {
     let mut s = demo();
     s.config.seed = 23;
-    s.config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(1200))];
+    s.config.pool_threads = 2;
+    s.config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(1100)).on_pool()];
     s
 }

@@ -31,7 +31,7 @@ const COOLDOWN_FACTOR: u32 = 4;
 /// How often the governor re-checks while the brake is on.
 pub const BRAKE_POLL: Duration = Duration::from_millis(1);
 
-/// What a [`BacklogBrake::step`] asks of the work queue.
+/// What the backlog brake asks of the work queue at one look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BacklogChange {
     /// Nothing changes.

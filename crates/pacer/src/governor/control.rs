@@ -160,7 +160,7 @@ impl Control {
     }
 
     /// Make the governor thread end at its next wake-up, after that wake-up's tick or brake
-    /// step (test plumbing: `Elastic::end_governor`).
+    /// step (test plumbing: `testing::Drive::end_governor`).
     #[cfg(feature = "test-util")]
     pub(crate) fn inject(&self, end: GovernorEnd) {
         *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(end);

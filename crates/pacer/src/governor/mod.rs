@@ -34,7 +34,7 @@ use crate::signal::{Signal, SignalStage};
 #[cfg(feature = "tracing")]
 use crate::trace;
 
-/// How [`Elastic::end_governor`](crate::Elastic::end_governor) ends the governor thread (test
+/// How [`Drive::end_governor`](crate::testing::Drive::end_governor) ends the governor thread (test
 /// plumbing, feature `test-util`; in `testing`).
 #[cfg(feature = "test-util")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -82,7 +82,7 @@ fn run(weak: Weak<ClassState>, control: Arc<Control>, period: Duration) {
         match control.fault() {
             Some(super::GovernorEnd::Exit) => return,
             Some(super::GovernorEnd::Panic) => {
-                panic!("a governor panic injected by Elastic::end_governor")
+                panic!("a governor panic injected by testing::Drive::end_governor")
             }
             None => {}
         }

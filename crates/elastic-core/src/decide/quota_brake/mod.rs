@@ -35,7 +35,7 @@ const LONGEST_CHECK: u32 = 4;
 /// How long a throttled period arms the brake.
 pub const ARMED_FOR: Duration = Duration::from_secs(60);
 
-/// What a [`QuotaBrake::step`] asks of the classes.
+/// What the quota brake asks of the classes at one look.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuotaChange {
     /// Nothing changes.

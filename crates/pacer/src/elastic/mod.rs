@@ -8,25 +8,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use elastic_cpu_core::SettingError;
-use tokio::runtime::{Builder, Handle, Runtime, TryCurrentError};
-use tokio::task::JoinHandle;
+use tokio::runtime::{Builder, Handle};
 
 use crate::builder::{BuildError, ElasticBuilder};
 #[cfg(feature = "gate")]
 use crate::gate::{ConnectionGate, GateSettings};
 use crate::governor::Control;
 use crate::grant::class_state::ClassState;
-use crate::grant::paced::Paced;
 use crate::grant::pacer::Pacer;
 use crate::placement::Placer;
 use crate::record::ClassKind;
 use crate::settings::ClassSettings;
 use crate::snapshot::Snapshot;
 
+mod runtime_builder;
+mod spawn;
+
+pub use self::runtime_builder::RuntimeBuilder;
+pub use self::spawn::SpawnError;
+
 cfg_idle_pool! {
     use crate::idle::IdleRuntime;
-    use crate::placement::placed::{OwnAbort, Placed};
-    use crate::placement::{Environment, Route, Work};
 }
 
 /// Elastic CPU admission for one tokio runtime: the probe that measures it, the controller
@@ -66,7 +68,7 @@ cfg_idle_pool! {
 /// [`attach`](Self::attach) also starts a sampling probe thread on the runtime
 /// (`elastic-cpu-sampler`), which also ends by itself soon after its runtime shuts down.
 /// [`shutdown`](Self::shutdown) stops and joins both; without it they end once the last
-/// `Elastic`, [`Paced`], [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this handle
+/// `Elastic`, [`Paced`](crate::Paced), [`PacedStream`](crate::PacedStream) and [`Pacer`] made from this handle
 /// is dropped. Either way the work queues and gates close and no brake holds, so nothing waits
 /// for a grant that cannot come: paced work left then runs unpaced, gates refuse. The same
 /// happens however else the governor thread ends (a panic): it is not restarted, and
@@ -80,21 +82,10 @@ cfg_idle_pool! {
 #[derive(Clone)]
 pub struct Elastic {
     pub(crate) shared: Arc<ClassState>,
-    control: Arc<Control>,
+    pub(crate) control: Arc<Control>,
     /// Where `spawn` puts elastic work, and the pool it made: held by the handles only, so the
     /// pool (whose threads hold `shared`) ends with the last handle.
     placer: Arc<Placer>,
-}
-
-/// Where [`Elastic::route`] sends one spawn.
-#[cfg(feature = "idle-pool")]
-enum Routed<W, T> {
-    /// On the pool.
-    Spawned(T),
-    /// To the runtime.
-    Runtime(W),
-    /// To the runtime for now, to the pool once elastic work runs long.
-    Watch(W),
 }
 
 /// How long [`Elastic::shutdown`] waits for the idle pool's threads.
@@ -343,281 +334,6 @@ impl Elastic {
         Pacer::new(self.shared.clone())
     }
 
-    /// Spawn `future` as paced elastic work where it protects the foreground best (see
-    /// [`Placement`](crate::settings::Placement)): by default on the runtime this thread is in
-    /// (inside one of its tasks or `block_on`, or under [`Handle::enter`]); it moves to this
-    /// `Elastic`'s idle-priority pool (made at the first spawn, a thread per CPU of the runtime)
-    /// once its polls run long. [`Snapshot::placement`] says where, and why.
-    ///
-    /// Streams, futures and [`Pacer`] loops of this `Elastic` inside `future` pace themselves:
-    /// `elastic.spawn(stream.paced(&elastic).for_each(..))` is paced once, per item, with a
-    /// yield at the quantum.
-    ///
-    /// **Lifetime.** Spawned work runs to its end wherever it was placed, also once the last
-    /// `Elastic` handle is dropped: on the runtime as any task, and on the pool, which ends
-    /// once its tasks have (the paced work keeps the governor alive, as all paced work does).
-    /// [`shutdown`](Self::shutdown) cancels what is left on the pool; on the runtime it is
-    /// the runtime's to end.
-    ///
-    /// On the runtime, outside any it returns [`SpawnError`] where [`tokio::spawn`] would panic;
-    /// [`spawn_on`](Self::spawn_on) takes a runtime's handle.
-    ///
-    /// ```
-    /// use elastic_cpu_pacer::{settings::Placement, Elastic};
-    /// let elastic = Elastic::builder().placement(Placement::Runtime).build()?;
-    /// // No runtime on this thread: an error, not a panic.
-    /// assert!(elastic.spawn(async {}).is_err());
-    ///
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_current_thread()).build()?;
-    /// let sum = rt.block_on(async {
-    ///     let scan = elastic.spawn(async { (0..1000u64).sum::<u64>() })?;
-    ///     Ok::<_, Box<dyn std::error::Error>>(scan.await?)
-    /// })?;
-    /// assert_eq!(sum, 499_500);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[track_caller]
-    pub fn spawn<F>(&self, future: F) -> Result<JoinHandle<F::Output>, SpawnError>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.place(future, || Handle::try_current().map_err(SpawnError))
-    }
-
-    /// [`spawn`](Self::spawn) from any thread: the same placement, with `handle`'s runtime
-    /// where `spawn` takes the current one (for work placed on the runtime, or watched from it
-    /// under [`Placement::Auto`](crate::settings::Placement::Auto)). The arguments come in the
-    /// order of tokio's `task::Builder::spawn_on`.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
-    /// let task = elastic.spawn_on(async { 6 * 7 }, rt.handle());
-    /// assert_eq!(rt.block_on(task)?, 42);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[track_caller]
-    pub fn spawn_on<F>(&self, future: F, handle: &Handle) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        match self.place(future, || Ok::<_, std::convert::Infallible>(handle.clone())) {
-            Ok(task) => task,
-            Err(never) => match never {},
-        }
-    }
-
-    /// Spawn `future` where the placement says, on the runtime `runtime` gives where it goes
-    /// there.
-    #[track_caller]
-    fn place<F, E>(
-        &self,
-        future: F,
-        runtime: impl Fn() -> Result<Handle, E>,
-    ) -> Result<JoinHandle<F::Output>, E>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        #[cfg(feature = "idle-pool")]
-        let on_pool = |pool: &IdleRuntime, future| match runtime() {
-            // `Auto`: watched from the runtime, to come back if the pool starves.
-            Ok(handle) if self.placer.auto() => {
-                let own = OwnAbort::default();
-                let placed = Placed::on_pool(
-                    future,
-                    pool,
-                    self.shared.clone(),
-                    Arc::downgrade(&self.placer),
-                    own.clone(),
-                );
-                let task = handle.spawn(placed);
-                let _ = own.set(task.abort_handle());
-                task
-            }
-            // In this handle's class: on the pool the own class's work becomes idle work, and
-            // a class made with `class` keeps its part.
-            _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
-        };
-        #[cfg(feature = "idle-pool")]
-        let workers = || runtime().map_or(0, |rt| rt.metrics().num_workers());
-        #[cfg(feature = "idle-pool")]
-        let future = match self.route(Work::Future, on_pool, future, workers) {
-            Routed::Spawned(task) => return Ok(task),
-            Routed::Runtime(future) => future,
-            Routed::Watch(future) => {
-                let handle = runtime()?;
-                let own = OwnAbort::default();
-                let placed = Placed::new(
-                    future,
-                    self.shared.clone(),
-                    Arc::downgrade(&self.placer),
-                    own.clone(),
-                );
-                let task = handle.spawn(placed);
-                let _ = own.set(task.abort_handle());
-                return Ok(task);
-            }
-        };
-        let handle = runtime()?;
-        Ok(handle.spawn(Paced::new(future, self.shared.clone())))
-    }
-
-    /// Run `f`, blocking work that paces itself with [`Pacer::pace_blocking`]: on the idle
-    /// pool's blocking threads (at idle priority too) wherever [`spawn`](Self::spawn) has the
-    /// pool, else on the runtime's (`spawn_blocking`). With
-    /// [`Placement::Auto`](crate::settings::Placement::Auto) that is wherever the OS grants
-    /// idle priority, short calls or long: a blocking thread holds no worker, so the quantum
-    /// frees nothing, and at normal priority it takes cores from the foreground's other threads.
-    /// Dropping that runtime waits for the work, which still runs at its share: call
-    /// [`shutdown`](Self::shutdown) first (the work then runs unpaced) or use tokio's
-    /// `Runtime::shutdown_timeout`.
-    ///
-    /// ```
-    /// let elastic = elastic_cpu_pacer::Elastic::builder().build()?;
-    /// let rt = elastic.runtime(tokio::runtime::Builder::new_multi_thread().worker_threads(2)).build()?;
-    /// let _in_rt = rt.enter();
-    /// let mut pacer = elastic.pacer();
-    /// let sum = elastic.spawn_blocking(move || {
-    ///     let mut sum = 0u64;
-    ///     for row in 0..10_000u64 {
-    ///         pacer.pace_blocking();
-    ///         sum += row;
-    ///     }
-    ///     sum
-    /// })?;
-    /// assert_eq!(rt.block_on(sum)?, 49_995_000);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn spawn_blocking<F, R>(&self, f: F) -> Result<JoinHandle<R>, SpawnError>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-    {
-        #[cfg(feature = "idle-pool")]
-        let workers = || Handle::try_current().map_or(0, |rt| rt.metrics().num_workers());
-        #[cfg(feature = "idle-pool")]
-        let f = match self.route(
-            Work::Blocking,
-            |pool, f| pool.handle().spawn_blocking(f),
-            f,
-            workers,
-        ) {
-            Routed::Spawned(task) => return Ok(task),
-            // Blocking work is never watched: it goes to the pool wherever there is one.
-            Routed::Runtime(f) | Routed::Watch(f) => f,
-        };
-        let handle = Handle::try_current().map_err(SpawnError)?;
-        Ok(handle.spawn_blocking(f))
-    }
-
-    /// `spawn(pool)` if elastic work goes to the idle pool (deciding the first time), else
-    /// `work` back with where it goes.
-    /// `runtime_workers`: the worker threads of the runtime work goes to there.
-    #[cfg(feature = "idle-pool")]
-    fn route<W, T>(
-        &self,
-        kind: Work,
-        spawn: impl FnOnce(&IdleRuntime, W) -> T,
-        work: W,
-        runtime_workers: impl FnOnce() -> usize,
-    ) -> Routed<W, T> {
-        let environment = || {
-            let record = self.control.record();
-            Environment {
-                workers: record
-                    .cpus
-                    .ceil()
-                    .clamp(1.0, IdleRuntime::MAX_WORKERS as f64) as usize,
-                runtime_workers: runtime_workers(),
-            }
-        };
-        let make_pool = |workers| self.idle_runtime(workers);
-        let spawn = |route: Route<'_>| match route {
-            Route::Pool(pool) => Routed::Spawned(spawn(pool, work)),
-            Route::Runtime => Routed::Runtime(work),
-            Route::Watch => Routed::Watch(work),
-        };
-        self.placer.with(kind, environment, make_pool, spawn)
-    }
-
-    /// Watch the cgroup in `cgroup_dir` for CPU throttling, as [`attach`](Self::attach) does for
-    /// the process's own cgroup when it has a quota (feature `test-util`): tests point it at a
-    /// fake `cpu.stat`.
-    #[cfg(feature = "test-util")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn watch_throttling(&self, cgroup_dir: impl Into<std::path::PathBuf>) {
-        self.control.watch_throttling(cgroup_dir.into());
-    }
-
-    /// Treat the cgroup in `cgroup_dir` as the process's, with a quota of `cpus` per period of
-    /// 100 ms (the kernel's default), as [`attach`](Self::attach) does when it finds one
-    /// (feature `test-util`): the governor watches its throttling, caps elastic work within
-    /// the quota's headroom and cuts grants to what a period refills.
-    #[cfg(feature = "test-util")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn watch_quota(&self, cgroup_dir: impl Into<std::path::PathBuf>, cpus: f64) {
-        let period = std::time::Duration::from_millis(100);
-        self.control.watch_quota(cgroup_dir.into(), cpus, period);
-    }
-
-    /// Run one governor tick now, with the configured tick as its period (feature
-    /// `test-util`). The governor thread does this on its own; with
-    /// [`ElasticBuilder::manual`] tests call it by hand.
-    #[cfg(feature = "test-util")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn tick(&self) {
-        let root = self.shared.root_class();
-        self.control.tick(root, root.probe.config().tick);
-    }
-
-    /// Let the brakes look at their readings now, as the governor thread does between ticks
-    /// (feature `test-util`; with [`ElasticBuilder::manual`] tests call it by hand).
-    #[cfg(feature = "test-util")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn check_brakes(&self) {
-        let _ = self.control.brake_step();
-    }
-
-    /// Make the governor thread end (`how`) the next time it wakes up, right after that
-    /// wake-up's tick or brake step: at its next tick, at the probe's alarm (the brake, which it
-    /// ends with on), or at a brake's re-check (feature `test-util`: a fault for the tests of
-    /// what its end does). Whatever was waiting on its classes and gates then ends, and
-    /// [`Snapshot::governor`] says why it stopped. Without a governor thread (a
-    /// [manual](ElasticBuilder::manual) clock) nothing happens.
-    ///
-    /// ```
-    /// use elastic_cpu_pacer::snapshot::GovernorState;
-    /// use elastic_cpu_pacer::testing::GovernorEnd;
-    /// use elastic_cpu_pacer::{settings::Brake, Elastic};
-    /// use std::time::Duration;
-    ///
-    /// let elastic = Elastic::builder().brake(Brake::At(Duration::from_millis(1))).build()?;
-    /// elastic.end_governor(GovernorEnd::Exit);
-    /// // A foreground poll that waited too long: the alarm wakes the governor; it brakes, ends.
-    /// elastic.probe().record_poll(Some(Duration::from_millis(5)), None, false);
-    /// while elastic.snapshot().governor.is_running() {
-    ///     std::thread::sleep(Duration::from_millis(1));
-    /// }
-    /// let s = elastic.snapshot();
-    /// assert_eq!(s.governor, GovernorState::Exited);
-    /// assert!(s.queue.closed && !s.braked);
-    /// # Ok::<(), elastic_cpu_pacer::BuildError>(())
-    /// ```
-    #[cfg(feature = "test-util")]
-    pub fn end_governor(&self, how: crate::governor::GovernorEnd) {
-        self.control.inject(how);
-    }
-
-    /// The probe measuring the runtime (feature `test-util`: tests record polls into it).
-    #[cfg(feature = "test-util")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
-    pub fn probe(&self) -> &elastic_cpu_probe::Probe {
-        &self.shared.probe
-    }
-
     /// A [`ConnectionGate`]: connection setups admitted while they can start within their
     /// deadlines and paced as their own class of CPU time, its share steered by the same signal
     /// on the same governor tick. Fails with the [`SettingError`] of the first bad setting. The
@@ -727,55 +443,3 @@ const _: () = {
     is::<Elastic>();
     is::<Pacer>();
 };
-
-/// Why [`Elastic::spawn`] spawned nothing: there is no tokio runtime on this thread (or it is
-/// being torn down). [`Elastic::spawn_on`] takes the runtime's handle instead.
-#[derive(Debug)]
-pub struct SpawnError(TryCurrentError);
-
-impl fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot spawn elastic work: {}", self.0)
-    }
-}
-
-impl std::error::Error for SpawnError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
-    }
-}
-
-/// A tokio [`Builder`] wrapped by [`Elastic::runtime`]: [`build`](Self::build) installs the
-/// probe and sizes the token bucket for the runtime's workers.
-#[derive(Debug)]
-pub struct RuntimeBuilder<'e, B> {
-    elastic: &'e Elastic,
-    builder: B,
-}
-
-impl<B: BorrowMut<Builder>> RuntimeBuilder<'_, B> {
-    /// Build the runtime: probe hooks installed (or, without `tokio_unstable`, the sampling
-    /// probe started), CPUs = the least of its workers, the cgroup CPU quota and the affinity
-    /// mask (see [`Elastic::attach`]). With the I/O wake-up input on (the default,
-    /// [`Inputs::io_wakeup`](crate::settings::Inputs::io_wakeup)) it enables the runtime's I/O
-    /// driver and starts the I/O wake-up probe ([`Elastic::start_io_probe`]); a probe that
-    /// cannot start is no error ([`Snapshot::io_probe`] says why). It always enables the timer,
-    /// which the connection gate's setup timeouts and accept pauses use. Fails where tokio's
-    /// builder does, or where [`Elastic::attach`] does (the OS refusing the sampling probe's
-    /// thread).
-    pub fn build(mut self) -> io::Result<Runtime> {
-        let builder = self.builder.borrow_mut();
-        self.elastic.instrument(builder);
-        builder.enable_time();
-        let io = self.elastic.control.io_input();
-        if io {
-            builder.enable_io();
-        }
-        let rt = builder.build()?;
-        self.elastic.attach(rt.handle())?;
-        if io {
-            let _said_in_the_snapshot = self.elastic.start_io_probe(rt.handle());
-        }
-        Ok(rt)
-    }
-}
