@@ -73,6 +73,8 @@ pub use gate::{
     SetupGrant,
 };
 pub use handle::ElasticHandle;
-pub use queue::{Admit, Closed, Grant, QueueSnapshot, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE};
+pub use queue::{
+    Admit, Closed, Grant, QueueSnapshot, TickLoad, Ticket, WorkQueue, MAX_SLICE, MIN_SLICE,
+};
 pub use retry::{Attempt, RetryBudget};
 pub use ring::{EventRing, ReadSince, Words};

@@ -363,6 +363,36 @@ impl<C: Clock> WorkQueue<C> {
         })
     }
 
+    /// A driver's tick at one look: [`tick`](Self::tick), then
+    /// [`take_longest_wait`](Self::take_longest_wait) and [`load`](Self::load), under one lock
+    /// and one clock read.
+    ///
+    /// ```
+    /// use elastic_cpu_core::{ManualClock, TickLoad, WorkQueue};
+    ///
+    /// let q = WorkQueue::new(ManualClock::new(), 1_000_000_000);
+    /// let t = q.tick_load();
+    /// assert!(!t.waited && t.has_tokens && t.waiters == 0);
+    /// ```
+    pub fn tick_load(&self) -> TickLoad {
+        let now = self.shared.now();
+        let mut t = self.shared.update(|st, wake| {
+            let waited = st.line.take_had_waiters();
+            st.bucket.balance(now);
+            st.grant_waiters(&self.shared.lock_free, now, wake);
+            let longest_wait = Duration::from_nanos(st.line.take_longest_wait(now));
+            TickLoad {
+                waited,
+                longest_wait,
+                waiters: st.line.waiters.len(),
+                holders: 0,
+                has_tokens: st.bucket.balance(now) > 0,
+            }
+        });
+        t.holders = self.shared.lock_free.holders() as usize;
+        t
+    }
+
     /// The longest any admission waited since the last call (the governor calls it once a
     /// tick): the longest finished wait, or the head's wait so far if that is longer, so a
     /// waiter that is starving shows before it is granted.
@@ -512,6 +542,21 @@ impl<C: Clock> WorkQueue<C> {
         self.shared.unlock(st);
         snapshot
     }
+}
+
+/// A [`WorkQueue::tick_load`]: the queue at a driver's tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TickLoad {
+    /// Work waited for a grant since the last tick.
+    pub waited: bool,
+    /// The longest wait since the last tick (a waiter still queued counts).
+    pub longest_wait: Duration,
+    /// Work waiting for a grant after the tick's grants.
+    pub waiters: usize,
+    /// Grants held.
+    pub holders: usize,
+    /// The bucket holds tokens after the tick's grants.
+    pub has_tokens: bool,
 }
 
 /// A queued admission: poll it until it yields a [`Grant`] (or [`Closed`]); drop it to cancel

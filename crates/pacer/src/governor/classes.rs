@@ -89,13 +89,6 @@ impl Links {
         });
     }
 
-    /// Close the tick on every queue.
-    pub(super) fn close_tick(&mut self, intervals: usize) {
-        for link in &mut self.links {
-            link.close_tick(intervals);
-        }
-    }
-
     /// Every class's record.
     pub(super) fn records(&self, decider: &Decider) -> Vec<ClassRecord> {
         self.links

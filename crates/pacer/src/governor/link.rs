@@ -64,7 +64,11 @@ impl Link {
                 ..ClassReading::default()
             };
         };
-        let waited = queue.tick();
+        let (waited, longest, state) = queue.tick_state();
+        self.waits.push_back(longest);
+        while self.waits.len() > intervals.max(1) {
+            self.waits.pop_front();
+        }
         let now = queue.charged();
         let ran = now.saturating_sub(self.charged);
         self.charged = now;
@@ -72,7 +76,6 @@ impl Link {
         if let Some(polls) = polls {
             self.long_watch.tick(polls, ran, intervals);
         }
-        let state = queue.state();
         self.waiters = state.waiters;
         ClassReading {
             charged: now.saturating_sub(self.base),
@@ -108,17 +111,6 @@ impl Link {
     pub(crate) fn hold(&self, change: HoldChange) {
         if let Some(q) = self.queue() {
             q.set_held(change.held, change.braking);
-        }
-    }
-
-    /// Close the tick: note the longest wait over a window of `intervals` ticks and publish
-    /// `record` to the queue.
-    pub(crate) fn close_tick(&mut self, intervals: usize) {
-        if let Some(queue) = self.queue() {
-            self.waits.push_back(queue.take_longest_wait());
-            while self.waits.len() > intervals.max(1) {
-                self.waits.pop_front();
-            }
         }
     }
 

@@ -213,7 +213,6 @@ impl Governor {
         SignalStage::set_io_quiet(&mut self.sources, !steering, &mut signal.reading);
         self.last_signal = signal;
         self.ticks += 1;
-        self.classes.close_tick(intervals);
         self.record()
     }
 

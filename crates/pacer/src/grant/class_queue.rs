@@ -58,6 +58,13 @@ pub(crate) trait ClassQueue: Send + Sync {
             steering: self.steering(),
         }
     }
+    /// [`tick`](Self::tick), then [`take_longest_wait`](Self::take_longest_wait) and
+    /// [`state`](Self::state) (at one look where the queue can): whether work waited, the
+    /// longest wait, the queue after the tick.
+    fn tick_state(&self) -> (bool, Duration, QueueState) {
+        let waited = self.tick();
+        (waited, self.take_longest_wait(), self.state())
+    }
     /// Running time charged to the class so far.
     fn charged(&self) -> Duration;
     /// What the governor decided for the class this tick (a gate keeps it for its snapshot).

@@ -111,6 +111,17 @@ pub(crate) struct ClassState {
 }
 
 impl ClassState {
+    /// The governor's reading of the queue from its load (waiters, holders, tokens left).
+    fn state_of(&self, (waiters, holders, has_tokens): (usize, usize, bool)) -> QueueState {
+        QueueState {
+            busy: holders > 0 || waiters > 0,
+            has_tokens,
+            holders,
+            waiters,
+            steering: self.idle || holders > 0,
+        }
+    }
+
     /// The slice an admission asks for now (see [`ClassQueue::fit_slice`]).
     #[inline]
     pub(crate) fn asks(&self) -> Duration {
@@ -384,14 +395,13 @@ impl ClassQueue for ClassState {
     }
 
     fn state(&self) -> QueueState {
-        let (waiters, holders, has_tokens) = self.queue.load();
-        QueueState {
-            busy: holders > 0 || waiters > 0,
-            has_tokens,
-            holders,
-            waiters,
-            steering: self.idle || holders > 0,
-        }
+        self.state_of(self.queue.load())
+    }
+
+    fn tick_state(&self) -> (bool, Duration, QueueState) {
+        let t = self.queue.tick_load();
+        let state = self.state_of((t.waiters, t.holders, t.has_tokens));
+        (t.waited, t.longest_wait, state)
     }
 
     fn close(&self) {
