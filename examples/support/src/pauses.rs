@@ -75,13 +75,14 @@ impl Pauses {
 /// Pin the calling thread to `cpu` and give it real-time priority.
 #[cfg(target_os = "linux")]
 fn pin_realtime(cpu: usize) -> bool {
-    use nix::sched::{sched_setaffinity, CpuSet};
-    use nix::unistd::Pid;
+    use rustix::thread::{sched_setaffinity, CpuSet};
+    if cpu >= CpuSet::MAX_CPU {
+        return false;
+    }
     let mut set = CpuSet::new();
-    // Pid 0: the calling thread.
-    set.set(cpu).is_ok()
-        && sched_setaffinity(Pid::from_raw(0), &set).is_ok()
-        && crate::priority::realtime(50)
+    set.set(cpu);
+    // `None`: the calling thread.
+    sched_setaffinity(None, &set).is_ok() && crate::priority::realtime(50)
 }
 
 #[cfg(not(target_os = "linux"))]
