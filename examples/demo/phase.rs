@@ -374,6 +374,7 @@ fn run_phase_inner(
             fg_p99_us: q_us(&h, 0.99),
             elastic_rows_per_sec: rps,
             signal: snap.signal,
+            target_us: snap.target_us,
         });
         if measuring.is_some() {
             if let Some(l) = snap.limit {

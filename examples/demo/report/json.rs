@@ -252,6 +252,8 @@ struct Speed<'a> {
     move_secs: Vec<Option<Num>>,
     step_levels: Vec<Option<Num>>,
     fg_p99_5s_after_step_us: Option<Num>,
+    under_target_secs_after_up: Option<Num>,
+    recovered_secs_after_down: Option<Num>,
     tail_peak_to_peak: Num,
     tail_reversals: usize,
 }
@@ -423,6 +425,8 @@ impl<'a> Speed<'a> {
             move_secs: st.move_s.iter().map(|&x| opt(x)).collect(),
             step_levels: st.step_levels.iter().map(|&x| opt(x)).collect(),
             fg_p99_5s_after_step_us: opt(st.fg_p99_after_step_us),
+            under_target_secs_after_up: opt(st.under_target_s),
+            recovered_secs_after_down: opt(st.recovered_s),
             tail_peak_to_peak: Num(st.tail_p2p),
             tail_reversals: st.reversals,
         }

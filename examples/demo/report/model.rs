@@ -34,6 +34,8 @@ pub struct Point {
     pub elastic_rows_per_sec: f64,
     /// The governor's signal and its components (written as `timeline_signal`).
     pub signal: crate::ctl::SignalSnap,
+    /// The target the signal was compared with (paced phases).
+    pub target_us: Option<f64>,
 }
 
 impl Sample for Point {

@@ -27,6 +27,13 @@ pub struct Settle {
     pub move_s: Vec<Option<f64>>,
     /// Max foreground p99 in the 5 s after the (up) step.
     pub fg_p99_after_step_us: Option<f64>,
+    /// Step phases: seconds from the up step until the signal was at or under its target again
+    /// (the first sample after the step that is; 0 when none was over), None if it never was
+    /// in the stepped segment.
+    pub under_target_s: Option<f64>,
+    /// Step phases: seconds from the down step until elastic work ran at 0.9 of its mean rate
+    /// before the up step again, None if it never did.
+    pub recovered_s: Option<f64>,
     /// Mean limit at the end of the sibling phase (low <-> high) of the same profile.
     pub sibling_end: Option<f64>,
 }
@@ -102,7 +109,7 @@ impl Settle {
         let m = |x: &Option<f64>| x.map(|x| format!("{x:.1}s")).unwrap_or("-".into());
         match self.kind {
             Kind::Step => format!(
-                "{:<18} before {} -> stepped {} -> after {}; moves after up {}, after down {}; settle after up {}, after down {}; fg p99 max 5s after up {}; tail p-p {:.3}, reversals {}",
+                "{:<18} before {} -> stepped {} -> after {}; moves after up {}, after down {}; settle after up {}, after down {}; fg p99 max 5s after up {}; under target after up {}, elastic back to 0.9 after down {}; tail p-p {:.3}, reversals {}",
                 self.phase,
                 f(self.step_levels.first().copied().flatten()),
                 f(self.step_levels.get(1).copied().flatten()),
@@ -112,6 +119,8 @@ impl Settle {
                 s(self.settle_s.first().unwrap_or(&None)),
                 s(self.settle_s.get(1).unwrap_or(&None)),
                 fmt_us(self.fg_p99_after_step_us),
+                m(&self.under_target_s),
+                m(&self.recovered_s),
                 self.tail_p2p,
                 self.reversals
             ),
@@ -130,6 +139,43 @@ impl Settle {
 }
 
 impl Report {
+    /// A step phase's reaction: seconds from the up step until the signal is at or under its
+    /// target, and from the down step until elastic work runs at 0.9 of its mean rate before
+    /// the up step.
+    fn reaction(&self, p: &PhaseResult) -> (Option<f64>, Option<f64>) {
+        let samples: Vec<_> = self
+            .timeline
+            .iter()
+            .filter(|x| x.phase == p.label() && x.t_ms >= p.start_ms && x.t_ms <= p.end_ms)
+            .collect();
+        let (Some(&up), down) = (p.step_ms.first(), p.step_ms.get(1).copied()) else {
+            return (None, None);
+        };
+        let secs = |t: u64, from: u64| t.saturating_sub(from) as f64 / 1e3;
+        let until = down.unwrap_or(p.end_ms);
+        let under = samples
+            .iter()
+            .filter(|x| x.t_ms >= up && x.t_ms < until)
+            .find(|x| match (x.signal.signal_p99_us, x.target_us) {
+                (Some(s), Some(t)) => s <= t,
+                _ => false,
+            })
+            .map(|x| secs(x.t_ms, up));
+        let before: Vec<f64> = samples
+            .iter()
+            .filter(|x| x.t_ms < up)
+            .map(|x| x.elastic_rows_per_sec)
+            .collect();
+        let recovered = down.zip(mean(&before)).and_then(|(down, level)| {
+            samples
+                .iter()
+                .filter(|x| x.t_ms >= down)
+                .find(|x| x.elastic_rows_per_sec >= 0.9 * level)
+                .map(|x| secs(x.t_ms, down))
+        });
+        (under, recovered)
+    }
+
     fn points_of(&self, p: &PhaseResult) -> Vec<(f64, f64)> {
         self.points3_of(p).into_iter().map(|x| (x.0, x.1)).collect()
     }
@@ -204,6 +250,8 @@ impl Report {
                 step_levels: Vec::new(),
                 move_s: Vec::new(),
                 fg_p99_after_step_us: None,
+                under_target_s: None,
+                recovered_s: None,
                 sibling_end: None,
             };
             match p.kind {
@@ -279,6 +327,7 @@ impl Report {
                             .filter_map(|x| x.fg_p99_us)
                             .reduce(f64::max);
                     }
+                    (st.under_target_s, st.recovered_s) = self.reaction(p);
                     st.end_limit = st.step_levels.last().copied().flatten();
                 }
                 _ => {}
