@@ -171,44 +171,33 @@ impl ClassState {
     }
 
     cfg_idle_pool! {
-        /// The idle class of `parent` (work on its idle pool): its own `queue` and poll quantum,
-        /// the rest as `parent`'s.
+        /// The idle class of `parent` (work on its idle pool): its own `queue`, poll quantum,
+        /// long-poll count and (empty) thread registry, the rest as `parent`'s.
         pub(crate) fn idle_class(
             parent: &Arc<ClassState>,
             queue: Queue,
             quantum: Duration,
         ) -> ClassState {
-            ClassState {
-                queue,
-                slice: parent.slice,
-                asks: AtomicU64::new(nanos(parent.slice)),
-                quantum,
-                // At idle priority the kernel hands the core to any thread placed on it at once;
-                // what it does not always do is place a waiting worker on it (see `Unstack`).
-                os_yield: false,
-                os_yields: AtomicU64::new(0),
-                unstack_on: parent.unstack_on,
-                unstack: parent.unstack_on.then(|| Unstack::new(&parent.threads)),
-                long_polls: Arc::default(),
-                running: parent.running.clone(),
-                probe: parent.probe.clone(),
-                charged: Charged::default(),
-                // The idle pool's threads are not the foreground's: the run-queue signal reads the
-                // parent's registry only.
-                threads: ThreadRegistry::new(),
-                braked: AtomicBool::new(false),
-                governor_thread: OnceLock::new(),
-                samplers: Mutex::new(Vec::new()),
-                parent: Some(parent.clone()),
-                idle: true,
-                slots: None,
-            }
+            let mut class = ClassState::member_class(parent, queue);
+            class.quantum = quantum;
+            // At idle priority the kernel hands the core to any thread placed on it at once;
+            // what it does not always do is place a waiting worker on it (see `Unstack`).
+            class.os_yield = false;
+            class.unstack = parent.unstack_on.then(|| Unstack::new(&parent.threads));
+            class.long_polls = Arc::default();
+            // The idle pool's threads are not the foreground's: the run-queue signal reads the
+            // parent's registry only.
+            class.threads = ThreadRegistry::new();
+            class.idle = true;
+            class.slots = None;
+            class
         }
     }
 
-    /// A class of `root`'s elastic work made with `Elastic::class`: its own `queue` and ledger,
-    /// the rest as `root`'s. It shares `root`'s long-poll count: where elastic work goes
-    /// (`Elastic::spawn`) is decided for all of it.
+    /// A class of `root`'s elastic work made with `Elastic::class` (and the start of every class
+    /// of `root` but its own): its own `queue`, ledger and counters, the rest as `root`'s. It
+    /// shares `root`'s long-poll count: where elastic work goes (`Elastic::spawn`) is decided for
+    /// all of it.
     pub(crate) fn member_class(root: &Arc<ClassState>, queue: Queue) -> ClassState {
         ClassState {
             queue,
