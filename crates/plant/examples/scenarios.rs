@@ -4,22 +4,14 @@
 //!
 //! `cargo run --release -p elastic-cpu-plant --example scenarios`
 
-use elastic_cpu_plant::{scenarios, ClassCommand, DecisionStep, Scenario, StaticShare};
+use elastic_cpu_plant::{scenarios, DecisionStep, Scenario};
 
 fn run(name: &str, scenario: Scenario) {
-    let cfg = scenario.config.clone();
-    let zero = vec![ClassCommand::rate(0); cfg.classes.len()];
-    let base = scenario
-        .clone()
-        .run(&mut StaticShare::new(zero))
-        .expect("baseline");
-    let mut step = DecisionStep::new(&cfg, 0.05).expect("step");
+    let base = scenario.baseline().expect("baseline");
+    let mut step = DecisionStep::new(&scenario.config, 0.05).expect("step");
     let run = scenario.run(&mut step).expect("run");
     for (p, b) in run.phases.iter().zip(&base.phases) {
-        let ratio = match (p.sched_p99, b.sched_p99) {
-            (Some(p), Some(b)) => p.as_secs_f64() / b.as_secs_f64(),
-            _ => f64::NAN,
-        };
+        let ratio = p.p99_over(b).unwrap_or(f64::NAN);
         println!(
             "{name:>14} {:>10}: p99 {:>8.0?} (baseline {:>8.0?}, {ratio:.2}×)  elastic {:.2} CPU of spare {:.2} = {:.2}  throttled {}",
             p.name,

@@ -13,17 +13,14 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use elastic_cpu_core::decide::{
-    Alarm, ClassKind, ClassReading, Decider, DeciderSettings, HostReading, Limit, Part,
-    QuietWindow, QuotaLimit, RunQueueWaits, SignalReading, SignalSource, TickReadings,
-    IDLE_TARGET_FACTOR,
+    idle_limit, Alarm, ClassKind, ClassReading, Decider, DeciderSettings, HostReading, IdleStart,
+    Part, QuietWindow, QuotaLimit, RunQueueWaits, SignalReading, SignalSource, TickReadings,
+    BRAKE_FACTOR,
 };
-use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
+use elastic_cpu_core::SettingError;
 
 use crate::config::{PlantConfig, RunsOn};
 use crate::observe::{ClassCommand, FastObservation, Observation, Steering};
-
-/// The backlog brake's threshold, in multiples of the controller's target (the library's).
-const BRAKE_FACTOR: u32 = 4;
 
 /// The backlog alarm as the plant raises it: a request waited past `at`.
 #[derive(Debug)]
@@ -42,10 +39,6 @@ impl Alarm for BacklogAlarm {
         self.raised.replace(false)
     }
 }
-
-/// The largest share the idle class may take: every CPU (the kernel keeps its threads off a
-/// core the foreground wants).
-const IDLE_MAX_SHARE: f64 = 1.0;
 
 /// The real decision step as a [`Steering`] of the plant.
 #[derive(Debug)]
@@ -117,16 +110,14 @@ impl DecisionStep {
             }
         }
         if !pool.is_empty() {
-            let idle = ControllerConfig {
-                target_p99: controller.target_p99.saturating_mul(IDLE_TARGET_FACTOR),
-                max_share: IDLE_MAX_SHARE,
-                inactive_point: 1.0,
-                ..controller.clone()
+            // As an `Elastic` makes it: at the ceiling on a bare host, at the group's share in
+            // a quota, a controller with the idle class's settings.
+            let start = IdleStart {
+                elastic_share: decider.group_share(),
+                fixed: decider.fixed(),
+                quota: config.quota.is_some(),
             };
-            let limit = Limit::Controller(Box::new(StepController::with_initial_share(
-                idle,
-                share.max(controller.min_share),
-            )?));
+            let limit = idle_limit(&controller, start)?;
             let at = decider.add_solo(ClassKind::Idle, limit, controller.min_share, true);
             for i in pool {
                 places[i] = at;

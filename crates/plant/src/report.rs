@@ -63,3 +63,12 @@ pub struct PhaseSummary {
     /// Quota periods throttled in the phase.
     pub throttled_periods: u64,
 }
+
+impl PhaseSummary {
+    /// The foreground's scheduling p99 over `baseline`'s (the same phase without elastic work);
+    /// `None` without a p99 on either side.
+    pub fn p99_over(&self, baseline: &PhaseSummary) -> Option<f64> {
+        let (p, b) = (self.sched_p99?, baseline.sched_p99?);
+        Some(p.as_secs_f64() / b.as_secs_f64())
+    }
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 use elastic_cpu_core::SettingError;
 
 use crate::config::{Neighbour, PlantConfig};
-use crate::observe::Steering;
+use crate::observe::{ClassCommand, StaticShare, Steering};
 use crate::report::{PhaseSummary, PlantTick};
 use crate::sim::Plant;
 
@@ -114,6 +114,16 @@ impl Scenario {
     /// The total length of the phases.
     pub fn length(&self) -> Duration {
         self.phases.iter().map(|p| p.length).sum()
+    }
+
+    /// Run every phase with elastic work held at zero: the baseline a steered run's foreground
+    /// latency is compared with.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn baseline(&self) -> Result<Run, SettingError> {
+        let zero = vec![ClassCommand::rate(0); self.config.classes.len()];
+        self.run(&mut StaticShare::new(zero))
     }
 
     /// Run every phase with `steering`.

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use elastic_cpu_plant::{
-    scenarios, ClassCommand, DecisionStep, PhaseSummary, Run, Scenario, StaticShare,
-};
+use elastic_cpu_plant::{scenarios, DecisionStep, PhaseSummary, Run, Scenario};
 
 const STEADY_END: Duration = Duration::from_secs(20);
 
@@ -20,13 +18,8 @@ struct Outcome {
 impl Outcome {
     fn of(scenario: Scenario, start: f64) -> Outcome {
         let scenario = scenario.classes_start_at(start);
-        let cfg = scenario.config.clone();
-        let zero = vec![ClassCommand::rate(0); cfg.classes.len()];
-        let base = scenario
-            .clone()
-            .run(&mut StaticShare::new(zero))
-            .expect("baseline");
-        let mut step = DecisionStep::new(&cfg, start).expect("valid start");
+        let base = scenario.baseline().expect("baseline");
+        let mut step = DecisionStep::new(&scenario.config, start).expect("valid start");
         let run = scenario.run(&mut step).expect("run");
         Outcome { run, base }
     }
@@ -41,8 +34,7 @@ impl Outcome {
     /// The phase's scheduling p99 over its baseline's.
     fn p99_ratio(&self, name: &str) -> f64 {
         let (p, b) = self.phase(name);
-        let (p, b) = (p.sched_p99.expect("p99"), b.sched_p99.expect("p99"));
-        p.as_secs_f64() / b.as_secs_f64()
+        p.p99_over(b).expect("a p99 on both sides")
     }
 
     /// The CPUs the classes' rates paid for at a tick.

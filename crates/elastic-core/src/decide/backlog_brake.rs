@@ -17,6 +17,9 @@ use std::time::Duration;
 
 use super::readings::Alarm;
 
+/// The backlog brake's default threshold, in multiples of the controller's target.
+pub const BRAKE_FACTOR: u32 = 4;
+
 /// The longest a backlog brake holds elastic work back; then it stays off for
 /// `COOLDOWN_FACTOR` times as long, so a sustained overload (the controller's job) cannot
 /// starve elastic work below its floor.

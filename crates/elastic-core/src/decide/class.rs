@@ -23,8 +23,9 @@ pub enum ClassKind {
     Gate(usize),
 }
 
-/// The measured target's multiple the idle class steps on: the kernel already keeps its threads
-/// off a core the foreground wants.
+/// The measured target's multiple the idle class steps on: the level at which the backlog brake
+/// acts ([`BRAKE_FACTOR`](super::BRAKE_FACTOR)), a foreground that really waits, not noise the
+/// kernel absorbs anyway (it already keeps idle threads off a core the foreground wants).
 pub const IDLE_TARGET_FACTOR: u32 = 4;
 
 impl ClassKind {

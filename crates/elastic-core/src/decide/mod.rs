@@ -47,6 +47,7 @@ mod class;
 mod decisions;
 mod headroom;
 mod hold;
+mod idle;
 mod overhead;
 mod part;
 mod quiet;
@@ -60,7 +61,9 @@ mod view;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-pub use self::backlog_brake::{BacklogChange, BRAKE_MAX, BRAKE_POLL, DEFAULT_BRAKE_HOLD};
+pub use self::backlog_brake::{
+    BacklogChange, BRAKE_FACTOR, BRAKE_MAX, BRAKE_POLL, DEFAULT_BRAKE_HOLD,
+};
 use self::brakes::Brakes;
 pub use self::brakes::{BrakeStep, HostReading};
 use self::class::Seen;
@@ -68,6 +71,7 @@ pub use self::class::{holder_cap, ClassKind, Limit, IDLE_TARGET_FACTOR};
 pub use self::decisions::{ClassDecision, HoldChange};
 use self::headroom::Headroom;
 pub use self::hold::Hold;
+pub use self::idle::{idle_controller, idle_limit, IdleStart, IDLE_MAX_SHARE};
 use self::overhead::{Overhead, TickReading as OverheadReading};
 pub use self::part::Part;
 use self::quiet::Quiet;

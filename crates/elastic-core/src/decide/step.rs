@@ -10,7 +10,6 @@ use super::*;
 impl Decider {
     /// A decision with the `Elastic`'s own class, a member of the elastic group.
     pub fn new(settings: DeciderSettings) -> Result<Decider, SettingError> {
-        let settings_backlog = settings.backlog_brake;
         let group = match settings.fixed {
             Some(share) => Limit::Fixed(share),
             None => Limit::Controller(Box::new(StepController::with_initial_share(
@@ -26,6 +25,7 @@ impl Decider {
         let mut d = Decider {
             quiet: Quiet::new(settings.intervals),
             headroom: settings.quota_headroom.then(Headroom::default),
+            brakes: Brakes::new(settings.backlog_brake),
             cpus: settings.cpus,
             target: settings.controller.target_p99,
             target_source,
@@ -44,7 +44,6 @@ impl Decider {
             closed: false,
             steering: false,
             wants: Vec::new(),
-            brakes: Brakes::new(settings_backlog),
             parts: Vec::new(),
         };
         let own = Part::new(DEFAULT_CLASS, 1.0, None, 0.0);

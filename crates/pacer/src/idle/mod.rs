@@ -18,58 +18,13 @@ mod pool;
 pub(crate) mod watch;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use elastic_cpu_core::{ControllerConfig, SettingError, StepController};
+use elastic_cpu_core::{ControllerConfig, SettingError};
 
 pub use self::pool::{IdlePriority, IdleRuntime};
 use crate::grant::class_state::{Queue, ClassState};
-use elastic_cpu_core::decide::Limit;
-
-/// The idle class's target, as a multiple of the elastic target: the level at which the
-/// backlog brake acts ([`BRAKE_FACTOR`](crate::settings::BRAKE_FACTOR)), a foreground that
-/// really waits, not noise the kernel absorbs anyway.
-pub(crate) use elastic_cpu_core::decide::IDLE_TARGET_FACTOR;
-
-/// The idle class's ceiling: every CPU the bucket is sized for.
-const IDLE_MAX_SHARE: f64 = 1.0;
-
-/// Where the idle class starts.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct IdleStart {
-    /// The `Elastic`'s own share now.
-    pub(crate) elastic_share: f64,
-    /// The `Elastic`'s share is fixed: the idle class holds it too.
-    pub(crate) fixed: Option<f64>,
-    /// A CPU quota was seen: start from the elastic share, not the ceiling, and decay when
-    /// idle work stops (a quota is shared; a bare host's idle cores are not).
-    pub(crate) quota: bool,
-}
-
-impl IdleStart {
-    /// The share the idle class starts at.
-    pub(crate) fn initial_share(&self) -> f64 {
-        match (self.fixed, self.quota) {
-            (Some(fixed), _) => fixed,
-            (None, true) => self.elastic_share,
-            (None, false) => IDLE_MAX_SHARE,
-        }
-    }
-}
-
-/// The idle class's controller settings, from the `Elastic`'s own.
-pub(crate) fn controller(elastic: &ControllerConfig, quota: bool) -> ControllerConfig {
-    ControllerConfig {
-        target_p99: elastic
-            .target_p99
-            .saturating_mul(IDLE_TARGET_FACTOR)
-            .min(Duration::from_secs(1)),
-        max_share: IDLE_MAX_SHARE,
-        // On a bare host idle work that comes back after a pause starts where it was.
-        inactive_point: if quota { elastic.inactive_point } else { 1.0 },
-        ..elastic.clone()
-    }
-}
+pub(crate) use elastic_cpu_core::decide::IdleStart;
+use elastic_cpu_core::decide::{idle_limit, Limit};
 
 /// A new idle class of `parent` over `queue`, and the limit that decides its share.
 pub(crate) fn create(
@@ -78,13 +33,7 @@ pub(crate) fn create(
     elastic: &ControllerConfig,
     start: IdleStart,
 ) -> Result<(Arc<ClassState>, Limit), SettingError> {
-    let limit = match start.fixed {
-        Some(share) => Limit::Fixed(share),
-        None => Limit::Controller(Box::new(StepController::with_initial_share(
-            controller(elastic, start.quota),
-            start.initial_share(),
-        )?)),
-    };
+    let limit = idle_limit(elastic, start)?;
     // A yield on an idle thread lets no foreground task in (the kernel does that), it only
     // costs the scheduler: the quantum is the slice, unless the pool unstacks workers, which it
     // considers once a quantum (a pool task mostly runs on past it: `quantum::may_run_on`).
@@ -95,31 +44,4 @@ pub(crate) fn create(
     };
     let shared = Arc::new(ClassState::idle_class(parent, queue, quantum));
     Ok((shared, limit))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_idle_target_is_looser_and_its_ceiling_all_cpus() {
-        let elastic = ControllerConfig {
-            target_p99: Duration::from_micros(250),
-            ..ControllerConfig::default()
-        };
-        let host = controller(&elastic, false);
-        assert_eq!(host.target_p99, Duration::from_millis(1));
-        assert_eq!(host.max_share, 1.0);
-        assert_eq!(host.inactive_point, 1.0);
-        assert_eq!(host.min_share, elastic.min_share);
-        assert!(host.validate().is_ok());
-        let quota = controller(&elastic, true);
-        assert_eq!(quota.inactive_point, elastic.inactive_point);
-        // A target near the top stays valid.
-        let slow = ControllerConfig {
-            target_p99: Duration::from_millis(900),
-            ..ControllerConfig::default()
-        };
-        assert_eq!(controller(&slow, false).target_p99, Duration::from_secs(1));
-    }
 }

@@ -339,7 +339,7 @@ pub enum Placement {
 }
 
 /// The default brake threshold, in multiples of the controller's target.
-pub const BRAKE_FACTOR: u32 = 4;
+pub use elastic_cpu_core::decide::BRAKE_FACTOR;
 /// Quiet time (no foreground task over the threshold) after which the brake releases; the
 /// longest one brake lasts (after a brake that hit it, the brake stays off four times as long,
 /// so a sustained overload, the controller's job, cannot starve elastic work below its floor).
