@@ -29,6 +29,7 @@ fn main() {
     run("demo", scenarios::demo());
     run("demo quota", scenarios::demo_quota());
     run("demo coarse", scenarios::demo_coarse());
+    run("coarse quota", scenarios::demo_coarse_quota());
     run("bare host", scenarios::bare_host());
     run("quota 1.5", scenarios::quota_1_5());
     run("8 workers", scenarios::eight_workers());

@@ -118,6 +118,27 @@ impl ClassConfig {
     }
 }
 
+/// The load generator inside the process, as the demo runs it: threads at real-time
+/// priority (they take a CPU from any normal or idle-priority thread at once, and run until
+/// they block) that spend `per_request` of CPU for each request sent. Charged to the process
+/// and counted as foreground, but outside its CFS quota, which binds normal threads only;
+/// their run-queue delay is the bystanders' reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Client {
+    /// Its threads.
+    pub threads: usize,
+    /// CPU time it spends per request.
+    pub per_request: Duration,
+}
+
+impl Client {
+    /// Refuses no threads or a zero cost.
+    pub fn validate(&self) -> Result<(), SettingError> {
+        count("client.threads", self.threads, 1)?;
+        above_zero("client.per_request", self.per_request)
+    }
+}
+
 /// Normal-priority threads outside the process (not charged to it, not under its quota) that
 /// take about `cpus` CPUs: each runs bursts of `burst` and sleeps between them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -143,7 +164,9 @@ impl Neighbour {
 }
 
 /// Everything a plant is made of. [`Default`]: 2 CPUs, 2 workers, no quota, a foreground of
-/// 0.5 CPU in 100 µs requests, no elastic class, no pool threads, no neighbour, 100 ms ticks.
+/// 0.5 CPU in 100 µs requests, no elastic class, no pool threads, no neighbour, no client
+/// threads, 100 ms ticks,
+/// CPUs that wake at once, no I/O driver.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlantConfig {
     /// Seeds every random draw: the same seed gives the same run.
@@ -156,6 +179,14 @@ pub struct PlantConfig {
     pub pool_threads: usize,
     /// How long the OS lets a thread run while others wait for its CPU.
     pub timeslice: Duration,
+    /// How long an idle CPU takes to start running a thread woken onto it (a halted virtual
+    /// CPU's wake-up; zero: at once). Counted in the thread's run-queue delay.
+    pub wake_up: Duration,
+    /// Requests reach the runtime through its I/O driver, as tokio's do: they wait in the
+    /// socket until a worker polls the driver (the one parked in it, woken by the OS; a busy
+    /// one when it runs out of other work or at its maintenance tick), and their scheduling
+    /// latency runs from then. Without: a request lands on a running worker at once.
+    pub io_driver: bool,
     /// The steering's tick (the probe's tick and the governor's period).
     pub tick: Duration,
     /// How often [`Steering::between`](crate::Steering::between) looks between ticks.
@@ -172,6 +203,9 @@ pub struct PlantConfig {
     pub classes: Vec<ClassConfig>,
     /// A noisy neighbour from the start, if any.
     pub neighbour: Option<Neighbour>,
+    /// The load generator inside the process, if any (else the foreground costs the runtime
+    /// only).
+    pub client: Option<Client>,
 }
 
 impl Default for PlantConfig {
@@ -182,6 +216,8 @@ impl Default for PlantConfig {
             workers: 2,
             pool_threads: 0,
             timeslice: Duration::from_millis(3),
+            wake_up: Duration::ZERO,
+            io_driver: false,
             tick: Duration::from_millis(100),
             fast_interval: Duration::from_millis(1),
             probe_window: 10,
@@ -190,6 +226,7 @@ impl Default for PlantConfig {
             foreground: Foreground::load(0.5, Service::Fixed(Duration::from_micros(100))),
             classes: Vec::new(),
             neighbour: None,
+            client: None,
         }
     }
 }
@@ -294,6 +331,9 @@ impl PlantConfig {
         }
         if let Some(n) = &self.neighbour {
             n.validate()?;
+        }
+        if let Some(c) = &self.client {
+            c.validate()?;
         }
         Ok(())
     }

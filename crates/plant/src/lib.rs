@@ -45,7 +45,7 @@ mod scenario;
 pub mod scenarios;
 mod sim;
 
-pub use config::{ClassConfig, Foreground, Neighbour, PlantConfig, Quota, RunsOn, Service};
+pub use config::{ClassConfig, Client, Foreground, Neighbour, PlantConfig, Quota, RunsOn, Service};
 pub use decision::DecisionStep;
 pub use observe::{
     ClassCommand, ClassObservation, FastObservation, Observation, StaticShare, Steering, LONG_POLL,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::{ClassConfig, Foreground, Neighbour, PlantConfig, Quota, Service};
+use crate::config::{ClassConfig, Client, Foreground, Neighbour, PlantConfig, Quota, Service};
 use crate::scenario::{Scenario, ScenarioPhase};
 
 /// ~70 µs: a short elastic poll.
@@ -104,33 +104,53 @@ pub fn three_nodes() -> Vec<Scenario> {
 }
 
 /// The plant closest to `cargo run --release --example demo`'s default run on this project's
-/// 2-CPU machine: 2 workers, the foreground at 0.8 CPU (0.4 of the machine: the demo's ~8000
-/// requests a second of ~100 µs of process CPU each), and the scan's 8 tasks of ~67 µs chunks
-/// on the runtime; 20 s. Beside the demo's figures in docs/results.md (the calibration table).
+/// 2-CPU virtual machine, calibrated against its figures (docs/results.md, the calibration
+/// table): ~8200 requests a second of ~98 µs of process CPU each, as the demo's calibration
+/// reads it (0.8 CPU, 0.4 of the machine): ~65 µs on the runtime (exponential) through its I/O
+/// driver, ~33 µs on the client's 2 real-time threads, in the process but outside a quota; the
+/// scan's 8 tasks of ~67 µs chunks on the runtime; idle CPUs that take 20 µs to wake (the quiet
+/// run-queue delay the demo reads: 18–26 µs per timeslice); 20 s.
 pub fn demo() -> Scenario {
     let mut config = base(21, 2, 2, 0.8);
-    config.foreground = Foreground::load(0.8, Service::Exponential(Duration::from_micros(100)));
+    config.foreground = Foreground {
+        arrivals_per_sec: 8200.0,
+        service: Service::Exponential(Duration::from_micros(65)),
+    };
+    config.client = Some(Client {
+        threads: 2,
+        per_request: Duration::from_micros(33),
+    });
+    config.io_driver = true;
+    config.wake_up = Duration::from_micros(20);
     config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(67))];
     Scenario::new(config)
         .classes_start_at(FLOOR)
         .phase(ScenarioPhase::new("steady", Duration::from_secs(20)))
 }
 
-/// [`demo`] inside a quota of 1.5 CPUs, the foreground at 0.6 CPU (0.4 of the quota).
+/// [`demo`] inside a quota of 1.5 CPUs (100 ms periods), as the demo runs its quota phases:
+/// the same load, the client outside the quota.
 pub fn demo_quota() -> Scenario {
     let mut s = demo();
     s.config.seed = 22;
     s.config.quota = Some(Quota::new(1.5));
-    s.config.foreground = Foreground::load(0.6, Service::Exponential(Duration::from_micros(100)));
     s
 }
 
-/// [`demo`] with coarse chunks (8192 rows: ~1.1 ms calls), on the idle pool as `spawn` places
-/// long polls on a bare host (2 pool threads).
+/// [`demo`] with coarse chunks (8192 rows: ~1.1 ms calls), on the idle pool as `Auto` places
+/// long polls (2 pool threads).
 pub fn demo_coarse() -> Scenario {
     let mut s = demo();
     s.config.seed = 23;
     s.config.pool_threads = 2;
     s.config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(1100)).on_pool()];
+    s
+}
+
+/// [`demo_coarse`] inside a quota of 1.5 CPUs.
+pub fn demo_coarse_quota() -> Scenario {
+    let mut s = demo_coarse();
+    s.config.seed = 24;
+    s.config.quota = Some(Quota::new(1.5));
     s
 }

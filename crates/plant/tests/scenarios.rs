@@ -84,8 +84,9 @@ fn eight_workers_on_two_cpus_wait_for_the_os() {
     let eight = run(&scenarios::eight_workers(), 0.6);
     let two = run(&scenarios::bare_host(), 0.6);
     let (eight, two) = (&eight.phases[0], &two.phases[0]);
+    // A worker the OS preempts mid-request holds it until its turn comes back.
     assert!(
-        eight.sched_p99 > two.sched_p99.map(|p| p * 2),
+        eight.response_p99 > two.response_p99.map(|p| p * 2),
         "{two:?} → {eight:?}"
     );
 }

@@ -109,7 +109,9 @@ fn a_holder_cap_bounds_the_cpus_a_class_runs_on() {
         .iter()
         .map(|t| t.class_cpu[0])
         .sum::<Duration>();
-    assert!(used > ms(900), "{used:?}"); // one CPU, less what the foreground takes from it
+    // One CPU, less what the foreground takes from it: the holder's polls are deferred on
+    // its worker, which runs the requests it was handed first.
+    assert!(used > ms(800), "{used:?}");
 }
 
 /// Sets the rate at the first tick (later ticks command nothing: the classes keep it), and

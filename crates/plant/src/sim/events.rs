@@ -21,6 +21,9 @@ impl Plant {
             }
         }
         if !self.paused() {
+            for &(_, at) in self.waking.iter().flatten() {
+                t = t.min(at);
+            }
             let slice = nanos(self.cfg.timeslice);
             for th in self.cpus.iter().flatten().map(|&t| &self.threads[t]) {
                 if let Some(job) = &th.job {
@@ -37,11 +40,12 @@ impl Plant {
         t.max(self.now)
     }
 
+    /// Threads on a CPU that spend the quota.
     pub(super) fn running_process(&self) -> u64 {
         self.cpus
             .iter()
             .flatten()
-            .filter(|&&t| self.threads[t].kind.process())
+            .filter(|&&t| self.threads[t].kind.under_quota())
             .count() as u64
     }
 
@@ -49,12 +53,15 @@ impl Plant {
     pub(super) fn advance_to(&mut self, to: u64) {
         let dt = to - self.now;
         if dt > 0 && !self.paused() {
-            let mut process = 0;
+            let (mut process, mut quota) = (0, 0);
             for c in 0..self.cpus.len() {
                 let Some(t) = self.cpus[c] else { continue };
                 let th = &mut self.threads[t];
                 let Some(job) = th.job.as_mut() else { continue };
                 job.remaining -= dt.min(job.remaining);
+                if th.kind.under_quota() {
+                    quota += dt;
+                }
                 if th.kind.process() {
                     process += dt;
                 } else {
@@ -63,7 +70,7 @@ impl Plant {
                     self.phase.neighbour += dt;
                 }
                 match job.task {
-                    Task::Foreground { .. } => {
+                    Task::Foreground { .. } | Task::Send => {
                         self.foreground_cpu += dt;
                         self.tick.foreground += dt;
                         self.phase.foreground += dt;
@@ -85,7 +92,7 @@ impl Plant {
             self.tick.process += process;
             self.phase.process += process;
             if let Some(q) = &mut self.quota {
-                q.used += process;
+                q.used += quota;
             }
         }
         self.now = to;
@@ -128,12 +135,24 @@ impl Plant {
             self.arrivals += 1;
             self.tick.arrivals += 1;
             self.phase.arrivals += 1;
-            let worker = self.running_worker();
-            self.push(
-                Task::Foreground { arrived, service },
-                RunsOn::Runtime,
-                worker,
-            );
+            let request = Task::Foreground {
+                arrived,
+                woken: arrived,
+                service,
+            };
+            self.client_burst();
+            if self.cfg.io_driver {
+                // Readable: the OS wakes the worker parked in the driver, if one is.
+                self.socket.push_back(request);
+                if let Some(w) = self.driver.take() {
+                    if self.threads[w].state == State::Blocked {
+                        self.make_ready(w);
+                    }
+                }
+            } else {
+                let worker = self.running_worker();
+                self.push(request, RunsOn::Runtime, worker);
+            }
             self.next_arrival = arrived.saturating_add(self.gap());
         }
         if self.next_fast <= now {
@@ -174,7 +193,7 @@ impl Plant {
             self.tick.throttled = true;
             for c in (0..self.cpus.len()).rev() {
                 if let Some(t) = self.cpus[c] {
-                    if self.threads[t].kind.process() {
+                    if self.threads[t].kind.under_quota() {
                         self.preempt(t, true);
                     }
                 }
@@ -191,8 +210,13 @@ impl Plant {
             if self.threads[t].slice_start.saturating_add(slice) > self.now {
                 continue;
             }
-            let waiter = self.first_eligible(false).is_some()
-                || (self.threads[t].kind.idle() && self.first_eligible(true).is_some());
+            // Real-time threads run until they block.
+            let class = self.threads[t].kind.class();
+            if class == REALTIME {
+                self.threads[t].slice_start = self.now;
+                continue;
+            }
+            let waiter = (class..self.ready.len()).any(|k| self.first_eligible(k).is_some());
             if waiter {
                 self.preempt(t, false);
             } else {
@@ -209,8 +233,11 @@ impl Plant {
         match job.task {
             Task::Foreground { arrived, .. } => {
                 let _ = self.phase.response.record((self.now - arrived).max(1));
+                // The client reads the response.
+                self.client_burst();
             }
             Task::Elastic { class, task, .. } => self.poll_done(class, task, job.len, t),
+            Task::Send => {}
             Task::Burst => {
                 let duty = self
                     .neighbour
@@ -235,9 +262,31 @@ impl Plant {
         }
     }
 
+    /// Half the client's CPU for a request (it sends the request, then reads the response),
+    /// on one of its threads: a parked one is woken unless one awake looks for work.
+    pub(super) fn client_burst(&mut self) {
+        let Some(client) = self.cfg.client else {
+            return;
+        };
+        self.sends.push_back((nanos(client.per_request) / 2).max(1));
+        let looking = self
+            .threads
+            .iter()
+            .any(|th| th.kind == Kind::Client && th.state != State::Blocked && th.job.is_none());
+        if looking {
+            return;
+        }
+        if let Some(t) = (0..self.threads.len()).find(|&t| {
+            self.threads[t].kind == Kind::Client && self.threads[t].state == State::Blocked
+        }) {
+            self.make_ready(t);
+        }
+    }
+
     pub(super) fn backlog_age(&self) -> Duration {
         self.inject
             .iter()
+            .chain(&self.socket)
             .chain(self.locals.iter().flatten())
             .chain(self.lifo.iter().filter_map(|(t, _)| t.as_ref()))
             .filter_map(|task| match *task {

@@ -5,13 +5,15 @@
 //! The runtime, as tokio's multi-thread scheduler: each worker has a local queue and there is
 //! one inject queue. A request woken by the I/O driver lands in the local queue of a worker on
 //! a CPU (the one that polled the driver), or in the inject queue when none is; an elastic
-//! task's next poll goes back to its worker's local queue; a new grant goes to the inject
-//! queue. A request lands in its worker's LIFO slot, as a task woken on a worker does in tokio
+//! task's next poll is deferred on its worker, as `yield_now` defers it (woken to the back of
+//! the local queue only when the worker finds no other work, or at its maintenance tick); a
+//! new grant goes to the inject queue. A request lands in its worker's LIFO slot, as a task woken on a worker does in tokio
 //! (the one it displaces goes to the back of the local queue), so it runs after the poll on
 //! the worker ends; a yielded elastic poll never does. A worker takes its LIFO slot first
 //! (at most 3 times in a row, as tokio), then its local queue, every 61st poll from the inject
 //! queue first,
-//! then the inject queue, then steals half of another worker's local queue, else parks. A
+//! then the inject queue, then steals half of another worker's local queue, else wakes its
+//! deferred tasks, else parks. A
 //! parked worker is woken when work is queued and no awake worker is looking for work. So a
 //! worker the OS preempts strands its local queue until it runs again or another worker runs
 //! dry and steals: the run-queue delay of more workers than CPUs.
@@ -45,17 +47,34 @@ enum Kind {
     Worker,
     Pool,
     Neighbour,
+    /// The process's load generator, at real-time priority.
+    Client,
 }
 
+/// Scheduling classes, lowest first: a ready thread takes the CPU of a running one of a lower
+/// class.
+const IDLE: usize = 0;
+const NORMAL: usize = 1;
+const REALTIME: usize = 2;
+
 impl Kind {
-    /// Charged to the process and under its quota.
+    /// Charged to the process.
     fn process(self) -> bool {
+        matches!(self, Kind::Worker | Kind::Pool | Kind::Client)
+    }
+
+    /// Under the process's CFS quota (real-time threads are not).
+    fn under_quota(self) -> bool {
         matches!(self, Kind::Worker | Kind::Pool)
     }
 
-    /// At idle priority: runs only on a CPU no normal thread wants.
-    fn idle(self) -> bool {
-        self == Kind::Pool
+    /// Its scheduling class: [`IDLE`], [`NORMAL`] or [`REALTIME`].
+    fn class(self) -> usize {
+        match self {
+            Kind::Pool => IDLE,
+            Kind::Worker | Kind::Neighbour => NORMAL,
+            Kind::Client => REALTIME,
+        }
     }
 }
 
@@ -72,8 +91,13 @@ enum State {
 /// A unit of work a thread runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Task {
-    /// A foreground request: one poll of `service`, runnable since `arrived`.
-    Foreground { arrived: u64, service: u64 },
+    /// A foreground request: one poll of `service`, sent at `arrived`, runnable on the
+    /// runtime since `woken` (its I/O driver's poll; `arrived` without a driver).
+    Foreground {
+        arrived: u64,
+        woken: u64,
+        service: u64,
+    },
     /// One poll of task `task` of class `class`, runnable since `since`.
     Elastic {
         class: usize,
@@ -82,6 +106,8 @@ enum Task {
     },
     /// A neighbour's burst.
     Burst,
+    /// The client's CPU for one request.
+    Send,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -208,8 +234,10 @@ pub struct Plant {
     rng: fastrand::Rng,
     threads: Vec<Thread>,
     cpus: Vec<Option<usize>>,
-    ready_normal: VecDeque<usize>,
-    ready_idle: VecDeque<usize>,
+    /// Ready threads per scheduling class.
+    ready: [VecDeque<usize>; 3],
+    /// The client's work not yet taken by one of its threads (CPU nanoseconds each).
+    sends: VecDeque<u64>,
     /// The runtime's inject queue.
     inject: VecDeque<Task>,
     /// Each worker's local queue (workers are threads `0..workers`).
@@ -218,6 +246,17 @@ pub struct Plant {
     lifo: Vec<(Option<Task>, u8)>,
     /// Each worker's polls so far (every 61st looks at the inject queue first).
     polls: Vec<u64>,
+    /// Requests sent that no worker's driver poll has seen yet (with the I/O driver).
+    socket: VecDeque<Task>,
+    /// The worker parked in the I/O driver: the OS wakes it when a request comes.
+    driver: Option<usize>,
+    /// Per CPU, a thread woken onto it while it was idle, and when it starts running there.
+    waking: Vec<Option<(usize, u64)>>,
+    /// Per CPU, when it last became free.
+    idle_since: Vec<u64>,
+    /// Each worker's deferred tasks: elastic polls that yielded as `yield_now` does, woken
+    /// into its local queue only when it finds no other work.
+    deferred: Vec<VecDeque<Task>>,
     pool_queue: VecDeque<Task>,
     classes: Vec<Class>,
     arrivals_per_sec: f64,
@@ -258,6 +297,8 @@ impl Plant {
         let mut threads = Vec::new();
         threads.extend((0..cfg.workers).map(|_| Thread::new(Kind::Worker)));
         threads.extend((0..cfg.pool_threads).map(|_| Thread::new(Kind::Pool)));
+        let clients = cfg.client.map_or(0, |c| c.threads);
+        threads.extend((0..clients).map(|_| Thread::new(Kind::Client)));
         let classes = cfg
             .classes
             .iter()
@@ -287,12 +328,17 @@ impl Plant {
             rng: fastrand::Rng::with_seed(cfg.seed),
             threads,
             cpus: vec![None; cfg.cpus],
-            ready_normal: VecDeque::new(),
-            ready_idle: VecDeque::new(),
+            ready: Default::default(),
+            sends: VecDeque::new(),
             inject: VecDeque::new(),
             locals: vec![VecDeque::new(); cfg.workers],
             lifo: vec![(None, 0); cfg.workers],
             polls: vec![0; cfg.workers],
+            deferred: vec![VecDeque::new(); cfg.workers],
+            socket: VecDeque::new(),
+            driver: cfg.io_driver.then_some(0),
+            waking: vec![None; cfg.cpus],
+            idle_since: vec![0; cfg.cpus],
             pool_queue: VecDeque::new(),
             classes,
             arrivals_per_sec: 0.0,
