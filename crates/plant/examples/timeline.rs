@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use elastic_cpu_core::decide::ClassKind;
+
 use elastic_cpu_plant::{
     scenarios, DecisionStep, FastObservation, Observation, Scenario, Steering,
 };
@@ -43,8 +45,13 @@ impl Steering for Traced {
         let d = self.step.decider();
         let steered = d.steered();
         let base = d.baseline();
+        let holders: Vec<(usize, usize, bool)> = obs
+            .classes
+            .iter()
+            .map(|c| (c.holders, c.waiters, c.long_polls))
+            .collect();
         let line = format!(
-            "sched {:>4} (fg {:>4}) rq {:>3} by {:>3} | quiet sched {:>4} rq {:>3} by {:>3} | {:>10} {:>4} of {:>4} | share {:.3} headroom {}",
+            "sched {:>4} (fg {:>4}) rq {:>3} by {:>3} | quiet sched {:>4} rq {:>3} by {:>3} | {:>10} {:>4} of {:>4} | share {:.3}{} headroom {}",
             us(obs.trimmed_p99_over(10)),
             us(obs.sched_p99),
             us(obs.run_queue_delay),
@@ -56,8 +63,12 @@ impl Steering for Traced {
             us(steered.and_then(|s| s.value)),
             us(steered.map(|s| s.target)),
             d.group_share(),
+            d.kinds()
+                .position(|k| k == ClassKind::Idle)
+                .and_then(|at| d.decisions().get(at))
+                .map_or(String::new(), |idle| format!(" idle {:.3} cap {:?} rate {}", idle.share, idle.holder_cap, idle.rate)),
             d.headroom_cpus().map_or("-".into(), |c| format!("{c:.2} CPU")),
-        );
+        ) + &format!(" h {holders:?} held {:?}", self.step.decider().is_held(1));
         self.lines.push((obs.now, line));
         commands
     }

@@ -114,14 +114,14 @@ pub fn demo() -> Scenario {
     let mut config = base(21, 2, 2, 0.8);
     config.foreground = Foreground {
         arrivals_per_sec: 8200.0,
-        service: Service::Exponential(Duration::from_micros(65)),
+        service: Service::Fixed(Duration::from_micros(65)),
     };
     config.client = Some(Client {
         threads: 2,
         per_request: Duration::from_micros(33),
     });
     config.io_driver = true;
-    config.wake_up = Duration::from_micros(20);
+    config.wake_up = Duration::from_micros(200);
     config.classes = vec![ClassConfig::new("scan", 8, Duration::from_micros(67))];
     Scenario::new(config)
         .classes_start_at(FLOOR)

@@ -6,7 +6,10 @@
 
 use std::time::Duration;
 
-use elastic_cpu_plant::{scenarios, DecisionStep, PhaseSummary, Run, Scenario};
+use elastic_cpu_plant::{
+    scenarios, ClassCommand, DecisionStep, FastObservation, Observation, PhaseSummary, Run,
+    Scenario, ScenarioPhase, Steering,
+};
 
 const STEADY_END: Duration = Duration::from_secs(20);
 
@@ -211,5 +214,136 @@ fn three_nodes() {
             steady.throttled_periods
         );
         assert!(steady.elastic_cpu > 0.0, "node {i}");
+    }
+}
+
+// The targets of harvesting the spare, on the scenarios calibrated against the demo: inside a
+// quota at least 0.85 of the spare at no more than 1.1 × the baseline's p99; after a × 1.5
+// foreground step the signal back under its allowance within 250 ms; after the step ends,
+// elastic work back to 0.9 of its earlier level within 2 s (each as the demo's `step` phase
+// reports it).
+
+/// The decision step, and at each tick what it steered on against its target.
+struct Recorded {
+    step: DecisionStep,
+    /// Per tick: (now, the signal over the baseline, the allowance it steps against).
+    signal: Vec<(Duration, Option<Duration>, Duration)>,
+}
+
+impl Steering for Recorded {
+    fn tick(&mut self, obs: &Observation<'_>) -> Vec<ClassCommand> {
+        let commands = self.step.tick(obs);
+        if let Some(s) = self.step.decider().steered() {
+            self.signal.push((obs.now, s.value, s.target));
+        }
+        commands
+    }
+
+    fn between(&mut self, now: Duration, obs: &FastObservation) -> Option<Vec<ClassCommand>> {
+        self.step.between(now, obs)
+    }
+}
+
+const WARM: Duration = Duration::from_secs(5);
+const CALM: Duration = Duration::from_secs(15);
+const STEP: Duration = Duration::from_secs(10);
+
+/// `scenario`'s plant through "warm" (5 s), "steady" (15 s), "step" (10 s, the foreground
+/// × 1.5), "after" (10 s, back to × 1), steered from the floor; and its baseline.
+fn stepped(scenario: Scenario) -> (Run, Run, Recorded) {
+    let scenario = Scenario::new(scenario.config)
+        .classes_start_at(FLOOR)
+        .phase(ScenarioPhase::new("warm", WARM))
+        .phase(ScenarioPhase::new("steady", CALM))
+        .phase(ScenarioPhase::new("step", STEP).load(1.5))
+        .phase(ScenarioPhase::new("after", STEP).load(1.0));
+    let base = scenario.baseline().expect("baseline");
+    let mut rec = Recorded {
+        step: DecisionStep::new(&scenario.config, FLOOR).expect("valid start"),
+        signal: Vec::new(),
+    };
+    let run = scenario.run(&mut rec).expect("run");
+    (run, base, rec)
+}
+
+/// The steady phase: (of the spare, p99 × baseline's).
+fn harvest(run: &Run, base: &Run) -> (f64, f64) {
+    let (p, b) = (run.phase("steady").unwrap(), base.phase("steady").unwrap());
+    (p.harvest, p.p99_over(b).unwrap())
+}
+
+/// From the up step, until the first tick whose signal is at or under its allowance (`None`:
+/// none in the step).
+fn under_allowance(rec: &Recorded) -> Option<Duration> {
+    let up = WARM + CALM;
+    rec.signal
+        .iter()
+        .filter(|(now, ..)| *now > up && *now <= up + STEP)
+        .find(|(_, value, target)| value.is_some_and(|v| v <= *target))
+        .map(|(now, ..)| *now - up)
+}
+
+/// From the down step, until the first tick at which elastic work ran at 0.9 of its mean over
+/// the steady phase (`None`: not in the phase after).
+fn back_to_level(run: &Run) -> Option<Duration> {
+    let level = run.phase("steady").unwrap().elastic_cpu;
+    let down = WARM + CALM + STEP;
+    run.ticks_between(down + run.tick, down + STEP)
+        .iter()
+        .find(|t| t.elastic_cpus(run.tick) >= 0.9 * level)
+        .map(|t| t.now - down)
+}
+
+fn report(name: &str, run: &Run, base: &Run, rec: &Recorded) {
+    let (h, r) = harvest(run, base);
+    println!(
+        "{name}: steady {h:.2} of the spare at {r:.2}× the baseline's p99; under the allowance \
+         {:?} after the up step; elastic back to 0.9 {:?} after the down step",
+        under_allowance(rec),
+        back_to_level(run)
+    );
+}
+
+#[test]
+fn demo_quota_harvests_the_spare() {
+    let (run, base, rec) = stepped(scenarios::demo_quota());
+    report("demo quota", &run, &base, &rec);
+    let (harvest, ratio) = harvest(&run, &base);
+    assert!(harvest >= 0.85, "{harvest}");
+    assert!(ratio <= 1.1, "{ratio}");
+}
+
+#[test]
+fn demo_coarse_quota_harvests_the_spare() {
+    let (run, base, rec) = stepped(scenarios::demo_coarse_quota());
+    report("coarse quota", &run, &base, &rec);
+    let (harvest, ratio) = harvest(&run, &base);
+    assert!(harvest >= 0.85, "{harvest}");
+    assert!(ratio <= 1.1, "{ratio}");
+}
+
+#[test]
+fn demo_reacts_to_a_load_step() {
+    for (name, scenario) in [
+        ("demo", scenarios::demo()),
+        ("demo quota", scenarios::demo_quota()),
+    ] {
+        let (run, base, rec) = stepped(scenario);
+        report(name, &run, &base, &rec);
+        let under = under_allowance(&rec).expect("under the allowance in the step");
+        assert!(under <= Duration::from_millis(250), "{name}: {under:?}");
+    }
+}
+
+#[test]
+fn demo_recovers_after_a_load_step() {
+    for (name, scenario) in [
+        ("demo", scenarios::demo()),
+        ("demo quota", scenarios::demo_quota()),
+    ] {
+        let (run, base, rec) = stepped(scenario);
+        report(name, &run, &base, &rec);
+        let back = back_to_level(&run).expect("back to 0.9 of the level");
+        assert!(back <= 2 * SECOND, "{name}: {back:?}");
     }
 }

@@ -263,30 +263,18 @@ impl Plant {
     }
 
     /// Half the client's CPU for a request (it sends the request, then reads the response),
-    /// on one of its threads: a parked one is woken unless one awake looks for work.
+    /// on one of its threads: a parked one is woken unless enough awake ones look for work.
     pub(super) fn client_burst(&mut self) {
         let Some(client) = self.cfg.client else {
             return;
         };
         self.sends.push_back((nanos(client.per_request) / 2).max(1));
-        let looking = self
-            .threads
-            .iter()
-            .any(|th| th.kind == Kind::Client && th.state != State::Blocked && th.job.is_none());
-        if looking {
-            return;
-        }
-        if let Some(t) = (0..self.threads.len()).find(|&t| {
-            self.threads[t].kind == Kind::Client && self.threads[t].state == State::Blocked
-        }) {
-            self.make_ready(t);
-        }
+        self.wake_for(Kind::Client, self.sends.len());
     }
 
     pub(super) fn backlog_age(&self) -> Duration {
         self.inject
             .iter()
-            .chain(&self.socket)
             .chain(self.locals.iter().flatten())
             .chain(self.lifo.iter().filter_map(|(t, _)| t.as_ref()))
             .filter_map(|task| match *task {

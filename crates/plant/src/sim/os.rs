@@ -239,8 +239,8 @@ impl Plant {
         true
     }
 
-    /// Queue `task` for the pool, or the runtime's inject queue, or worker `local`'s queue;
-    /// then wake a parked thread if none awake is looking for work.
+    /// Queue `task` for the pool, or the runtime's inject queue, or worker `local`'s queue (a
+    /// yielded elastic poll: its deferred list); then wake a parked thread to take it.
     pub(super) fn push(&mut self, task: Task, placement: RunsOn, local: Option<usize>) {
         let kind = match placement {
             RunsOn::Runtime => {
@@ -264,18 +264,33 @@ impl Plant {
                 Kind::Pool
             }
         };
+        // The runtime's workers steal from each other: one awake and looking is enough. The
+        // pool's threads share one queue: a parked one is woken for each task more than the
+        // threads looking will take.
+        let queued = match kind {
+            Kind::Pool => self.pool_queue.len(),
+            _ => 1,
+        };
+        self.wake_for(kind, queued);
+    }
+
+    /// Wake a parked thread of `kind` if fewer of its threads look for work (awake, no job)
+    /// than `queued` tasks wait.
+    pub(super) fn wake_for(&mut self, kind: Kind, queued: usize) {
         let looking = self
             .threads
             .iter()
-            .any(|th| th.kind == kind && th.state != State::Blocked && th.job.is_none());
-        if !looking {
-            if let Some(t) = self
-                .threads
-                .iter()
-                .position(|th| th.kind == kind && th.state == State::Blocked)
-            {
-                self.make_ready(t);
-            }
+            .filter(|th| th.kind == kind && th.state != State::Blocked && th.job.is_none())
+            .count();
+        if looking >= queued {
+            return;
+        }
+        if let Some(t) = self
+            .threads
+            .iter()
+            .position(|th| th.kind == kind && th.state == State::Blocked && !th.retired)
+        {
+            self.make_ready(t);
         }
     }
 
@@ -298,8 +313,10 @@ impl Plant {
             // The maintenance tick polls the driver, then wakes the deferred tasks.
             self.poll_driver(w);
             self.wake_deferred(w);
-            if let Some(task) = self.take_local(w) {
-                return Some(task);
+            let task = self.take_local(w);
+            self.notify_parked(w);
+            if task.is_some() {
+                return task;
             }
             if let Some(task) = self.inject.pop_front() {
                 return Some(task);
@@ -320,7 +337,9 @@ impl Plant {
             // deferred tasks), then wakes those.
             self.poll_driver(w);
             self.wake_deferred(w);
-            return self.take_local(w);
+            let task = self.take_local(w);
+            self.notify_parked(w);
+            return task;
         };
         let take = self.locals[victim].len().div_ceil(2);
         let stolen: Vec<Task> = self.locals[victim].drain(..take).collect();
@@ -354,19 +373,28 @@ impl Plant {
                 self.locals[w].push_back(before);
             }
         }
-        if !several {
+        if several {
+            self.notify_parked(w);
+        }
+    }
+
+    /// Worker `w` queued tasks another worker could steal: a parked worker is woken to, unless
+    /// an awake one looks for work (tokio's `notify_parked_local`).
+    fn notify_parked(&mut self, w: usize) {
+        if self.locals[w].is_empty() {
             return;
         }
         let looking = (0..self.threads.len()).any(|t| {
             let th = &self.threads[t];
             t != w && th.kind == Kind::Worker && th.state != State::Blocked && th.job.is_none()
         });
-        if !looking {
-            if let Some(t) = (0..self.threads.len()).find(|&t| {
-                self.threads[t].kind == Kind::Worker && self.threads[t].state == State::Blocked
-            }) {
-                self.make_ready(t);
-            }
+        if looking {
+            return;
+        }
+        if let Some(t) = (0..self.threads.len()).find(|&t| {
+            self.threads[t].kind == Kind::Worker && self.threads[t].state == State::Blocked
+        }) {
+            self.make_ready(t);
         }
     }
 
