@@ -1,10 +1,11 @@
-//! Properties of the physics over random plants: CPU is conserved in every tick, and the
-//! quota is never exceeded in a period.
+//! Properties of the physics over random plants (with and without the I/O driver, idle CPUs'
+//! wake-up and a real-time client): CPU is conserved in every tick, and the quota is never
+//! exceeded in a period.
 
 use std::time::Duration;
 
 use elastic_cpu_plant::{
-    ClassConfig, Foreground, Neighbour, Plant, PlantConfig, Quota, Service, StaticShare,
+    ClassConfig, Client, Foreground, Neighbour, Plant, PlantConfig, Quota, Service, StaticShare,
 };
 use proptest::prelude::*;
 
@@ -15,6 +16,7 @@ fn plant(
     share: f64,
     quota: Option<f64>,
     neighbour: Option<f64>,
+    (io_driver, wakes, client): (bool, bool, bool),
 ) -> (PlantConfig, StaticShare) {
     let service = if seed.is_multiple_of(2) {
         Service::Fixed(Duration::from_micros(100))
@@ -35,10 +37,22 @@ fn plant(
         foreground: Foreground::load(load, service),
         classes,
         neighbour: neighbour.map(Neighbour::new),
+        io_driver,
+        wake_up: if wakes {
+            Duration::from_micros(200)
+        } else {
+            Duration::ZERO
+        },
+        client: client.then_some(CLIENT),
         ..PlantConfig::default()
     };
     (config, StaticShare::of_cpus(&shares, cpus as f64))
 }
+
+const CLIENT: Client = Client {
+    threads: 2,
+    per_request: Duration::from_micros(30),
+};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
@@ -51,8 +65,9 @@ proptest! {
         share in 0.0f64..0.8,
         quota in proptest::option::of(0.3f64..4.0),
         neighbour in proptest::option::of(0.0f64..2.0),
+        extras in (any::<bool>(), any::<bool>(), any::<bool>()),
     ) {
-        let (config, mut steering) = plant(seed, threads, load, share, quota, neighbour);
+        let (config, mut steering) = plant(seed, threads, load, share, quota, neighbour, extras);
         let mut plant = Plant::new(config.clone()).unwrap();
         plant.pause_at(Duration::from_millis(700), Duration::from_millis(150));
         plant.run_for(Duration::from_secs(2), &mut steering);
@@ -77,7 +92,10 @@ proptest! {
             None => prop_assert_eq!(plant.throttled_periods(), 0),
         }
         if let Service::Fixed(service) = config.foreground.service {
-            prop_assert!(plant.foreground_cpu() <= service * plant.arrivals() as u32);
+            // The client spends its share of each request in two halves.
+            let client = config.client.map_or(Duration::ZERO, |c| c.per_request);
+            let most = (service + client) * plant.arrivals() as u32;
+            prop_assert!(plant.foreground_cpu() <= most);
         }
     }
 }

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use elastic_cpu_plant::{
-    ClassConfig, Foreground, Neighbour, PhaseSummary, Plant, PlantConfig, Quota, Run, Scenario,
-    ScenarioPhase, Service, StaticShare,
+    ClassConfig, Client, Foreground, Neighbour, PhaseSummary, Plant, PlantConfig, Quota, Run,
+    Scenario, ScenarioPhase, Service, StaticShare,
 };
 
 const SERVICE: Duration = Duration::from_micros(100);
@@ -239,4 +239,65 @@ fn bad_settings_are_refused_with_their_name() {
         .phase(ScenarioPhase::new("x", ms(10)).load(f64::INFINITY))
         .run(&mut StaticShare::new(vec![]));
     assert_eq!(step.unwrap_err().setting, "phase.load");
+}
+
+#[test]
+fn an_idle_cpu_takes_its_wake_up_to_start_a_thread() {
+    // 200 requests a second: between two, every CPU has been idle for milliseconds.
+    let config = |wake_up| PlantConfig {
+        workers: 1,
+        wake_up,
+        ..host(0.02, Service::Fixed(SERVICE))
+    };
+    let (woken, _) = steady(config(Duration::from_micros(200)), secs(5), &[]);
+    let (at_once, _) = steady(config(Duration::ZERO), secs(5), &[]);
+    let (woken, at_once) = (woken.sched_p99.unwrap(), at_once.sched_p99.unwrap());
+    assert!(woken >= Duration::from_micros(200), "{woken:?}");
+    // Without, only a request that comes while another runs waits.
+    assert!(at_once < Duration::from_micros(100), "{at_once:?}");
+}
+
+#[test]
+fn the_client_runs_outside_the_quota() {
+    // 0.3 CPU of requests on the runtime and 0.45 on the client, in a quota of 0.5.
+    let config = PlantConfig {
+        quota: Some(Quota::new(0.5)),
+        client: Some(Client {
+            threads: 2,
+            per_request: Duration::from_micros(150),
+        }),
+        ..host(0.3, Service::Fixed(SERVICE))
+    };
+    let budget = ms(100).mul_f64(0.5);
+    let (phase, run) = steady(config, secs(5), &[]);
+    assert!((phase.foreground_cpu - 0.75).abs() < 0.05, "{phase:?}");
+    assert!((phase.process_cpu - 0.75).abs() < 0.05, "{phase:?}");
+    assert_eq!(phase.throttled_periods, 0, "{phase:?}");
+    for &p in &run.periods {
+        assert!(p <= budget, "{p:?}");
+    }
+}
+
+#[test]
+fn requests_wait_in_the_socket_until_a_worker_polls_the_driver() {
+    // One worker on one CPU, half of it 2 ms elastic polls.
+    let config = |io_driver| PlantConfig {
+        cpus: 1,
+        workers: 1,
+        io_driver,
+        classes: vec![ClassConfig::new("long", 1, ms(2))],
+        ..host(0.02, Service::Fixed(Duration::from_micros(50)))
+    };
+    let (driver, _) = steady(config(true), secs(5), &[0.5]);
+    let (direct, _) = steady(config(false), secs(5), &[0.5]);
+    assert!((driver.elastic_cpu - 0.5).abs() < 0.05, "{driver:?}");
+    // Through the driver a request is seen after the poll, and runs next: its scheduling
+    // latency is short, its response is not.
+    assert!(
+        driver.sched_p99 < Some(Duration::from_micros(200)),
+        "{driver:?}"
+    );
+    assert!(driver.response_p99 > Some(ms(1)), "{driver:?}");
+    // Without, it waits for the poll on the worker's queue.
+    assert!(direct.sched_p99 > Some(ms(1)), "{direct:?}");
 }
