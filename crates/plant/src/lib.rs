@@ -2,11 +2,14 @@
 //! steers, so a decision step can be tested against it in seconds.
 //!
 //! It models a host's CPUs shared by the OS among threads (a timeslice when more want them
-//! than there are), a runtime's workers polling tasks from one run queue, foreground requests
-//! arriving open-loop, elastic classes whose tasks loop on grants of a real
-//! [`WorkQueue`](elastic_cpu_core::WorkQueue), an idle-priority pool that normal threads
+//! than there are; optionally, idle CPUs that take a while to wake), a runtime's workers
+//! polling tasks as tokio's do (elastic polls deferred as `yield_now` defers them), foreground
+//! requests arriving open-loop (optionally through the runtime's I/O driver, and with a client
+//! at real-time priority inside the process), elastic classes whose tasks loop on grants of a
+//! real [`WorkQueue`](elastic_cpu_core::WorkQueue), an idle-priority pool that normal threads
 //! preempt, a CFS quota with its periods and throttling, host pauses and a noisy neighbour.
 //! Everything is discrete events: no thread, no wall clock; the same seed gives the same run.
+//! [`scenarios::demo`] and its siblings are calibrated against the real demo.
 //!
 //! At every tick the plant hands a [`Steering`] an [`Observation`] (what the probe and the
 //! governor would read) and applies the [`ClassCommand`]s it returns; between ticks
