@@ -297,7 +297,7 @@ fn back_to_level(run: &Run) -> Option<Duration> {
 fn report(name: &str, run: &Run, base: &Run, rec: &Recorded) {
     let (h, r) = harvest(run, base);
     println!(
-        "{name}: steady {h:.2} of the spare at {r:.2}× the baseline's p99; under the allowance \
+        "{name}: steady {h:.3} of the spare at {r:.3}× the baseline's p99; under the allowance \
          {:?} after the up step; elastic back to 0.9 {:?} after the down step",
         under_allowance(rec),
         back_to_level(run)
