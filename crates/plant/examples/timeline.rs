@@ -34,24 +34,13 @@ fn us(d: Option<Duration>) -> String {
 
 impl Steering for Traced {
     fn tick(&mut self, obs: &Observation<'_>) -> Vec<elastic_cpu_plant::ClassCommand> {
-        let charged: Duration = obs.classes.iter().map(|c| c.cpu).sum();
-        if std::env::var("REST").is_ok() {
-            eprintln!(
-                "{:?} process {:?} charged {:?}",
-                obs.now, obs.process_cpu, charged
-            );
-        }
         let commands = self.step.tick(obs);
         let d = self.step.decider();
         let steered = d.steered();
         let base = d.baseline();
-        let holders: Vec<(usize, usize, bool)> = obs
-            .classes
-            .iter()
-            .map(|c| (c.holders, c.waiters, c.long_polls))
-            .collect();
+        let holders: Vec<usize> = obs.classes.iter().map(|c| c.holders).collect();
         let line = format!(
-            "sched {:>4} (fg {:>4}) rq {:>3} by {:>3} | quiet sched {:>4} rq {:>3} by {:>3} | {:>10} {:>4} of {:>4} | share {:.3}{} headroom {}",
+            "sched {:>4} (fg {:>4}) rq {:>3} bystanders {:>3} | quiet sched {:>4} rq {:>3} bystanders {:>3} | {:>10} {:>4} of {:>4} | share {:.3}{} headroom {}",
             us(obs.trimmed_p99_over(10)),
             us(obs.sched_p99),
             us(obs.run_queue_delay),
@@ -66,9 +55,9 @@ impl Steering for Traced {
             d.kinds()
                 .position(|k| k == ClassKind::Idle)
                 .and_then(|at| d.decisions().get(at))
-                .map_or(String::new(), |idle| format!(" idle {:.3} cap {:?} rate {}", idle.share, idle.holder_cap, idle.rate)),
+                .map_or(String::new(), |idle| format!(" idle {:.3}", idle.share)),
             d.headroom_cpus().map_or("-".into(), |c| format!("{c:.2} CPU")),
-        ) + &format!(" h {holders:?} held {:?}", self.step.decider().is_held(1));
+        ) + &format!(" holders {holders:?}");
         self.lines.push((obs.now, line));
         commands
     }
