@@ -2,21 +2,29 @@
 //! the runtime's workers poll tasks from their queues as tokio's do, elastic tasks loop on
 //! real grants.
 //!
-//! The runtime, as tokio's multi-thread scheduler: each worker has a local queue and there is
-//! one inject queue. A request woken by the I/O driver lands in the local queue of a worker on
-//! a CPU (the one that polled the driver), or in the inject queue when none is; an elastic
-//! task's next poll is deferred on its worker, as `yield_now` defers it (woken to the back of
-//! the local queue only when the worker finds no other work, or at its maintenance tick); a
-//! new grant goes to the inject queue. A request lands in its worker's LIFO slot, as a task woken on a worker does in tokio
-//! (the one it displaces goes to the back of the local queue), so it runs after the poll on
-//! the worker ends; a yielded elastic poll never does. A worker takes its LIFO slot first
-//! (at most 3 times in a row, as tokio), then its local queue, every 61st poll from the inject
-//! queue first,
-//! then the inject queue, then steals half of another worker's local queue, else wakes its
-//! deferred tasks, else parks. A
-//! parked worker is woken when work is queued and no awake worker is looking for work. So a
-//! worker the OS preempts strands its local queue until it runs again or another worker runs
-//! dry and steals: the run-queue delay of more workers than CPUs.
+//! The OS: threads in three classes (the idle-priority pool, normal threads, the real-time
+//! client). A ready thread takes a free CPU, the highest class first, or the CPU of a running
+//! thread of a lower class; threads of one class share CPUs by timeslices (real-time ones run
+//! until they block). A CPU idle for at least [`wake_up`](PlantConfig::wake_up) has halted and
+//! takes that long to start a thread.
+//!
+//! The runtime, as tokio's multi-thread scheduler: each worker has a LIFO slot, a local queue
+//! and its deferred tasks, and there is one inject queue. Without the I/O driver a request
+//! lands on a worker on a CPU (picked at random, as the one that polled the driver), or in the
+//! inject queue when none is; with it, requests wait in the socket until a worker polls the
+//! driver (the one parked in it, woken by the OS; a busy one when it runs dry or at its
+//! maintenance tick) and land on that worker. A request goes to the worker's LIFO slot (the
+//! one it displaces to the back of the local queue), so it runs after the poll on the worker
+//! ends. An elastic task's next poll is deferred on its worker as `yield_now` defers it, woken
+//! to the back of the local queue when the worker finds no other work or at its maintenance
+//! tick; a new grant goes to the inject queue. A worker takes its LIFO slot first (at most 3
+//! times in a row, as tokio), then its local queue (every 61st poll: the driver, its deferred
+//! tasks and the inject queue first), then the inject queue, then steals half of another
+//! worker's local queue, else polls the driver and wakes its deferred tasks, else parks (in the
+//! driver, if no worker is). A parked worker is woken when work is queued and no awake worker
+//! is looking for work. So a worker the OS preempts strands its local queue and its deferred
+//! tasks until it runs again or another worker runs dry and steals: the run-queue delay of
+//! more workers than CPUs.
 //!
 //! Between two events nothing changes but the work left on each running thread, so the loop
 //! jumps from one event to the next: an arrival, a poll's end, a timeslice's end, a quota
