@@ -200,8 +200,8 @@ pub struct Snapshot {
     /// the rates, the holder caps, the headroom and the quota brake follow it.
     pub quota_changes: u64,
     /// Inside a CPU quota: the CPUs elastic work may take now, every class together, which is
-    /// 90 % of what the rest of the process left of the quota in the busiest of the last 5
-    /// ticks (`None`: no quota, no reading yet, or
+    /// 90 % of what the rest of the process leaves of the quota, its CPU taken half way from
+    /// its mean over the last 5 ticks to the busiest of them (`None`: no quota, no reading yet, or
     /// [`Inputs::quota_headroom`](crate::settings::Inputs::quota_headroom) off). The token rate is
     /// held to it (never below the controller's floor), whatever the share.
     pub quota_headroom: Option<f64>,

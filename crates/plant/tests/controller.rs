@@ -309,7 +309,9 @@ fn demo_quota_harvests_the_spare() {
     let (run, base, rec) = stepped(scenarios::demo_quota());
     report("demo quota", &run, &base, &rec);
     let (harvest, ratio) = harvest(&run, &base);
-    assert!(harvest >= 0.85, "{harvest}");
+    // The plant reads ~0.04 over the demo here: the bar sits above the 0.85 target by that much,
+    // and fails the headroom that took the busiest recent tick for the foreground (0.850).
+    assert!(harvest >= 0.87, "{harvest}");
     assert!(ratio <= 1.1, "{ratio}");
 }
 
@@ -318,7 +320,7 @@ fn demo_coarse_quota_harvests_the_spare() {
     let (run, base, rec) = stepped(scenarios::demo_coarse_quota());
     report("coarse quota", &run, &base, &rec);
     let (harvest, ratio) = harvest(&run, &base);
-    assert!(harvest >= 0.85, "{harvest}");
+    assert!(harvest >= 0.88, "{harvest}");
     assert!(ratio <= 1.1, "{ratio}");
 }
 

@@ -5,7 +5,8 @@
 //! throttles the share climbs back until the next. So inside a quota the governor also caps
 //! elastic work feed-forward: each tick it takes the process's CPU time less the running time
 //! charged to elastic grants (what the rest of the process spent, elastic work's scheduler
-//! overhead included), per second; the largest of the last [`HISTORY`] ticks stands for the
+//! overhead included), per second. Over the last [`HISTORY`] ticks, the point
+//! [`BURST_SHARE`] of the way from their mean to the busiest of them stands for the
 //! foreground, and elastic work may take [`MARGIN`] of what that leaves of the quota, every
 //! class together (the governor hands it to the classes in order).
 
@@ -16,8 +17,13 @@ use std::time::Duration;
 /// the foreground's bursts within a tick.
 pub(crate) const MARGIN: f64 = 0.9;
 
-/// Ticks whose foreground CPU the cap remembers (the largest counts).
+/// Ticks whose foreground CPU the cap remembers.
 pub(crate) const HISTORY: usize = 5;
+
+/// How far from the recent ticks' mean towards the busiest of them the foreground is taken to
+/// be. The busiest alone overstates the next tick and leaves part of the spare unused; a burst
+/// beyond the estimate is what the margin, and the quota brake once armed, absorb.
+pub(crate) const BURST_SHARE: f64 = 0.5;
 
 /// The feed-forward cap: off without a quota, and without process CPU time. The quota is the
 /// governor's current one, passed in at each call, so a quota that changes at run time
@@ -69,7 +75,9 @@ impl Headroom {
     /// (`None`: no cap).
     pub(crate) fn cap_cpus(&self, quota: Option<f64>) -> Option<f64> {
         let quota = usable(quota)?;
-        let foreground = self.foreground.iter().copied().reduce(f64::max)?;
+        let busiest = self.foreground.iter().copied().reduce(f64::max)?;
+        let mean = self.foreground.iter().sum::<f64>() / self.foreground.len() as f64;
+        let foreground = mean + BURST_SHARE * (busiest - mean);
         Some((MARGIN * (quota - foreground)).max(0.0))
     }
 }
@@ -122,13 +130,33 @@ mod tests {
         let mut h = Headroom::default();
         let q = Some(2.0);
         feed(&mut h, q, &[(0, 0), (100, 50), (180, 50)]);
+        // The rest took 0.5 and 1.3 CPUs: the foreground is taken at 0.9 + 0.5 × 0.4 = 1.1.
         let after_burst = h.cap_cpus(q).unwrap();
-        assert!((after_burst - MARGIN * 0.7).abs() < 1e-9, "{after_burst}");
-        // The burst is the largest for HISTORY ticks, then the quiet ticks set the cap.
-        feed(&mut h, q, &[(100, 50); HISTORY - 1]);
-        assert!((h.cap_cpus(q).unwrap() - after_burst).abs() < 1e-9);
+        assert!((after_burst - MARGIN * 0.9).abs() < 1e-9, "{after_burst}");
+        // Quiet ticks pull the estimate down while the burst is remembered, above the mean's cap.
+        feed(&mut h, q, &[(100, 50); HISTORY - 2]);
+        let remembered = h.cap_cpus(q).unwrap();
+        assert!(remembered > after_burst, "{remembered} {after_burst}");
+        // 0.5 × 4 + 1.3 over 5 ticks: mean 0.66, busiest 1.3, foreground 0.98.
+        assert!((remembered - MARGIN * (2.0 - 0.98)).abs() < 1e-9, "{remembered}");
+        assert!(remembered < MARGIN * 1.5, "the burst still counts");
+        // Once it leaves the history (two ticks on), the quiet ticks alone set the cap.
+        feed(&mut h, q, &[(100, 50)]);
+        assert!(h.cap_cpus(q).unwrap() < MARGIN * 1.5);
         feed(&mut h, q, &[(100, 50)]);
         assert!((h.cap_cpus(q).unwrap() - MARGIN * 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_estimate_lies_between_the_mean_and_the_busiest_tick() {
+        let mut h = Headroom::default();
+        let q = Some(1.5);
+        // The rest of the process: 0.6, 0.8, 0.7, 1.0, 0.6 CPUs.
+        feed(&mut h, q, &[(0, 0), (60, 0), (80, 0), (70, 0), (100, 0), (60, 0)]);
+        let cap = h.cap_cpus(q).unwrap();
+        let of = |fg: f64| MARGIN * (1.5 - fg);
+        assert!(cap < of(0.74) && cap > of(1.0), "{cap}");
+        assert!((cap - of(0.74 + BURST_SHARE * 0.26)).abs() < 1e-9, "{cap}");
     }
 
     #[test]

@@ -44,8 +44,9 @@ pub struct Inputs {
     /// the whole cgroup, foreground included, for the rest of such a period, and the probes
     /// hardly see it.
     pub throttling: bool,
-    /// Inside a CPU quota, hold elastic work to 90 % of what the rest of the process left of the
-    /// quota in the busiest of the last 5 ticks (feed-forward: throttling acts after a period
+    /// Inside a CPU quota, hold elastic work to 90 % of what the rest of the process leaves of the
+    /// quota, its CPU taken half way from its mean over the last 5 ticks to the busiest of them
+    /// (feed-forward: throttling acts after a period
     /// ran out, this keeps it from running out), and, for a minute after a throttled period
     /// (always, with [`throttling`](Self::throttling) off), stop it within a period once the
     /// process has spent all but a reserve of a period's quota over the last period (the quota
