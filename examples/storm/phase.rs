@@ -89,13 +89,14 @@ pub const STEPS: [Step; 6] = [
 pub const STORM_WINDOW: (f64, f64) = (0.1, 0.9);
 
 /// Where `el` seconds into a phase of `secs` stands in a storm phase's steps (a share of it):
-/// a storm phase's own; calm's measurement window `window` mapped onto the storm phases'
-/// window, so calm runs the same foreground steps over what it measures and the p99s compare
-/// the same foreground with and without the storm. The capacity phase has no steps.
+/// a storm phase's own; calm's and capacity's measurement window `window` mapped onto the storm
+/// phases' window, so they run the same foreground steps over what they measure: the p99s
+/// compare the same foreground with and without the storm, and the setups per second the same
+/// spare CPU (the foreground's 1.5x step takes a quarter of a CPU from the setups).
 fn storm_share(kind: Kind, el: f64, secs: f64, window: (f64, f64)) -> Option<f64> {
     match kind {
         k if k.storm() => Some(el / secs),
-        Kind::Calm => {
+        Kind::Calm | Kind::Capacity => {
             let into = ((el - window.0) / (window.1 - window.0).max(1e-9)).max(0.0);
             Some(STORM_WINDOW.0 + (STORM_WINDOW.1 - STORM_WINDOW.0) * into)
         }
@@ -252,13 +253,16 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             let s = STEPS.iter().rposition(|s| at >= s.from).unwrap_or(0);
             if s != step {
                 step = s;
-                population = (STEPS[s].demand * peak_clients).round() as usize;
-                // Calm marks its foreground steps only.
+                // Calm and capacity mark their foreground steps only; capacity keeps its
+                // closed-loop clients.
                 let marked = kind.storm() || STEPS[s].fg != fg_factor;
                 fg_factor = STEPS[s].fg;
                 rate.set(ctx.rate * fg_factor);
-                if let Some(c) = clients.as_mut() {
-                    c.set_population(population);
+                if kind.storm() {
+                    population = (STEPS[s].demand * peak_clients).round() as usize;
+                    if let Some(c) = clients.as_mut() {
+                        c.set_population(population);
+                    }
                 }
                 if s > 0 && marked {
                     seg.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);

@@ -347,13 +347,13 @@ impl Report {
                 let r = g.fg.p99_us.map_or(f64::INFINITY, |p| p / c);
                 (
                     format!("{r:.2}x ({} vs {})", fmt_us(g.fg.p99_us), fmt_us(Some(c))),
-                    Some(r <= 2.0),
+                    Some(r <= 1.5),
                 )
             }
             _ => ("-".into(), None),
         };
         bars.push(Bar {
-            what: "gated: established p99 <= 2x calm's".into(),
+            what: "gated: established p99 <= 1.5x calm's".into(),
             value,
             pass,
         });
@@ -362,13 +362,13 @@ impl Report {
                 let r = g.completed_per_sec() / cap;
                 (
                     format!("{r:.2}x ({:.0}/s of {:.0}/s)", g.completed_per_sec(), cap),
-                    Some(r >= 0.6),
+                    Some(r >= 0.85),
                 )
             }
             _ => ("-".into(), None),
         };
         bars.push(Bar {
-            what: "gated: completed setups/s >= 0.6x capacity".into(),
+            what: "gated: completed setups/s >= 0.85x capacity".into(),
             value,
             pass,
         });
