@@ -10,7 +10,7 @@ use crate::setup::{Ledger, Setup, Totals};
 use crate::Ctx;
 use elastic_cpu::gate::GateSettings;
 use elastic_cpu::Elastic;
-use elastic_cpu_examples::cpu_time::process_cpu;
+use elastic_cpu_examples::cpu_time::{machine_busy, process_cpu};
 use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
 use elastic_cpu_examples::interrupt::{sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, q_us};
@@ -241,6 +241,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         (
             process_cpu().unwrap_or_default(),
             c.as_ref().and_then(Clients::cpu).unwrap_or_default(),
+            machine_busy().map(|(busy, _)| busy),
         )
     };
     let mut last_cpu = cpus(&clients);
@@ -291,6 +292,14 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         let cpu = cpus(&clients);
         let server_cpu = (cpu.0.saturating_sub(last_cpu.0)).as_secs_f64() / dt;
         let client_cpu = (cpu.1.saturating_sub(last_cpu.1)).as_secs_f64() / dt;
+        // What else ran on the machine: its busy time less both processes' (clock ticks:
+        // clamped at zero).
+        let others_cpu = match (cpu.2, last_cpu.2) {
+            (Some(now), Some(then)) => Some(
+                (now.saturating_sub(then).as_secs_f64() / dt - server_cpu - client_cpu).max(0.0),
+            ),
+            _ => None,
+        };
         last_cpu = cpu;
         last = (now, led, cl);
         if let Some(s) = &svc {
@@ -329,13 +338,14 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             timeouts_per_sec: timeouts,
             server_cpu,
             client_cpu,
+            others_cpu,
             share,
             queue,
             population,
             fg_factor,
         };
         println!(
-            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} | age {}{}",
+            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} + others {} | age {}{}",
             name,
             el,
             fmt_us(p.fg_p99_us),
@@ -348,6 +358,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             p.timeouts_per_sec,
             server_cpu,
             client_cpu,
+            others_cpu.map_or("-".into(), |o| format!("{o:.2}")),
             d.hello_age_ms().map_or("-".into(), |a| format!("{a:.0}ms")),
             match (share, queue) {
                 (Some(s), Some(q)) => {

@@ -113,6 +113,17 @@ impl Report {
             &[],
         ));
         h.push_str("<br>");
+        h.push_str(&timeline.chart(
+            "CPU (cores): the service's process, the clients' process, every other process",
+            &Axis::linear(self.machine.cpus as f64),
+            &[
+                Line::new("#1565c0", "service", |p| Some(p.server_cpu)),
+                Line::new("#8e3fbf", "clients", |p| Some(p.client_cpu)),
+                Line::new("#888888", "others", |p| p.others_cpu),
+            ],
+            &[],
+        ));
+        h.push_str("<br>");
         h.push_str(
             &timeline.chart(
                 "Rejects, expiries (server) and timeouts (clients) per second",

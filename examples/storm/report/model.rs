@@ -87,6 +87,9 @@ pub struct Point {
     /// CPU (cores) of this process (service, load generator) and of the client process.
     pub server_cpu: f64,
     pub client_cpu: f64,
+    /// CPU (cores) of every other process on the machine (other work sharing the cores; the
+    /// machine's busy time less both processes', None without /proc/stat).
+    pub others_cpu: Option<f64>,
     /// The gate's share and queue length (gated phases).
     pub share: Option<f64>,
     pub queue: Option<f64>,
