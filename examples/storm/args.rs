@@ -69,6 +69,7 @@ const PHASES_HELP: &str = "\
 Phases (run in the order given, the list repeated --rounds times):
   calm      the foreground alone, with the storm phases' 1.5x foreground step
   capacity  + setups in a closed loop, no timeouts: setups per second this machine can do
+            beside the same foreground (its 1.5x step too)
   open      + the storm, no gate
   static    + the storm, setups at a fixed rate (governor), the rest rejected with a hint
   gated     + the storm through elastic-cpu's connection gate (ours)

@@ -10,7 +10,7 @@ use crate::setup::{Ledger, Setup, Totals};
 use crate::Ctx;
 use elastic_cpu::gate::GateSettings;
 use elastic_cpu::Elastic;
-use elastic_cpu_examples::cpu_time::process_cpu;
+use elastic_cpu_examples::cpu_time::{machine_busy, process_cpu};
 use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
 use elastic_cpu_examples::interrupt::{sleep_until, stopped};
 use elastic_cpu_examples::latency::{fmt_us, q_us};
@@ -89,13 +89,14 @@ pub const STEPS: [Step; 6] = [
 pub const STORM_WINDOW: (f64, f64) = (0.1, 0.9);
 
 /// Where `el` seconds into a phase of `secs` stands in a storm phase's steps (a share of it):
-/// a storm phase's own; calm's measurement window `window` mapped onto the storm phases'
-/// window, so calm runs the same foreground steps over what it measures and the p99s compare
-/// the same foreground with and without the storm. The capacity phase has no steps.
+/// a storm phase's own; calm's and capacity's measurement window `window` mapped onto the storm
+/// phases' window, so they run the same foreground steps over what they measure: the p99s
+/// compare the same foreground with and without the storm, and the setups per second the same
+/// spare CPU (the foreground's 1.5x step takes a quarter of a CPU from the setups).
 fn storm_share(kind: Kind, el: f64, secs: f64, window: (f64, f64)) -> Option<f64> {
     match kind {
         k if k.storm() => Some(el / secs),
-        Kind::Calm => {
+        Kind::Calm | Kind::Capacity => {
             let into = ((el - window.0) / (window.1 - window.0).max(1e-9)).max(0.0);
             Some(STORM_WINDOW.0 + (STORM_WINDOW.1 - STORM_WINDOW.0) * into)
         }
@@ -240,6 +241,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         (
             process_cpu().unwrap_or_default(),
             c.as_ref().and_then(Clients::cpu).unwrap_or_default(),
+            machine_busy().map(|(busy, _)| busy),
         )
     };
     let mut last_cpu = cpus(&clients);
@@ -252,13 +254,16 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             let s = STEPS.iter().rposition(|s| at >= s.from).unwrap_or(0);
             if s != step {
                 step = s;
-                population = (STEPS[s].demand * peak_clients).round() as usize;
-                // Calm marks its foreground steps only.
+                // Calm and capacity mark their foreground steps only; capacity keeps its
+                // closed-loop clients.
                 let marked = kind.storm() || STEPS[s].fg != fg_factor;
                 fg_factor = STEPS[s].fg;
                 rate.set(ctx.rate * fg_factor);
-                if let Some(c) = clients.as_mut() {
-                    c.set_population(population);
+                if kind.storm() {
+                    population = (STEPS[s].demand * peak_clients).round() as usize;
+                    if let Some(c) = clients.as_mut() {
+                        c.set_population(population);
+                    }
                 }
                 if s > 0 && marked {
                     seg.step_ms.push(ctx.run_start.elapsed().as_millis() as u64);
@@ -287,6 +292,14 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
         let cpu = cpus(&clients);
         let server_cpu = (cpu.0.saturating_sub(last_cpu.0)).as_secs_f64() / dt;
         let client_cpu = (cpu.1.saturating_sub(last_cpu.1)).as_secs_f64() / dt;
+        // What else ran on the machine: its busy time less both processes' (clock ticks:
+        // clamped at zero).
+        let others_cpu = match (cpu.2, last_cpu.2) {
+            (Some(now), Some(then)) => Some(
+                (now.saturating_sub(then).as_secs_f64() / dt - server_cpu - client_cpu).max(0.0),
+            ),
+            _ => None,
+        };
         last_cpu = cpu;
         last = (now, led, cl);
         if let Some(s) = &svc {
@@ -325,13 +338,14 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             timeouts_per_sec: timeouts,
             server_cpu,
             client_cpu,
+            others_cpu,
             share,
             queue,
             population,
             fg_factor,
         };
         println!(
-            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} | age {}{}",
+            "[{:<8} {:>3.0}s] est p99 {:>7} | clients {:>5} fg {:.1}x | setups {:>4.0}/s wasted {:>4.2} cpu | rej {:>5.0}/s exp {:>4.0}/s timeouts {:>5.0}/s | cpu {:.2} + clients {:.2} + others {} | age {}{}",
             name,
             el,
             fmt_us(p.fg_p99_us),
@@ -344,6 +358,7 @@ fn run_inner(ctx: &Ctx, kind: Kind, seg: &mut Segment, rep: &mut Report) -> Resu
             p.timeouts_per_sec,
             server_cpu,
             client_cpu,
+            others_cpu.map_or("-".into(), |o| format!("{o:.2}")),
             d.hello_age_ms().map_or("-".into(), |a| format!("{a:.0}ms")),
             match (share, queue) {
                 (Some(s), Some(q)) => {

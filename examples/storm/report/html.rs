@@ -37,7 +37,7 @@ impl Report {
 
         let _ = write!(
             h,
-            "<h2>Summary per phase (rounds merged)</h2><div class=\"note\">capacity: {} setups/s beside the calm foreground.</div>",
+            "<h2>Summary per phase (rounds merged)</h2><div class=\"note\">capacity: {} setups/s beside the storm phases' foreground (its 1.5x step too).</div>",
             self.capacity.map_or("-".into(), |c| format!("{c:.0}"))
         );
         let mut t = Table::new(
@@ -89,9 +89,9 @@ impl Report {
         if let Some(c) = self.capacity {
             refs.push(RefLine::new(c, "#555", format!("capacity {c:.0}/s")));
             refs.push(RefLine::new(
-                0.6 * c,
+                0.85 * c,
                 "#c60",
-                format!("0.6x capacity {:.0}/s", 0.6 * c),
+                format!("0.85x capacity {:.0}/s", 0.85 * c),
             ));
         }
         h.push_str(&timeline.chart(
@@ -109,6 +109,17 @@ impl Report {
             &[
                 Line::new("#2e7d32", "useful", |p| Some(p.useful_cpu)),
                 Line::new("#c62828", "wasted", |p| Some(p.wasted_cpu)),
+            ],
+            &[],
+        ));
+        h.push_str("<br>");
+        h.push_str(&timeline.chart(
+            "CPU (cores): the service's process, the clients' process, every other process",
+            &Axis::linear(self.machine.cpus as f64),
+            &[
+                Line::new("#1565c0", "service", |p| Some(p.server_cpu)),
+                Line::new("#8e3fbf", "clients", |p| Some(p.client_cpu)),
+                Line::new("#888888", "others", |p| p.others_cpu),
             ],
             &[],
         ));

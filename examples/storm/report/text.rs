@@ -23,7 +23,7 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "capacity: {} setups/s beside the calm foreground",
+            "capacity: {} setups/s beside the storm phases' foreground (its 1.5x step too)",
             self.capacity.map_or("-".into(), |c| format!("{c:.0}"))
         );
         let table = TextTable::new(&COLUMNS);
