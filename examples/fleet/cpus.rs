@@ -33,8 +33,11 @@ impl fmt::Display for CpuPlanError {
                 online,
             } => write!(
                 f,
-                "--cpus-per-node {per_node}: {nodes} nodes need {} CPUs, this process may use {online}",
-                nodes * per_node
+                "--cpus-per-node {per_node}: {nodes} {} of {per_node} CPUs {} {} CPUs, this \
+                 process may use {online}",
+                if *nodes == 1 { "node" } else { "nodes" },
+                if *nodes == 1 { "needs" } else { "need" },
+                nodes.saturating_mul(*per_node)
             ),
             CpuPlanError::QuotaAbove {
                 node,
@@ -169,7 +172,10 @@ mod tests {
                 online: 2
             }
         );
-        assert!(e.to_string().contains("3 nodes need 3 CPUs"), "{e}");
+        assert!(
+            e.to_string().contains("3 nodes of 1 CPUs need 3 CPUs"),
+            "{e}"
+        );
         assert!(plan(2, 2, &[0, 1, 2]).is_err());
         assert!(plan(1, 0, &[0, 1]).is_err());
         assert!(plan(usize::MAX, 2, &[0, 1]).is_err());

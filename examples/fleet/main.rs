@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example fleet                  # three nodes: quotas 0.5, 0.6, 0.8 CPUs
-//! cargo run --release --example fleet -- --quick       # the same, short (about 40 s)
+//! cargo run --release --example fleet -- --quick       # the same, short (about 55 s)
 //! cargo run --release --example fleet -- --help        # flags
 //! cargo run --release --example fleet -- --quotas 0.4,1 --fg-shares 0.5,0.3
 //! cargo run --release --example fleet -- --cpus-per-node 1   # a node per CPU, each on its own
@@ -11,7 +11,7 @@
 //!
 //! Run time: about 3 minutes (calibration 5 s, baseline 20 s, paced 70 s, the step and back
 //! 25 s each, each node's own-scan phase 12 s, and each node's start); pinned (no own-scan
-//! phases) about 2.5; `--quick` about 45 s.
+//! phases) about 2.5; `--quick` about 55 s.
 //!
 //! Privileges: every node runs in a child cgroup of the `cpu` controller with its own quota
 //! (root, or a delegated cgroup v2 subtree); without that right there is nothing to run: the

@@ -159,10 +159,10 @@ impl Plan {
         self.span(Kind::Paced).start..self.span(Kind::Back).end
     }
 
-    /// Node `k`'s own-scan phase after its warm-up (empty when it has none).
+    /// Node `k`'s own-scan phase's second half (empty when it has none): the node before it
+    /// turned its scan back on as the phase started, and that scan climbs back meanwhile.
     pub fn own_off(&self, k: usize) -> Window {
-        let s = self.span(Kind::OwnOff(k));
-        (s.start + self.lengths.warmup).min(s.end)..s.end
+        second_half(self.span(Kind::OwnOff(k)))
     }
 }
 
@@ -234,8 +234,8 @@ mod tests {
         assert_eq!(p.span(Kind::OwnOff(0)), 145..157);
         assert_eq!(p.span(Kind::OwnOff(2)), 157..169);
         assert_eq!(p.total(), 169);
-        assert_eq!(p.own_off(0), 149..157);
-        assert_eq!(p.own_off(2), 161..169);
+        assert_eq!(p.own_off(0), 151..157);
+        assert_eq!(p.own_off(2), 163..169);
         assert!(p.own_off(1).is_empty(), "node 2 has none");
         assert_eq!(p.kind_at(150), Some(Kind::OwnOff(0)));
         assert_eq!(p.kind_at(160), Some(Kind::OwnOff(2)));

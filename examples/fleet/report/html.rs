@@ -114,7 +114,7 @@ impl Run {
              ({:.2} CPUs together), each the demo's loopback service ({} workers, {} us of CPU per request, {} connections) \
              on a runtime built through the library with every setting at its default{}, plus a paced scan (2 tasks, the quick \
              start's stream). One open-loop load generator per node runs in the parent, outside the quotas, at {} priority. \
-             {} The host's busy CPUs at rest: {}, the parent's: {}. Machine pauses (the whole VM descheduled) are {}.</div>",
+             {} The host's busy CPUs at rest: {}, the parent's: {}, outside the fleet (other processes): {}. Machine pauses (the whole VM descheduled) are {}.</div>",
             self.nodes.len(),
             m.cpus,
             self.nodes.iter().map(|n| n.quota).sum::<f64>(),
@@ -139,6 +139,7 @@ impl Run {
             },
             f2(self.host_mean(&self.plan.rest(), |x| x.busy_cpus)),
             f2(self.host_mean(&self.plan.rest(), |x| x.parent_cpus)),
+            f2(self.outside_at_rest()),
             if m.pause_watchdog {
                 "left out of the p99s (requests in flight across one)"
             } else {

@@ -1,5 +1,5 @@
 //! The JSON report: `nodes` with the figures the issue names (and a few more beside them),
-//! the bars, the phases, the run, and the timeline per node.
+//! the bars, the phases, the run, the timeline per node, and the host's.
 
 use super::{bars, NodeFigures, Run, Scenario};
 use elastic_cpu_examples::report::json::{opt, to_string, Num};
@@ -82,6 +82,8 @@ struct Machine<'a> {
     /// Means over the paced phase at rest.
     host_busy_cpus_at_rest: Option<Num>,
     parent_cpus_at_rest: Option<Num>,
+    /// Busy less the parent and the nodes: other processes.
+    outside_cpus_at_rest: Option<Num>,
     command: &'a str,
 }
 
@@ -111,6 +113,13 @@ struct TimelinePoint {
 }
 
 #[derive(Serialize)]
+struct HostSecond {
+    sec: usize,
+    busy_cpus: Option<Num>,
+    parent_cpus: Option<Num>,
+}
+
+#[derive(Serialize)]
 struct Doc<'a> {
     nodes: Vec<Node>,
     bars: Vec<Bar>,
@@ -120,6 +129,8 @@ struct Doc<'a> {
     notes: &'a [String],
     /// Per node, one point a second.
     timeline: Vec<(String, Vec<TimelinePoint>)>,
+    /// The host, one point a second: its busy CPUs and the parent's.
+    host: Vec<HostSecond>,
 }
 
 fn node(f: &NodeFigures, run: &Run, i: usize) -> Node {
@@ -211,10 +222,20 @@ impl Run {
                 slice_ms: self.machine.slice_ms,
                 host_busy_cpus_at_rest: opt(self.host_mean(&rest, |h| h.busy_cpus)),
                 parent_cpus_at_rest: opt(self.host_mean(&rest, |h| h.parent_cpus)),
+                outside_cpus_at_rest: opt(self.outside_at_rest()),
                 command: &self.machine.command,
             },
             interrupted: self.interrupted,
             notes: &self.notes,
+            host: self
+                .host
+                .iter()
+                .map(|h| HostSecond {
+                    sec: h.sec,
+                    busy_cpus: opt(h.busy_cpus),
+                    parent_cpus: opt(h.parent_cpus),
+                })
+                .collect(),
             timeline: self
                 .nodes
                 .iter()

@@ -359,6 +359,20 @@ impl Run {
             .collect()
     }
 
+    /// CPUs busy at rest outside the fleet: the host's busy CPUs less the parent's and every
+    /// node's (other processes on the machine; more than a few hundredths disturbs the run).
+    pub fn outside_at_rest(&self) -> Option<f64> {
+        let rest = self.plan.rest();
+        let nodes: Option<f64> = self
+            .nodes
+            .iter()
+            .map(|n| mean_in(&n.points, &rest, |p| p.cpus))
+            .sum();
+        let busy = self.host_mean(&rest, |h| h.busy_cpus)?;
+        let parent = self.host_mean(&rest, |h| h.parent_cpus)?;
+        Some((busy - parent - nodes?).max(0.0))
+    }
+
     /// The mean of a host figure over `w`.
     pub fn host_mean(&self, w: &Window, get: fn(&HostPoint) -> Option<f64>) -> Option<f64> {
         let v: Vec<f64> = self
@@ -739,5 +753,38 @@ mod tests {
         assert_eq!(pinned[0].pass, Some(false), "{}", pinned[0].value);
         assert_eq!(pinned[3].pass, Some(false), "{}", pinned[3].value);
         assert!(pinned[3].what.contains("0.7x"), "{}", pinned[3].what);
+    }
+
+    #[test]
+    fn what_runs_outside_the_fleet_is_the_hosts_busy_cpus_less_the_fleets() {
+        let p = plan();
+        let host = (0..p.total())
+            .map(|sec| HostPoint {
+                sec,
+                busy_cpus: Some(1.2),
+                parent_cpus: Some(0.1),
+            })
+            .collect();
+        let node = NodeRun {
+            name: "node1".into(),
+            points: points(|_| 0.4),
+            ..NodeRun::default()
+        };
+        let mut run = Run {
+            plan: p,
+            nodes: vec![node],
+            host,
+            step_node: 0,
+            step_factor: 1.5,
+            cpus_per_node: Some(1),
+            machine: Machine::default(),
+            interrupted: false,
+            notes: Vec::new(),
+        };
+        // At rest the node uses 0.5: 1.2 - 0.1 - 0.5.
+        assert!((run.outside_at_rest().unwrap() - 0.6).abs() < 1e-9);
+        assert_eq!(run.scenario(), Scenario::Pinned);
+        run.host.clear();
+        assert_eq!(run.outside_at_rest(), None);
     }
 }

@@ -125,10 +125,12 @@ impl Run {
         let rest = self.plan.rest();
         let _ = writeln!(
             s,
-            "host at rest: {} of {} CPUs busy, {} of them the parent (load generators, watchdog)",
+            "host at rest: {} of {} CPUs busy, {} of them the parent (load generators, watchdog), \
+             {} outside the fleet (other processes)",
             f2(self.host_mean(&rest, |h| h.busy_cpus)),
             self.machine.cpus,
             f2(self.host_mean(&rest, |h| h.parent_cpus)),
+            f2(self.outside_at_rest()),
         );
         let _ = writeln!(s, "\ndone when:");
         for b in bars(&figs, self.scenario()) {
