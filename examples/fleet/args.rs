@@ -411,7 +411,7 @@ mod tests {
             "{e}"
         );
         let e = parse(&["--cpus-per-node", "3"]).unwrap_err();
-        assert!(e.contains("need 3 CPUs"), "{e}");
+        assert!(e.contains("1 node of 3 CPUs needs 3 CPUs"), "{e}");
         let e = parse(&["--cpus-per-node", "1", "--quotas", "0.5,1.5"]).unwrap_err();
         assert!(e.contains("node2's quota of 1.5"), "{e}");
         let e = parse_on(&["--cpus-per-node", "1"], None).unwrap_err();

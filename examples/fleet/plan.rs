@@ -20,6 +20,18 @@ pub enum Kind {
     OwnOff(usize),
 }
 
+/// The own-scan phases' names, by node (1-based as the report names nodes).
+const OWN_OFF_NAMES: [&str; crate::args::MAX_NODES] = [
+    "own-off 1",
+    "own-off 2",
+    "own-off 3",
+    "own-off 4",
+    "own-off 5",
+    "own-off 6",
+    "own-off 7",
+    "own-off 8",
+];
+
 impl Kind {
     /// The phase's name in the report.
     pub fn name(self) -> &'static str {
@@ -29,7 +41,7 @@ impl Kind {
             Kind::Paced => "paced",
             Kind::Step => "step",
             Kind::Back => "back",
-            Kind::OwnOff(_) => "own-off",
+            Kind::OwnOff(k) => OWN_OFF_NAMES.get(k).copied().unwrap_or("own-off"),
         }
     }
 }
@@ -239,6 +251,7 @@ mod tests {
         assert!(p.own_off(1).is_empty(), "node 2 has none");
         assert_eq!(p.kind_at(150), Some(Kind::OwnOff(0)));
         assert_eq!(p.kind_at(160), Some(Kind::OwnOff(2)));
+        assert_eq!(Kind::OwnOff(2).name(), "own-off 3");
         assert_eq!(p.scanning(), 25..145);
         // No length: no phase, whatever the nodes.
         let p = Plan::new(lengths(5), &[0, 1]);
