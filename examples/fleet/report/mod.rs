@@ -19,6 +19,14 @@ pub const THROTTLED_BAR: f64 = 0.05;
 pub const SPARE_BAR: f64 = 0.6;
 /// The same, each node on CPUs of its own.
 pub const SPARE_BAR_PINNED: f64 = 0.7;
+/// Longest the stepped node's limit may take to move toward its new level, seconds.
+pub const MOVE_BAR_S: f64 = 3.0;
+/// Farthest the other nodes' limits may drift from where they were.
+pub const OTHERS_BAR: f64 = 0.05;
+/// Spare quotas closer than this (CPUs) are a tie: their elastic CPUs may come in any order.
+pub const SPARE_TIE: f64 = 0.02;
+/// A limit that moves less than this on the step did not move (`moved_within_s` is null).
+pub const MIN_MOVE: f64 = 0.02;
 
 /// How the nodes sit on the machine's cores, which sets the bars.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,14 +48,6 @@ impl Scenario {
         }
     }
 }
-/// Longest the stepped node's limit may take to move toward its new level, seconds.
-pub const MOVE_BAR_S: f64 = 3.0;
-/// Farthest the other nodes' limits may drift from where they were.
-pub const OTHERS_BAR: f64 = 0.05;
-/// Spare quotas closer than this (CPUs) are a tie: their elastic CPUs may come in any order.
-pub const SPARE_TIE: f64 = 0.02;
-/// A limit that moves less than this on the step did not move (`moved_within_s` is null).
-pub const MIN_MOVE: f64 = 0.02;
 
 /// One node in one second of the run clock (the second `sec .. sec + 1`).
 #[derive(Clone, Debug, Default)]
@@ -129,8 +129,8 @@ pub struct NodeRun {
     pub baseline: Latency,
     pub paced_rest: Latency,
     pub paced_whole: Latency,
-    /// Foreground latency in its own-scan phase after its warm-up (its scan off, the others'
-    /// on; empty without one).
+    /// Foreground latency in its own-scan phase's second half (its scan off, the others' on;
+    /// empty without one).
     pub own_off: Latency,
     /// Requests left out of those for a machine pause.
     pub left_out: u64,
