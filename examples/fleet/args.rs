@@ -1,5 +1,6 @@
 //! Command-line flags of the fleet example (clap, derive API), and the per-node mix they give.
 
+use crate::cpus::{self, CpuPlanError};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use elastic_cpu_examples::cli::{at_least_1, parse_or_exit, positive};
@@ -20,16 +21,19 @@ processes (this binary again), each in a cgroup of its own with its own CPU quot
 demo's loopback service on a runtime built through elastic-cpu with every setting at its
 default, plus a paced scan. One open-loop load generator per node runs here, outside the
 quotas (real-time priority: clients on other machines). Phases: every node's baseline (no
-scan), all scans on until they settle, a foreground step (x1.5) on one node, and back.
-Prints a line a second and a summary, writes a JSON and an HTML report. Needs a writable
-cgroup `cpu` controller (v1 or v2; otherwise it says why in one line and exits 0). About 2.5
-minutes at the defaults, 40 s with --quick.";
+scan), all scans on until they settle, a foreground step (x1.5) on one node, and back, then
+each node in turn with its own scan off and the others' on (its own-scan baseline). The nodes
+share every core unless --cpus-per-node gives each node and its load generator CPUs of its
+own. Prints a line a second and a summary, writes a JSON and an HTML report. Needs a writable
+cgroup `cpu` controller (v1 or v2; otherwise it says why in one line and exits 0). About 3
+minutes at the defaults (2.5 pinned), 55 s with --quick (40 s pinned).";
 
 /// Parsed flags (the lists are `std::vec::Vec`, so that clap takes each as one value).
 #[derive(Clone, Debug, Parser)]
 #[command(name = "fleet", about = ABOUT)]
 pub struct Args {
-    /// nodes [default: the length of the longest of --quotas, --fg-shares, --rates, or 3]
+    /// nodes [default: the length of the longest of --quotas, --fg-shares, --rates; else with
+    /// --cpus-per-node N the CPUs this process may use over N, else 3]
     #[arg(long, value_name = "N", value_parser = at_least_1)]
     pub nodes: Option<usize>,
     /// each node's CPU quota in CPUs, comma-separated; one value is every node's
@@ -51,12 +55,22 @@ pub struct Args {
     /// [default: every node]
     #[arg(long, value_name = "LIST", value_parser = node_list)]
     pub scan_nodes: Option<std::vec::Vec<usize>>,
+    /// pin node K (1-based) and its load generator to the K-th N CPUs of those this process may
+    /// use, so that no two nodes share a core; each node's quota must be at most N CPUs
+    /// [default: off, the nodes and the load generators share every core]
+    #[arg(long, value_name = "N", value_parser = at_least_1)]
+    pub cpus_per_node: Option<usize>,
+    /// length of each node's own-scan phase: its scan off, the other nodes' on, one node after
+    /// the other at the end of the run; its second half is the baseline the node's own-scan
+    /// ratio is taken against; 0: none [default: 12, 6 with --quick; 0 with --cpus-per-node]
+    #[arg(long, value_name = "SECS")]
+    pub own_off_secs: Option<usize>,
     /// the step's factor on that node's foreground rate
     #[arg(long, value_name = "X", default_value = "1.5", value_parser = positive)]
     pub step_factor: f64,
-    /// a short run, about 40 s, to see the report (its figures noisier than the default's):
-    /// baseline 6 s, paced 14 s (the last 5 at rest), step and back 6 s each, warm-up 2 s;
-    /// flags given beside it override these
+    /// a short run, about 55 s (40 s pinned), to see the report (its figures noisier than the
+    /// default's): baseline 6 s, paced 14 s (the last 5 at rest), step and back 6 s each,
+    /// warm-up 2 s, own-scan phases 6 s each; flags given beside it override these
     #[arg(long)]
     pub quick: bool,
     /// length of the baseline phase (no scan), warm-up included
@@ -101,6 +115,12 @@ pub struct Args {
     /// RNG seed
     #[arg(long, value_name = "N", default_value = "1")]
     pub seed: u64,
+    /// The CPUs this process may use (read once, before any thread is pinned).
+    #[arg(skip)]
+    pub online: Vec<usize>,
+    /// Each node's CPUs in a pinned run (empty: the nodes share every core).
+    #[arg(skip)]
+    pub cpu_plan: Vec<Vec<usize>>,
 }
 
 /// A comma-separated list of positive numbers.
@@ -169,11 +189,22 @@ fn per_node(
 impl Args {
     /// Parse the process's flags, or exit (see [`parse_or_exit`]).
     pub fn from_env() -> Args {
-        parse_or_exit(Args::finish)
+        let online = elastic_cpu_examples::affinity::allowed();
+        parse_or_exit(|a: Args| a.finish(online))
     }
 
-    fn finish(self) -> Result<Args, clap::Error> {
+    /// Check the flags together, with `online` the CPUs this process may use (None: unknown),
+    /// and make the CPU plan of a pinned run.
+    fn finish(mut self, online: Option<Vec<usize>>) -> Result<Args, clap::Error> {
         let err = |msg: String| Args::command().error(ErrorKind::ValueValidation, msg);
+        if let Some(per_node) = self.cpus_per_node {
+            self.online = online.ok_or_else(|| err(CpuPlanError::Unknown.to_string()))?;
+            let mix = self.mix().map_err(err)?;
+            cpus::check_quotas(per_node, mix.iter().map(|m| (m.name.as_str(), m.quota)))
+                .map_err(|e| err(e.to_string()))?;
+            self.cpu_plan =
+                cpus::plan(mix.len(), per_node, &self.online).map_err(|e| err(e.to_string()))?;
+        }
         let mix = self.mix().map_err(err)?;
         if let Some(k) = self.step_node {
             if k > mix.len() {
@@ -202,7 +233,20 @@ impl Args {
         if self.step_secs < 2 {
             return Err(err("--step-secs must be at least 2".into()));
         }
+        if (1..4).contains(&self.own_off_secs()) {
+            return Err(err("--own-off-secs must be 0 or at least 4".into()));
+        }
         Ok(self)
+    }
+
+    /// The length of each node's own-scan phase (0: none).
+    pub fn own_off_secs(&self) -> usize {
+        match (self.own_off_secs, self.cpus_per_node, self.quick) {
+            (Some(s), _, _) => s,
+            (None, Some(_), _) => 0,
+            (None, None, true) => 6,
+            (None, None, false) => 12,
+        }
     }
 
     /// How many nodes run.
@@ -212,6 +256,10 @@ impl Args {
                 .iter()
                 .filter_map(|l| l.as_ref().map(Vec::len))
                 .max()
+                .or_else(|| {
+                    // At least one: too few CPUs for it is the plan's error.
+                    (self.cpus_per_node).map(|n| cpus::default_nodes(n, self.online.len()).max(1))
+                })
                 .unwrap_or(DEFAULT_QUOTAS.len())
         })
     }
@@ -276,11 +324,17 @@ impl Args {
 mod tests {
     use super::*;
 
-    fn parse(flags: &[&str]) -> Result<Args, String> {
+    /// Parse `flags` on a machine whose process may use `online`.
+    fn parse_on(flags: &[&str], online: Option<&[usize]>) -> Result<Args, String> {
         let argv = std::iter::once("fleet").chain(flags.iter().copied());
         elastic_cpu_examples::cli::parse_from::<Args, _, _>(argv)
-            .and_then(Args::finish)
+            .and_then(|a: Args| a.finish(online.map(<[usize]>::to_vec)))
             .map_err(|e| e.to_string())
+    }
+
+    /// Parse `flags` on a machine of two CPUs.
+    fn parse(flags: &[&str]) -> Result<Args, String> {
+        parse_on(flags, Some(&[0, 1]))
     }
 
     #[test]
@@ -312,6 +366,60 @@ mod tests {
         assert_eq!(mix[1].fg, Fg::Share(0.6));
         assert_eq!(mix[2].name, "node3");
         assert_eq!(a.step_index(3), 2);
+        assert!(a.cpu_plan.is_empty(), "the nodes share the cores");
+        assert_eq!(a.own_off_secs(), 12);
+        assert_eq!(parse(&["--quick"]).unwrap().own_off_secs(), 6);
+    }
+
+    #[test]
+    fn pinned_nodes_default_to_one_per_n_cpus_with_the_first_defaults() {
+        let a = parse(&["--cpus-per-node", "1"]).unwrap();
+        let mix = a.mix().unwrap();
+        assert_eq!(mix.len(), 2);
+        assert_eq!(
+            mix.iter().map(|m| (m.quota, m.fg)).collect::<Vec<_>>(),
+            vec![(0.5, Fg::Share(0.2)), (0.6, Fg::Share(0.6))]
+        );
+        assert_eq!(a.cpu_plan, vec![vec![0], vec![1]]);
+        assert_eq!(a.step_index(2), 1);
+        assert_eq!(a.own_off_secs(), 0, "no own-scan phases when pinned");
+        // Four CPUs, two each; a mask that is not 0..n.
+        let a = parse_on(&["--cpus-per-node", "2"], Some(&[1, 2, 5, 6])).unwrap();
+        assert_eq!(a.cpu_plan, vec![vec![1, 2], vec![5, 6]]);
+        // Lists and --nodes still give the count; --own-off-secs runs the phases anyway.
+        let a = parse_on(
+            &[
+                "--cpus-per-node",
+                "1",
+                "--nodes",
+                "3",
+                "--own-off-secs",
+                "8",
+            ],
+            Some(&[0, 1, 2, 3]),
+        )
+        .unwrap();
+        assert_eq!(a.cpu_plan, vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(a.own_off_secs(), 8);
+    }
+
+    #[test]
+    fn pinned_nodes_that_do_not_fit_are_errors_that_say_why() {
+        let e = parse(&["--cpus-per-node", "1", "--nodes", "3"]).unwrap_err();
+        assert!(
+            e.contains("3 nodes of 1 CPUs need 3 CPUs, this process may use 2"),
+            "{e}"
+        );
+        let e = parse(&["--cpus-per-node", "3"]).unwrap_err();
+        assert!(e.contains("1 node of 3 CPUs needs 3 CPUs"), "{e}");
+        let e = parse(&["--cpus-per-node", "1", "--quotas", "0.5,1.5"]).unwrap_err();
+        assert!(e.contains("node2's quota of 1.5"), "{e}");
+        let e = parse_on(&["--cpus-per-node", "1"], None).unwrap_err();
+        assert!(e.contains("cannot be read"), "{e}");
+        let e = parse(&["--cpus-per-node", "0"]).unwrap_err();
+        assert!(e.contains("\"0\"") || e.contains("at least"), "{e}");
+        let e = parse(&["--own-off-secs", "3"]).unwrap_err();
+        assert!(e.contains("--own-off-secs"), "{e}");
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //!
 //! ```text
 //! cargo run --release --example fleet                  # three nodes: quotas 0.5, 0.6, 0.8 CPUs
-//! cargo run --release --example fleet -- --quick       # the same, short (about 40 s)
+//! cargo run --release --example fleet -- --quick       # the same, short (about 55 s)
 //! cargo run --release --example fleet -- --help        # flags
 //! cargo run --release --example fleet -- --quotas 0.4,1 --fg-shares 0.5,0.3
+//! cargo run --release --example fleet -- --cpus-per-node 1   # a node per CPU, each on its own
 //! ```
 //!
-//! Run time: about 2.5 minutes (calibration 5 s, baseline 20 s, paced 70 s, the step and back
-//! 25 s each, and each node's start); `--quick` about 40 s.
+//! Run time: about 3 minutes (calibration 5 s, baseline 20 s, paced 70 s, the step and back
+//! 25 s each, each node's own-scan phase 12 s, and each node's start); pinned (no own-scan
+//! phases) about 2.5; `--quick` about 55 s.
 //!
 //! Privileges: every node runs in a child cgroup of the `cpu` controller with its own quota
 //! (root, or a delegated cgroup v2 subtree); without that right there is nothing to run: the
@@ -21,16 +23,25 @@
 //! `node`), each in its own cgroup with its own CPU quota, and runs one open-loop load
 //! generator per node itself (outside the quotas). It drives the phases (`plan`): every node's
 //! baseline without a scan, every node's paced scan until the controllers settle, a foreground
-//! step on one node and back, and samples every node once a second. Then it prints a summary and
-//! writes a JSON and an HTML report (`report`).
+//! step on one node and back, then each node's scan off in turn while the others' run, and
+//! samples every node once a second. Then it prints a summary and writes a JSON and an HTML
+//! report (`report`).
+//!
+//! Two scenarios. By default the nodes and the load generators share every core, and each
+//! node's p99 is judged against its own-scan baseline (the others' scans on, its own off): what
+//! its own scan costs it. With `--cpus-per-node N` each node and its load generator's threads
+//! are pinned to N CPUs of their own (`cpus`), as a fleet's nodes are separate machines, and
+//! each node's p99 is judged against its baseline without a scan.
 
 mod args;
+mod cpus;
 mod node;
 mod plan;
 mod report;
 mod wire;
 
 use args::{Args, Fg, NodeMix};
+use elastic_cpu_examples::affinity;
 use elastic_cpu_examples::cpu_time::{machine_busy, process_cpu};
 use elastic_cpu_examples::fg::{self, FgStats, LoadGen, Rate};
 use elastic_cpu_examples::interrupt::{install_ctrl_c, sleep_until, stopped};
@@ -41,6 +52,7 @@ use node::{NodeSpec, NODE_FLAG};
 use plan::{Kind, Lengths, Plan, CALIBRATE_SECS};
 use report::{HostPoint, Machine, NodeRun, Point, Run};
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
@@ -194,26 +206,38 @@ fn main() {
     let pauses = Pauses::start();
 
     let mut fleet = Fleet(Vec::new());
-    for m in &mix {
+    let mut lib_cpus_notes = Vec::new();
+    for (i, m) in mix.iter().enumerate() {
         let spec = NodeSpec {
             name: m.name.clone(),
             quota: m.quota,
             workers: args.workers,
             work_us: args.work_us,
             slice_ms: args.slice_ms,
+            cpus: args.cpu_plan.get(i).cloned().unwrap_or_default(),
         };
         match NodeProc::start(&spec) {
             Ok(n) => {
                 eprintln!(
-                    "{}: quota {} CPUs in {} (cgroup {}), the library computes for {} CPUs ({}), serving on {}",
+                    "{}: quota {} CPUs in {} (cgroup {}), on CPUs {}, the library computes for {} CPUs ({}), serving on {}",
                     n.name,
                     m.quota,
                     n.hello.cgroup.as_deref().unwrap_or("-"),
                     n.hello.cgroup_version.as_deref().unwrap_or("-"),
+                    n.hello
+                        .cpus_allowed
+                        .as_deref()
+                        .map_or("-".into(), cpus::fmt_cpus),
                     n.hello.lib_cpus.map_or("-".into(), |c| format!("{c:.2}")),
                     n.hello.lib_cpus_source.as_deref().unwrap_or("-"),
                     n.hello.addr.as_deref().unwrap_or("-"),
                 );
+                if let Some(why) =
+                    cpus::check_node(&spec, n.hello.cpus_allowed.as_deref(), n.hello.lib_cpus)
+                {
+                    eprintln!("warning: {why}");
+                    lib_cpus_notes.push(why);
+                }
                 fleet.0.push(n);
             }
             // 2: the node could not enter its quota cgroup. Every node would fail alike, and
@@ -232,18 +256,23 @@ fn main() {
         }
     }
 
-    let plan = Plan::new(Lengths {
-        calibrate: if mix.iter().any(|m| matches!(m.fg, Fg::Share(_))) {
-            CALIBRATE_SECS
-        } else {
-            0
+    let own_off: Vec<usize> = (0..mix.len()).filter(|&i| args.scans(i)).collect();
+    let plan = Plan::new(
+        Lengths {
+            calibrate: if mix.iter().any(|m| matches!(m.fg, Fg::Share(_))) {
+                CALIBRATE_SECS
+            } else {
+                0
+            },
+            baseline: args.baseline_secs,
+            paced: args.paced_secs,
+            rest: args.rest_secs,
+            step: args.step_secs,
+            warmup: args.warmup_secs,
+            own_off: args.own_off_secs(),
         },
-        baseline: args.baseline_secs,
-        paced: args.paced_secs,
-        rest: args.rest_secs,
-        step: args.step_secs,
-        warmup: args.warmup_secs,
-    });
+        &own_off,
+    );
     let mut clients = Vec::new();
     for (i, (m, n)) in mix.iter().zip(&fleet.0).enumerate() {
         let r = match m.fg {
@@ -253,15 +282,17 @@ fn main() {
         let stats = FgStats::new();
         let rate = Rate::new(r);
         let addr = n.hello.addr.as_deref().unwrap_or_default().parse();
+        let cpus = args.cpu_plan.get(i).map_or(&[][..], Vec::as_slice);
         let gen = addr
             .map_err(|e| format!("{}: address: {e}", m.name))
             .and_then(|a| {
-                LoadGen::start(
+                start_load(
                     a,
                     rate.clone(),
                     args.conns,
                     stats.clone(),
                     args.seed + i as u64,
+                    cpus,
                 )
             });
         match gen {
@@ -293,6 +324,7 @@ fn main() {
             lib_cpus: n.hello.lib_cpus,
             rows_per_cpu_s: n.hello.rows_per_cpu_s,
             lib_cpus_source: n.hello.lib_cpus_source.clone().unwrap_or_default(),
+            cpus: n.hello.cpus_allowed.clone().unwrap_or_default(),
             cgroup: n.hello.cgroup.clone().unwrap_or_default(),
             ..NodeRun::default()
         })
@@ -310,7 +342,7 @@ fn main() {
     );
     let at = |s: usize| t0 + Duration::from_secs(s as u64);
     let ran = host.len();
-    for (c, r) in clients.iter_mut().zip(&mut runs) {
+    for (i, (c, r)) in clients.iter_mut().zip(&mut runs).enumerate() {
         c.stats.measure_until_now();
         if let Some(g) = c.gen.take() {
             r.lost = g.stop_and_drain(Duration::from_secs(2));
@@ -326,17 +358,37 @@ fn main() {
         r.paced_rest = Latency::of(&rest.hist);
         r.paced_whole = Latency::of(&whole.hist);
         r.left_out = b.left_out + whole.left_out;
+        if !plan.own_off(i).is_empty() {
+            let own = window(plan.own_off(i));
+            r.own_off = Latency::of(&own.hist);
+            r.left_out += own.left_out;
+        }
     }
     drop(fleet);
 
     let interrupted = stopped();
-    let mut notes = vec![format!(
-        "One machine of {} CPUs holds every node: their quotas ({:.2} CPUs together), the load \
-         generators and the watchdog compete for its cores, and the VM's host takes it away at \
-         times; a node's threads wait for a core that another node's quota lets that node use.",
-        elastic_cpu_examples::cli::cores(),
-        mix.iter().map(|m| m.quota).sum::<f64>()
-    )];
+    let mut notes = vec![match args.cpus_per_node {
+        None => format!(
+            "One machine of {} CPUs holds every node: their quotas ({:.2} CPUs together), the load \
+             generators and the watchdog compete for its cores, and the VM's host takes it away at \
+             times; a node's threads wait for a core that another node's quota lets that node use.",
+            elastic_cpu_examples::cli::cores(),
+            mix.iter().map(|m| m.quota).sum::<f64>()
+        ),
+        Some(n) => format!(
+            "Each node and its load generator's threads are pinned to {n} CPU(s) of their own \
+             ({}); the parent's sampling thread and the pause watchdog (one thread per CPU, \
+             asleep but for 1 ms wake-ups) are not, and the VM's host takes the machine away at \
+             times.",
+            args.cpu_plan
+                .iter()
+                .zip(&mix)
+                .map(|(c, m)| format!("{} on {}", m.name, cpus::fmt_cpus(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }];
+    notes.extend(lib_cpus_notes);
     if interrupted {
         notes.push("partial report: the run was interrupted".into());
     }
@@ -346,6 +398,7 @@ fn main() {
         host,
         step_node,
         step_factor: args.step_factor,
+        cpus_per_node: args.cpus_per_node,
         machine: Machine {
             cpus: elastic_cpu_examples::cli::cores(),
             workers: args.workers,
@@ -370,6 +423,31 @@ fn main() {
     };
     // An interruption is among the notes (the JSON report lists them too).
     (args.reports).finish("fleet", &out, &run.notes, false);
+}
+
+/// Start a node's load generator; with `cpus`, on a thread pinned to them, so that the
+/// generator's threads (which inherit the mask) run on the node's CPUs.
+fn start_load(
+    addr: SocketAddr,
+    rate: Rate,
+    conns: usize,
+    stats: Arc<FgStats>,
+    seed: u64,
+    cpus: &[usize],
+) -> Result<LoadGen, String> {
+    if cpus.is_empty() {
+        return LoadGen::start(addr, rate, conns, stats, seed);
+    }
+    let cpus = cpus.to_vec();
+    std::thread::Builder::new()
+        .name("loadgen-pin".into())
+        .spawn(move || {
+            affinity::pin(&cpus).map_err(|e| format!("load generator: {e}"))?;
+            LoadGen::start(addr, rate, conns, stats, seed)
+        })
+        .map_err(|e| format!("load generator thread: {e}"))?
+        .join()
+        .map_err(|_| "the load generator's start panicked".to_string())?
 }
 
 /// The previous sample of a node and of the host, to take differences from.
@@ -501,6 +579,19 @@ fn start_phase(
                 "back: {}'s foreground back to {:.0} req/s",
                 runs[step_node].name, c.base_rate
             );
+        }
+        Kind::OwnOff(k) => {
+            eprintln!("own-off: {}'s scan off, the other nodes' on", runs[k].name);
+            // The node before it (if any) turns its scan back on.
+            for (i, n) in fleet.0.iter_mut().enumerate() {
+                if args.scans(i) {
+                    n.send(if i == k {
+                        Command::ScanOff
+                    } else {
+                        Command::ScanOn
+                    });
+                }
+            }
         }
     }
 }

@@ -1,5 +1,7 @@
-//! One node of the fleet: this binary again, started by the parent with `--node`. It moves
-//! itself into a cgroup of its own with its CPU quota, serves the foreground (the demo's
+//! One node of the fleet: this binary again, started by the parent with `--node`. In a pinned
+//! run it first pins itself to its CPUs (every thread it starts, the runtime's and the idle
+//! pool's among them, inherits them, and the library counts them). It moves itself into a
+//! cgroup of its own with its CPU quota, serves the foreground (the demo's
 //! service) on a runtime built through the library with every setting at its default, runs a
 //! paced scan when told to, and answers the parent's `sample` with its counters (see `wire`).
 //! It leaves and removes its cgroup when told to quit, when its stdin closes (the parent is
@@ -13,7 +15,7 @@ use elastic_cpu::snapshot::{QueueSnapshot, SignalSource};
 use elastic_cpu::{Elastic, Snapshot};
 use elastic_cpu_examples::cpu_time::process_cpu;
 use elastic_cpu_examples::quota::{self, QuotaCgroup};
-use elastic_cpu_examples::{fg, spin};
+use elastic_cpu_examples::{affinity, fg, spin};
 use futures_util::StreamExt;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +42,8 @@ pub struct NodeSpec {
     pub work_us: f64,
     /// The library's slice in ms (None: its default; every other setting is its default).
     pub slice_ms: Option<u64>,
+    /// The CPUs it pins itself to (empty: it shares every core).
+    pub cpus: Vec<usize>,
 }
 
 impl NodeSpec {
@@ -51,14 +55,19 @@ impl NodeSpec {
             self.workers.to_string(),
             self.work_us.to_string(),
             self.slice_ms.map_or("default".into(), |ms| ms.to_string()),
+            if self.cpus.is_empty() {
+                "-".into()
+            } else {
+                crate::cpus::fmt_cpus(&self.cpus)
+            },
         ]
     }
 
     /// Read the arguments [`to_args`](Self::to_args) wrote.
     pub fn parse(args: &[String]) -> Result<NodeSpec, String> {
-        let [name, quota, workers, work_us, slice] = args else {
+        let [name, quota, workers, work_us, slice, cpus] = args else {
             return Err(format!(
-                "{NODE_FLAG} takes: NAME QUOTA WORKERS WORK_US SLICE_MS (got {} values)",
+                "{NODE_FLAG} takes: NAME QUOTA WORKERS WORK_US SLICE_MS CPUS (got {} values)",
                 args.len()
             ));
         };
@@ -82,6 +91,16 @@ impl NodeSpec {
                 ms => Some(ms.parse().map_err(|_| {
                     format!("{NODE_FLAG}: slice {ms:?} is neither `default` nor whole ms")
                 })?),
+            },
+            cpus: match cpus.as_str() {
+                "-" => Vec::new(),
+                list => list
+                    .split(',')
+                    .map(|c| c.parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| {
+                        format!("{NODE_FLAG}: CPUs {list:?} are neither `-` nor a list like 0,1")
+                    })?,
             },
         })
     }
@@ -112,6 +131,10 @@ fn encode(row: u64) -> u64 {
 /// The node's main: runs until told to quit; never returns.
 pub fn main(args: &[String]) -> ! {
     let spec = NodeSpec::parse(args).unwrap_or_else(|e| fail(1, e));
+    // Before any thread starts (they inherit the mask) and before the library reads it.
+    if !spec.cpus.is_empty() {
+        affinity::pin(&spec.cpus).unwrap_or_else(|e| fail(1, format!("{}: {e}", spec.name)));
+    }
     // Measured before the quota binds (a throttled period would slow the best try down).
     spin::calibrate_spin();
     let rows_per_cpu_s = calibrate_scan();
@@ -208,6 +231,7 @@ fn serve(spec: &NodeSpec, cgroup: &QuotaCgroup, rows_per_cpu_s: f64) -> Result<(
         cgroup_version: Some(cgroup.version.into()),
         lib_cpus: Some(s.cpus),
         lib_cpus_source: Some(s.cpus_source.to_string()),
+        cpus_allowed: affinity::allowed(),
         rows_per_cpu_s: Some(rows_per_cpu_s),
         error: None,
     });
@@ -359,10 +383,12 @@ mod tests {
             workers: 2,
             work_us: 100.0,
             slice_ms: None,
+            cpus: Vec::new(),
         };
         assert_eq!(NodeSpec::parse(&spec.to_args()), Ok(spec.clone()));
         let spec = NodeSpec {
             slice_ms: Some(10),
+            cpus: vec![2, 3],
             ..spec
         };
         assert_eq!(NodeSpec::parse(&spec.to_args()), Ok(spec));
@@ -374,15 +400,22 @@ mod tests {
         assert!(NodeSpec::parse(&a(&["n", "0.5", "2"]))
             .unwrap_err()
             .contains("got 3"));
-        assert!(NodeSpec::parse(&a(&["n", "-1", "2", "50", "default"]))
+        assert!(NodeSpec::parse(&a(&["n", "-1", "2", "50", "default", "-"]))
             .unwrap_err()
             .contains("quota"));
-        assert!(NodeSpec::parse(&a(&["n", "0.5", "0", "50", "default"]))
-            .unwrap_err()
-            .contains("workers"));
-        assert!(NodeSpec::parse(&a(&["n", "0.5", "2", "50", "x"]))
+        assert!(
+            NodeSpec::parse(&a(&["n", "0.5", "0", "50", "default", "-"]))
+                .unwrap_err()
+                .contains("workers")
+        );
+        assert!(NodeSpec::parse(&a(&["n", "0.5", "2", "50", "x", "-"]))
             .unwrap_err()
             .contains("slice"));
+        assert!(
+            NodeSpec::parse(&a(&["n", "0.5", "2", "50", "default", "0,x"]))
+                .unwrap_err()
+                .contains("CPUs")
+        );
     }
 
     #[test]

@@ -16,7 +16,21 @@ pub enum Kind {
     Step,
     /// That node's foreground back to its rate.
     Back,
+    /// Node `.0`'s (0-based) scan off, the other nodes' on: its own-scan baseline.
+    OwnOff(usize),
 }
+
+/// The own-scan phases' names, by node (1-based as the report names nodes).
+const OWN_OFF_NAMES: [&str; crate::args::MAX_NODES] = [
+    "own-off 1",
+    "own-off 2",
+    "own-off 3",
+    "own-off 4",
+    "own-off 5",
+    "own-off 6",
+    "own-off 7",
+    "own-off 8",
+];
 
 impl Kind {
     /// The phase's name in the report.
@@ -27,6 +41,7 @@ impl Kind {
             Kind::Paced => "paced",
             Kind::Step => "step",
             Kind::Back => "back",
+            Kind::OwnOff(k) => OWN_OFF_NAMES.get(k).copied().unwrap_or("own-off"),
         }
     }
 }
@@ -48,6 +63,8 @@ pub struct Lengths {
     pub rest: usize,
     pub step: usize,
     pub warmup: usize,
+    /// Each own-scan phase (0: none).
+    pub own_off: usize,
 }
 
 /// Seconds of the calibration phase (its first 2 left out).
@@ -67,8 +84,10 @@ pub type Window = Range<usize>;
 
 impl Plan {
     /// The phases back to back, each as long as `l` says (calibration only when `l.calibrate`
-    /// is not 0).
-    pub fn new(l: Lengths) -> Plan {
+    /// is not 0), then an own-scan phase for each of `own_off` (0-based nodes) when
+    /// `l.own_off` is not 0. They come last so that the other nodes' scans run at their settled
+    /// levels, and the step's figures are not disturbed.
+    pub fn new(l: Lengths, own_off: &[usize]) -> Plan {
         let mut phases = Vec::new();
         let mut t = 0;
         for (kind, secs) in [
@@ -77,7 +96,10 @@ impl Plan {
             (Kind::Paced, l.paced),
             (Kind::Step, l.step),
             (Kind::Back, l.step),
-        ] {
+        ]
+        .into_iter()
+        .chain(own_off.iter().map(|&k| (Kind::OwnOff(k), l.own_off)))
+        {
             if secs > 0 {
                 phases.push(Phase {
                     kind,
@@ -144,9 +166,15 @@ impl Plan {
         second_half(self.span(Kind::Back))
     }
 
-    /// Every second the scans ran.
+    /// Every second the scans ran (every scan, before the own-scan phases).
     pub fn scanning(&self) -> Window {
         self.span(Kind::Paced).start..self.span(Kind::Back).end
+    }
+
+    /// Node `k`'s own-scan phase's second half (empty when it has none): the node before it
+    /// turned its scan back on as the phase started, and that scan climbs back meanwhile.
+    pub fn own_off(&self, k: usize) -> Window {
+        second_half(self.span(Kind::OwnOff(k)))
     }
 }
 
@@ -166,12 +194,13 @@ mod tests {
             rest: 20,
             step: 25,
             warmup: 4,
+            own_off: 0,
         }
     }
 
     #[test]
     fn phases_run_back_to_back_and_windows_sit_inside_them() {
-        let p = Plan::new(lengths(5));
+        let p = Plan::new(lengths(5), &[]);
         let kinds: Vec<Kind> = p.phases.iter().map(|p| p.kind).collect();
         assert_eq!(
             kinds,
@@ -199,10 +228,34 @@ mod tests {
 
     #[test]
     fn without_calibration_the_run_starts_at_the_baseline() {
-        let p = Plan::new(lengths(0));
+        let p = Plan::new(lengths(0), &[]);
         assert_eq!(p.phases[0].kind, Kind::Baseline);
         assert_eq!(p.span(Kind::Calibrate), 0..0);
         assert!(p.calibration().is_empty());
         assert_eq!(p.baseline(), 4..20);
+    }
+
+    #[test]
+    fn own_scan_phases_come_last_one_node_after_the_other() {
+        let l = Lengths {
+            own_off: 12,
+            ..lengths(5)
+        };
+        let p = Plan::new(l, &[0, 2]);
+        assert_eq!(p.span(Kind::Back), 120..145);
+        assert_eq!(p.span(Kind::OwnOff(0)), 145..157);
+        assert_eq!(p.span(Kind::OwnOff(2)), 157..169);
+        assert_eq!(p.total(), 169);
+        assert_eq!(p.own_off(0), 151..157);
+        assert_eq!(p.own_off(2), 163..169);
+        assert!(p.own_off(1).is_empty(), "node 2 has none");
+        assert_eq!(p.kind_at(150), Some(Kind::OwnOff(0)));
+        assert_eq!(p.kind_at(160), Some(Kind::OwnOff(2)));
+        assert_eq!(Kind::OwnOff(2).name(), "own-off 3");
+        assert_eq!(p.scanning(), 25..145);
+        // No length: no phase, whatever the nodes.
+        let p = Plan::new(lengths(5), &[0, 1]);
+        assert_eq!(p.total(), 145);
+        assert!(p.own_off(0).is_empty());
     }
 }

@@ -53,6 +53,9 @@ pub struct Hello {
     /// The CPUs the library computes its rate for, and where it took them from.
     pub lib_cpus: Option<f64>,
     pub lib_cpus_source: Option<String>,
+    /// The CPUs the node may run on once pinned (its affinity mask; None: unknown).
+    #[serde(default)]
+    pub cpus_allowed: Option<Vec<usize>>,
     /// Rows the scan encodes per CPU-second, measured before the quota bound.
     pub rows_per_cpu_s: Option<f64>,
     /// Why the node could not start (it exits with 2 when the cgroup could not be made).

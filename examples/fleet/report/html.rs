@@ -48,6 +48,8 @@ fn fill(kind: Kind) -> &'static str {
         Kind::Paced => "#eef6e8",
         Kind::Step => "#fff4d6",
         Kind::Back => "#f1e8f7",
+        Kind::OwnOff(k) if k % 2 == 0 => "#f7ece8",
+        Kind::OwnOff(_) => "#f2e4df",
     }
 }
 
@@ -112,8 +114,7 @@ impl Run {
              ({:.2} CPUs together), each the demo's loopback service ({} workers, {} us of CPU per request, {} connections) \
              on a runtime built through the library with every setting at its default{}, plus a paced scan (2 tasks, the quick \
              start's stream). One open-loop load generator per node runs in the parent, outside the quotas, at {} priority. \
-             The nodes share the machine's cores: what one node's quota lets it run, the others' threads wait for; \
-             the host's busy CPUs at rest: {}, the parent's: {}. Machine pauses (the whole VM descheduled) are {}.</div>",
+             {} The host's busy CPUs at rest: {}, the parent's: {}, outside the fleet (other processes): {}. Machine pauses (the whole VM descheduled) are {}.</div>",
             self.nodes.len(),
             m.cpus,
             self.nodes.iter().map(|n| n.quota).sum::<f64>(),
@@ -123,8 +124,22 @@ impl Run {
             m.slice_ms
                 .map_or(String::new(), |ms| format!(" but the slice ({ms} ms)")),
             m.client_priority,
+            match self.cpus_per_node {
+                None => "The nodes share the machine's cores: what one node's quota lets it run, the others' threads wait for; \
+                         each node's p99 is judged against its own-scan phase (its scan off, the others' on).".to_string(),
+                Some(n) => format!(
+                    "Each node and its load generator run on {n} CPU(s) of their own ({}); each node's p99 is judged \
+                     against its baseline.",
+                    self.nodes
+                        .iter()
+                        .map(|x| format!("{} on {}", x.name, crate::cpus::fmt_cpus(&x.cpus)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
             f2(self.host_mean(&self.plan.rest(), |x| x.busy_cpus)),
             f2(self.host_mean(&self.plan.rest(), |x| x.parent_cpus)),
+            f2(self.outside_at_rest()),
             if m.pause_watchdog {
                 "left out of the p99s (requests in flight across one)"
             } else {
@@ -133,7 +148,7 @@ impl Run {
         );
         h.push_str("<h2>Per node</h2>");
         let mut t = Table::new(
-            "node|quota|fg CPU|spare|baseline p99|paced p99|ratio|throttled %|quota brake %|\
+            "node|quota|fg CPU|spare|baseline p99|paced p99|ratio|own-scan ratio|throttled %|quota brake %|\
              limit at rest|elastic CPUs at rest|rows|ledger|/ spare|\
              step: limit before &gt; during &gt; after|moved within"
                 .split('|'),
@@ -145,7 +160,8 @@ impl Run {
         let _ = write!(
             h,
             "<div class=\"note\">fg CPU: the node's CPUs in the baseline (no scan); spare = quota - fg CPU; \
-             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; elastic CPUs: the node's CPUs at rest over \
+             paced p99, limit and elastic CPUs at rest: the paced phase's last {} s; ratio: paced p99 over baseline p99; \
+             own-scan ratio: paced p99 over the p99 in the node's own-scan phase (its scan off, the others' on); elastic CPUs: the node's CPUs at rest over \
              its baseline; rows: the scan's rows over the rows a CPU-second encodes (measured by the node alone, at its best, \
              before its quota bound: a lower bound); ledger: the elastic CPU the library's ledger charged; throttled %: of the CFS periods while \
              the scan ran; quota brake %: of the time at rest the library's quota brake held elastic work back; limit: the share of the scan's class (the idle class on the idle pool) as its bucket applies it (held to the quota's headroom), of the \
@@ -153,7 +169,10 @@ impl Run {
              its new level.</div>",
             self.plan.lengths.rest, self.step_factor
         );
-        h.push_str(&html::bars_table(&[("this run".into(), bars(&figs))]));
+        h.push_str(&html::bars_table(&[(
+            "this run".into(),
+            bars(&figs, self.scenario()),
+        )]));
 
         h.push_str("<h2>Over time</h2>");
         let lim_max = self

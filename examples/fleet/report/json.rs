@@ -1,7 +1,7 @@
 //! The JSON report: `nodes` with the figures the issue names (and a few more beside them),
-//! the bars, the phases, the run, and the timeline per node.
+//! the bars, the phases, the run, the timeline per node, and the host's.
 
-use super::{bars, NodeFigures, Run};
+use super::{bars, NodeFigures, Run, Scenario};
 use elastic_cpu_examples::report::json::{opt, to_string, Num};
 use elastic_cpu_examples::report::Bar;
 use serde::Serialize;
@@ -35,6 +35,9 @@ struct Node {
     cpus_at_rest: Option<Num>,
     rows_per_cpu_s: Option<Num>,
     p99_ratio: Option<Num>,
+    /// p99 with its own scan off and the others' on, and the paced p99 over it.
+    own_off_p99_us: Option<Num>,
+    own_scan_ratio: Option<Num>,
     paced_whole_p99_us: Option<Num>,
     share_at_rest: Option<Num>,
     periods: u64,
@@ -46,6 +49,8 @@ struct Node {
     cpu_per_request_us: Option<Num>,
     lib_cpus: Option<Num>,
     lib_cpus_source: String,
+    /// The CPUs it ran on.
+    cpus: Vec<usize>,
     placement: String,
     requests_left_out_for_pauses: u64,
     requests_lost: u64,
@@ -61,6 +66,9 @@ struct Phase {
 #[derive(Serialize)]
 struct Machine<'a> {
     cpus: usize,
+    /// `shared` (every node on every core) or `pinned` (`cpus_per_node` each).
+    scenario: &'static str,
+    cpus_per_node: Option<usize>,
     quota_sum_cpus: Num,
     workers: usize,
     work_us: Num,
@@ -74,6 +82,8 @@ struct Machine<'a> {
     /// Means over the paced phase at rest.
     host_busy_cpus_at_rest: Option<Num>,
     parent_cpus_at_rest: Option<Num>,
+    /// Busy less the parent and the nodes: other processes.
+    outside_cpus_at_rest: Option<Num>,
     command: &'a str,
 }
 
@@ -103,6 +113,13 @@ struct TimelinePoint {
 }
 
 #[derive(Serialize)]
+struct HostSecond {
+    sec: usize,
+    busy_cpus: Option<Num>,
+    parent_cpus: Option<Num>,
+}
+
+#[derive(Serialize)]
 struct Doc<'a> {
     nodes: Vec<Node>,
     bars: Vec<Bar>,
@@ -112,6 +129,8 @@ struct Doc<'a> {
     notes: &'a [String],
     /// Per node, one point a second.
     timeline: Vec<(String, Vec<TimelinePoint>)>,
+    /// The host, one point a second: its busy CPUs and the parent's.
+    host: Vec<HostSecond>,
 }
 
 fn node(f: &NodeFigures, run: &Run, i: usize) -> Node {
@@ -140,6 +159,8 @@ fn node(f: &NodeFigures, run: &Run, i: usize) -> Node {
         cpus_at_rest: opt(f.cpu_at_rest),
         rows_per_cpu_s: opt(n.rows_per_cpu_s),
         p99_ratio: opt(f.p99_ratio()),
+        own_off_p99_us: opt(f.own_off_p99_us),
+        own_scan_ratio: opt(f.own_scan_ratio()),
         paced_whole_p99_us: opt(f.paced_whole_p99_us),
         share_at_rest: opt(f.share_at_rest),
         periods: f.periods,
@@ -151,6 +172,7 @@ fn node(f: &NodeFigures, run: &Run, i: usize) -> Node {
         cpu_per_request_us: opt(n.cpu_per_request_us),
         lib_cpus: opt(n.lib_cpus),
         lib_cpus_source: n.lib_cpus_source.clone(),
+        cpus: n.cpus.clone(),
         placement: n.placement.clone(),
         requests_left_out_for_pauses: n.left_out,
         requests_lost: n.lost,
@@ -168,7 +190,7 @@ impl Run {
                 .enumerate()
                 .map(|(i, f)| node(f, self, i))
                 .collect(),
-            bars: bars(&figs),
+            bars: bars(&figs, self.scenario()),
             phases: self
                 .plan
                 .phases
@@ -181,6 +203,11 @@ impl Run {
                 .collect(),
             machine: Machine {
                 cpus: self.machine.cpus,
+                scenario: match self.scenario() {
+                    Scenario::Shared => "shared",
+                    Scenario::Pinned => "pinned",
+                },
+                cpus_per_node: self.cpus_per_node,
                 quota_sum_cpus: Num(self.nodes.iter().map(|n| n.quota).sum()),
                 workers: self.machine.workers,
                 work_us: Num(self.machine.work_us),
@@ -195,10 +222,20 @@ impl Run {
                 slice_ms: self.machine.slice_ms,
                 host_busy_cpus_at_rest: opt(self.host_mean(&rest, |h| h.busy_cpus)),
                 parent_cpus_at_rest: opt(self.host_mean(&rest, |h| h.parent_cpus)),
+                outside_cpus_at_rest: opt(self.outside_at_rest()),
                 command: &self.machine.command,
             },
             interrupted: self.interrupted,
             notes: &self.notes,
+            host: self
+                .host
+                .iter()
+                .map(|h| HostSecond {
+                    sec: h.sec,
+                    busy_cpus: opt(h.busy_cpus),
+                    parent_cpus: opt(h.parent_cpus),
+                })
+                .collect(),
             timeline: self
                 .nodes
                 .iter()
@@ -246,14 +283,18 @@ mod tests {
     #[test]
     fn every_node_has_the_issues_keys() {
         let run = Run {
-            plan: Plan::new(Lengths {
-                calibrate: 0,
-                baseline: 6,
-                paced: 10,
-                rest: 4,
-                step: 4,
-                warmup: 2,
-            }),
+            plan: Plan::new(
+                Lengths {
+                    calibrate: 0,
+                    baseline: 6,
+                    paced: 10,
+                    rest: 4,
+                    step: 4,
+                    warmup: 2,
+                    own_off: 0,
+                },
+                &[],
+            ),
             nodes: vec![
                 NodeRun {
                     name: "node1".into(),
@@ -269,6 +310,7 @@ mod tests {
             host: Vec::new(),
             step_node: 1,
             step_factor: 1.5,
+            cpus_per_node: None,
             machine: M::default(),
             interrupted: false,
             notes: Vec::new(),
@@ -286,6 +328,8 @@ mod tests {
                 "limit_at_rest",
                 "elastic_cpus_at_rest",
                 "throttled_periods",
+                "own_off_p99_us",
+                "own_scan_ratio",
             ] {
                 assert!(n.get(key).is_some(), "{key} missing in {n}");
             }

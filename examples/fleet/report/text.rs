@@ -13,6 +13,7 @@ const COLUMNS: &[(&str, usize)] = &[
     ("base p99", 8),
     ("paced p99", 9),
     ("ratio", 5),
+    ("own", 5),
     ("thr %", 5),
     ("brk %", 5),
     ("limit", 5),
@@ -35,6 +36,7 @@ pub fn row(f: &NodeFigures) -> Vec<String> {
         fmt_us(f.baseline_p99_us),
         fmt_us(f.paced_p99_us),
         f2(f.p99_ratio()),
+        f2(f.own_scan_ratio()),
         f.throttled_share()
             .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
         f.quota_braked_at_rest
@@ -67,9 +69,12 @@ impl Run {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fleet: {} nodes on {} cores (quotas {:.2} CPUs together), the step x{} on {}, {}",
+            "fleet: {} nodes {} (quotas {:.2} CPUs together), the step x{} on {}, {}",
             self.nodes.len(),
-            self.machine.cpus,
+            match self.cpus_per_node {
+                None => format!("sharing {} cores", self.machine.cpus),
+                Some(n) => format!("on {n} CPU(s) each of {}", self.machine.cpus),
+            },
             self.nodes.iter().map(|n| n.quota).sum::<f64>(),
             self.step_factor,
             self.nodes
@@ -89,7 +94,8 @@ impl Run {
             s,
             "fg CPU: the node's CPUs in the baseline; spare = quota - fg CPU; p99s without requests \
              in flight across a machine pause; paced p99, limit and elastic CPUs at rest: the paced \
-             phase's last {} s; elastic: the node's CPUs at rest over its baseline, rows: the scan's \
+             phase's last {} s; own: paced p99 over the p99 with its own scan off and the others' \
+             on (its own-scan phase); elastic: the node's CPUs at rest over its baseline, rows: the scan's \
              rows over the rows a CPU-second encodes (alone, at best), ledger: the elastic CPU the \
              library's ledger charged; thr %: throttled periods while the scan ran; brk %: time at rest the quota brake held elastic work back; limit: the share of the \
              scan's class (the idle class on the idle pool) as its bucket applies it (held to the \
@@ -99,9 +105,10 @@ impl Run {
         for n in &self.nodes {
             let _ = writeln!(
                 s,
-                "  {} (cgroup {}): {:.0} req/s{}, {} CPUs for the library ({}); the scan on {}; paced p99 over the whole phase {}",
+                "  {} (cgroup {}, CPUs {}): {:.0} req/s{}, {} CPUs for the library ({}); the scan on {}; paced p99 over the whole phase {}, own scan off {}",
                 n.name,
                 n.cgroup,
+                crate::cpus::fmt_cpus(&n.cpus),
                 n.rate,
                 match (n.fg_share, n.cpu_per_request_us) {
                     (Some(sh), Some(c)) =>
@@ -112,18 +119,21 @@ impl Run {
                 n.lib_cpus_source,
                 n.placement,
                 fmt_us(n.paced_whole.p99_us),
+                fmt_us(n.own_off.p99_us),
             );
         }
         let rest = self.plan.rest();
         let _ = writeln!(
             s,
-            "host at rest: {} of {} CPUs busy, {} of them the parent (load generators, watchdog)",
+            "host at rest: {} of {} CPUs busy, {} of them the parent (load generators, watchdog), \
+             {} outside the fleet (other processes)",
             f2(self.host_mean(&rest, |h| h.busy_cpus)),
             self.machine.cpus,
             f2(self.host_mean(&rest, |h| h.parent_cpus)),
+            f2(self.outside_at_rest()),
         );
         let _ = writeln!(s, "\ndone when:");
-        for b in bars(&figs) {
+        for b in bars(&figs, self.scenario()) {
             let verdict = match b.pass {
                 Some(true) => "PASS",
                 Some(false) => "FAIL",
