@@ -138,7 +138,10 @@ mod tests {
         let remembered = h.cap_cpus(q).unwrap();
         assert!(remembered > after_burst, "{remembered} {after_burst}");
         // 0.5 × 4 + 1.3 over 5 ticks: mean 0.66, busiest 1.3, foreground 0.98.
-        assert!((remembered - MARGIN * (2.0 - 0.98)).abs() < 1e-9, "{remembered}");
+        assert!(
+            (remembered - MARGIN * (2.0 - 0.98)).abs() < 1e-9,
+            "{remembered}"
+        );
         assert!(remembered < MARGIN * 1.5, "the burst still counts");
         // Once it leaves the history (two ticks on), the quiet ticks alone set the cap.
         feed(&mut h, q, &[(100, 50)]);
@@ -152,7 +155,11 @@ mod tests {
         let mut h = Headroom::default();
         let q = Some(1.5);
         // The rest of the process: 0.6, 0.8, 0.7, 1.0, 0.6 CPUs.
-        feed(&mut h, q, &[(0, 0), (60, 0), (80, 0), (70, 0), (100, 0), (60, 0)]);
+        feed(
+            &mut h,
+            q,
+            &[(0, 0), (60, 0), (80, 0), (70, 0), (100, 0), (60, 0)],
+        );
         let cap = h.cap_cpus(q).unwrap();
         let of = |fg: f64| MARGIN * (1.5 - fg);
         assert!(cap < of(0.74) && cap > of(1.0), "{cap}");
