@@ -476,18 +476,29 @@ fn fmt_x(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.2}x")).unwrap_or("n/a".into())
 }
 
-/// The bar `{name} fg p99 <= 1.5x baseline`: what it says, the ratio, and whether it holds.
+/// The bar `{name} fg p99 <= {most}x baseline`: what it says, the ratio, and whether it holds.
 fn within_baseline(
     name: &str,
     p99: Option<f64>,
     base: Option<f64>,
+    most: f64,
 ) -> (String, String, Option<bool>) {
     let r = ratio(p99, base);
     (
-        format!("{name} fg p99 <= 1.5x baseline"),
+        format!("{name} fg p99 <= {most}x baseline"),
         fmt_x(r),
-        r.map(|r| r <= 1.5),
+        r.map(|r| r <= most),
     )
+}
+
+/// Inside a quota, the quick start (`default`) is held to the harvest goal: most of the spare
+/// at about the baseline's p99; the pinned placements to the older, looser bars.
+fn quota_goal(name: &str) -> (f64, f64) {
+    if name == "default" {
+        (1.1, 0.85)
+    } else {
+        (1.5, 0.6)
+    }
 }
 
 /// The whole report.
@@ -603,7 +614,7 @@ impl Report {
         );
         // The same-runtime bars hold for `default` (the quick start's path) as for `paced`.
         for (name, p) in self.judged(env, &["paced", "paced-idle", "default"]) {
-            let (what, value, pass) = within_baseline(name, p99(p), p99(b));
+            let (what, value, pass) = within_baseline(name, p99(p), p99(b), 1.5);
             bar(what, value, pass);
         }
         for (name, p) in self.judged(env, &["paced", "default"]) {
@@ -663,7 +674,8 @@ impl Report {
             r.map(|r| r >= 5.0),
         );
         for (name, p) in self.judged(env, &["paced", "paced-idle", "default"]) {
-            let (what, value, pass) = within_baseline(name, p99(p), p99(b));
+            let (most_p99, least_spare) = quota_goal(name);
+            let (what, value, pass) = within_baseline(name, p99(p), p99(b), most_p99);
             bar(what, value, pass);
             let base = b.and_then(|b| b.process_cpus);
             let cpu = match (p.and_then(|p| p.process_cpus), base, quota) {
@@ -674,13 +686,13 @@ impl Report {
                             "{:.2} of the spare quota ({c:.2} - {base:.2} CPUs of {q} - {base:.2})",
                             share
                         ),
-                        share >= 0.6,
+                        share >= least_spare,
                     ))
                 }
                 _ => None,
             };
             bar(
-                format!("{name} elastic CPU >= 0.6x (quota - baseline's process CPUs)"),
+                format!("{name} elastic CPU >= {least_spare}x (quota - baseline's process CPUs)"),
                 cpu.as_ref().map(|c| c.0.clone()).unwrap_or("n/a".into()),
                 cpu.map(|c| c.1),
             );
