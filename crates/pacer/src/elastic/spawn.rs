@@ -17,6 +17,23 @@ cfg_idle_pool! {
     use crate::placement::{Environment, Route, Work};
 }
 
+/// Spawn the `Placed` that `make` builds on `handle`, its own task's abort handle given to it
+/// once the task exists (to take itself back from the pool).
+#[cfg(feature = "idle-pool")]
+fn spawn_placed<F>(
+    handle: &Handle,
+    make: impl FnOnce(OwnAbort) -> Placed<F>,
+) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let own = OwnAbort::default();
+    let task = handle.spawn(make(own.clone()));
+    let _ = own.set(task.abort_handle());
+    task
+}
+
 /// Where [`Elastic::route`] sends one spawn.
 #[cfg(feature = "idle-pool")]
 enum Routed<W, T> {
@@ -110,19 +127,15 @@ impl Elastic {
         #[cfg(feature = "idle-pool")]
         let on_pool = |pool: &IdleRuntime, future| match runtime() {
             // `Auto`: watched from the runtime, to come back if the pool starves.
-            Ok(handle) if self.placer.auto() => {
-                let own = OwnAbort::default();
-                let placed = Placed::on_pool(
+            Ok(handle) if self.placer.auto() => spawn_placed(&handle, |own| {
+                Placed::on_pool(
                     future,
                     pool,
                     self.shared.clone(),
                     Arc::downgrade(&self.placer),
-                    own.clone(),
-                );
-                let task = handle.spawn(placed);
-                let _ = own.set(task.abort_handle());
-                task
-            }
+                    own,
+                )
+            }),
             // In this handle's class: on the pool the own class's work becomes idle work, and
             // a class made with `class` keeps its part.
             _ => pool.handle().spawn(Paced::new(future, self.shared.clone())),
@@ -134,17 +147,14 @@ impl Elastic {
             Routed::Spawned(task) => return Ok(task),
             Routed::Runtime(future) => future,
             Routed::Watch(future) => {
-                let handle = runtime()?;
-                let own = OwnAbort::default();
-                let placed = Placed::new(
-                    future,
-                    self.shared.clone(),
-                    Arc::downgrade(&self.placer),
-                    own.clone(),
-                );
-                let task = handle.spawn(placed);
-                let _ = own.set(task.abort_handle());
-                return Ok(task);
+                return Ok(spawn_placed(&runtime()?, |own| {
+                    Placed::new(
+                        future,
+                        self.shared.clone(),
+                        Arc::downgrade(&self.placer),
+                        own,
+                    )
+                }));
             }
         };
         let handle = runtime()?;
