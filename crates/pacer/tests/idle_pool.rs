@@ -76,6 +76,134 @@ fn every_pool_thread_runs_at_sched_idle_and_the_foreground_does_not() {
     assert_ne!(this_thread_policy(), SCHED_IDLE);
 }
 
+/// The calling thread's allowed CPUs, from `/proc/thread-self/status`.
+#[cfg(target_os = "linux")]
+fn this_thread_cpus() -> String {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap();
+    line.trim().to_owned()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn each_pool_thread_keeps_to_a_cpu_of_its_own() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if cpus < 2 {
+        eprintln!("one CPU: nothing to spread the pool over");
+        return;
+    }
+    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(2).unwrap();
+    let tasks: Vec<_> = (0..24)
+        .map(|_| {
+            idle.spawn(async {
+                std::thread::sleep(Duration::from_millis(2));
+                (this_thread_id(), this_thread_cpus())
+            })
+        })
+        .collect();
+    let seen = must_finish("the pool's tasks", Duration::from_secs(30), move || {
+        fg.block_on(async {
+            let mut seen = std::collections::BTreeMap::new();
+            for t in tasks {
+                let (tid, cpus) = t.await.unwrap();
+                seen.insert(tid, cpus);
+            }
+            seen
+        })
+    });
+    for cpus in seen.values() {
+        let one: usize = cpus
+            .parse()
+            .unwrap_or_else(|_| panic!("not one CPU: {cpus}"));
+        assert!(one < 1024);
+    }
+    let distinct: std::collections::BTreeSet<_> = seen.values().collect();
+    assert_eq!(
+        distinct.len(),
+        seen.len(),
+        "two threads on one CPU: {seen:?}"
+    );
+    // The threads outside the pool keep every CPU.
+    assert!(
+        this_thread_cpus().parse::<usize>().is_err(),
+        "{}",
+        this_thread_cpus()
+    );
+}
+
+/// Keeps the calling thread on `cpu`.
+#[cfg(target_os = "linux")]
+fn pin_this_thread_to(cpu: usize) {
+    // SAFETY: plain system calls on a zeroed `cpu_set_t` owned here.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn work_moves_to_the_pool_thread_whose_cpu_is_free() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    if cpus < 2 {
+        eprintln!("one CPU: nothing to spread the pool over");
+        return;
+    }
+    let elastic = Elastic::builder().fixed_share(1.0).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(2).unwrap();
+    // The pool's threads take the allowed CPUs in turn: the first keeps to the first.
+    let list = this_thread_cpus();
+    let held: usize = list
+        .split(['-', ','])
+        .next()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("allowed CPUs: {list}"));
+    // A normal-priority thread takes one pool thread's CPU for the whole test: that thread
+    // gets next to nothing, and the work must go to the other.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin_this_thread_to(held);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            idle.spawn(async {
+                spin(Duration::from_millis(1));
+                this_thread_cpus().parse::<usize>().unwrap()
+            })
+        })
+        .collect();
+    let ran_on = must_finish("the pool's tasks", Duration::from_secs(60), move || {
+        fg.block_on(async {
+            let mut on = Vec::new();
+            for t in tasks {
+                on.push(t.await.unwrap());
+            }
+            on
+        })
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    let on_held = ran_on.iter().filter(|&&c| c == held).count();
+    assert!(
+        on_held <= 5,
+        "{on_held} of 20 tasks ran on the held CPU {held}: {ran_on:?}"
+    );
+}
+
 #[test]
 fn a_worker_count_out_of_range_is_a_typed_error() {
     let elastic = Elastic::builder().build().unwrap();

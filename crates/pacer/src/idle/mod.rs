@@ -15,6 +15,7 @@
 //! more than the own class's share.
 
 mod pool;
+mod spread;
 pub(crate) mod watch;
 
 use std::sync::Arc;

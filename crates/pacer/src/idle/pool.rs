@@ -13,6 +13,7 @@ use elastic_cpu_core::SettingError;
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+use super::spread::Spread;
 use super::watch::{PoolWatch, PULSE};
 use crate::grant::paced::Paced;
 use crate::grant::class_state::ClassState;
@@ -191,7 +192,12 @@ impl Started {
 /// scheduling-latency signal (without `tokio_unstable`, paced polls still feed their poll
 /// times to the probe as elastic poll times, as on any runtime). Its worker threads (and its
 /// blocking-pool threads) are named `elastic-cpu-idle` and lower their own priority as they
-/// start. A task on the pool stamps a pulse every 100 ms, and a thread at normal priority
+/// start. On Linux each keeps to one of the CPUs the building thread may run on, taken in
+/// turn: an unpinned idle thread is pulled to whichever core is idle each time a foreground
+/// thread preempts it, and carrying its working set from cache to cache thousands of times a
+/// second slows the foreground. Tasks still move between the pool's threads at polls; a call in
+/// progress waits on its core while a foreground thread holds it. A task on the pool stamps a
+/// pulse every 100 ms, and a thread at normal priority
 /// (`elastic-cpu-idle-watch`) looks at it: work [`Placement::Auto`] put here comes back to
 /// the runtime while the pool has had no CPU for ~0.3 s, so a lock it holds is let go.
 /// Dropping the `IdleRuntime` shuts it down like dropping a tokio [`Runtime`]; use
@@ -246,11 +252,15 @@ impl IdleRuntime {
         });
         let on_start = started.clone();
         let class = shared.clone();
+        let spread = Spread::of_this_thread();
         let rt = Builder::new_multi_thread()
             .worker_threads(workers)
             .thread_name("elastic-cpu-idle")
             .on_thread_start(move || {
                 thread_class::enter(&parent, &class);
+                if let Some(spread) = &spread {
+                    spread.pin_this_thread();
+                }
                 on_start.record(lower_this_thread());
             })
             .enable_all()
