@@ -87,17 +87,26 @@ fn this_thread_cpus() -> String {
     line.trim().to_owned()
 }
 
+/// An `Elastic` at `share`, its foreground runtime and a pool of 2 threads; `None` (said on
+/// stderr) on a machine with one CPU, where there is nothing to spread the pool over.
+#[cfg(target_os = "linux")]
+fn two_thread_pool(share: f64) -> Option<(Elastic, tokio::runtime::Runtime, IdleRuntime)> {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("one CPU: nothing to spread the pool over");
+        return None;
+    }
+    let elastic = Elastic::builder().fixed_share(share).build().unwrap();
+    let fg = foreground(&elastic);
+    let idle = elastic.idle_runtime(2).unwrap();
+    Some((elastic, fg, idle))
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn each_pool_thread_keeps_to_a_cpu_of_its_own() {
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    if cpus < 2 {
-        eprintln!("one CPU: nothing to spread the pool over");
+    let Some((_elastic, fg, idle)) = two_thread_pool(0.5) else {
         return;
-    }
-    let elastic = Elastic::builder().fixed_share(0.5).build().unwrap();
-    let fg = foreground(&elastic);
-    let idle = elastic.idle_runtime(2).unwrap();
+    };
     let tasks: Vec<_> = (0..24)
         .map(|_| {
             idle.spawn(async {
@@ -151,21 +160,11 @@ fn pin_this_thread_to(cpu: usize) {
 #[cfg(target_os = "linux")]
 #[test]
 fn work_moves_to_the_pool_thread_whose_cpu_is_free() {
-    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    if cpus < 2 {
-        eprintln!("one CPU: nothing to spread the pool over");
+    let Some((_elastic, fg, idle)) = two_thread_pool(1.0) else {
         return;
-    }
-    let elastic = Elastic::builder().fixed_share(1.0).build().unwrap();
-    let fg = foreground(&elastic);
-    let idle = elastic.idle_runtime(2).unwrap();
+    };
     // The pool's threads take the allowed CPUs in turn: the first keeps to the first.
-    let list = this_thread_cpus();
-    let held: usize = list
-        .split(['-', ','])
-        .next()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("allowed CPUs: {list}"));
+    let held = first_allowed_cpu();
     // A normal-priority thread takes one pool thread's CPU for the whole test: that thread
     // gets next to nothing, and the work must go to the other.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -352,17 +351,20 @@ fn shutdown_is_clean_with_work_still_waiting_for_grants() {
 /// run on.
 #[cfg(target_os = "linux")]
 fn pin_to_one_cpu() {
-    // SAFETY: plain system calls on a zeroed `cpu_set_t` owned here.
+    pin_this_thread_to(first_allowed_cpu());
+}
+
+/// The first CPU the calling thread may run on.
+#[cfg(target_os = "linux")]
+fn first_allowed_cpu() -> usize {
+    // SAFETY: a plain system call on a zeroed `cpu_set_t` owned here.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         let size = std::mem::size_of::<libc::cpu_set_t>();
         assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
-        let first = (0..libc::CPU_SETSIZE as usize)
+        (0..libc::CPU_SETSIZE as usize)
             .find(|&c| libc::CPU_ISSET(c, &set))
-            .unwrap();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(first, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+            .unwrap()
     }
 }
 

@@ -40,8 +40,8 @@ impl Spread {
 
     /// Pin the calling thread to the next CPU. A refusal (a CPU taken away since, a seccomp
     /// filter) leaves the thread where the kernel puts it: pinning is an optimisation.
-    pub(crate) fn pin_this_thread(&self) -> bool {
-        pin_to(self.next_cpu())
+    pub(crate) fn pin_this_thread(&self) {
+        pin_to(self.next_cpu());
     }
 }
 
@@ -58,17 +58,15 @@ fn allowed_cpus() -> Option<Vec<usize>> {
 }
 
 #[cfg(target_os = "linux")]
-fn pin_to(cpu: usize) -> bool {
+fn pin_to(cpu: usize) {
     use rustix::thread::{sched_setaffinity, CpuSet};
     let mut set = CpuSet::new();
     set.set(cpu);
-    sched_setaffinity(None, &set).is_ok()
+    let _ = sched_setaffinity(None, &set);
 }
 
 #[cfg(not(target_os = "linux"))]
-fn pin_to(_cpu: usize) -> bool {
-    false
-}
+fn pin_to(_cpu: usize) {}
 
 #[cfg(test)]
 mod tests {
